@@ -1,0 +1,69 @@
+# docparser: two commands matter, `make run` and `make test` (see README.md).
+# Downloads and builds are cached outside the clone (~/.cache), so repeated runs are fast.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+CACHE ?= $(HOME)/.cache/docparser
+UV_BOOT := $(CACHE)/uv-bootstrap
+UV := $(UV_BOOT)/bin/uv
+export UV_CACHE_DIR ?= $(CACHE)/uv
+export UV_LINK_MODE ?= hardlink
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: install install-test run test test-fast lint fmt controlplane system-deps bench clean
+
+# uv installs from a shared cache (torch is several GB); pip is only used to get uv.
+$(UV):
+	$(PYTHON) -m venv $(UV_BOOT)
+	$(UV_BOOT)/bin/pip install --quiet uv==0.13.9
+
+$(BIN)/python: | $(UV)
+	$(UV) venv --python $(PYTHON) $(VENV)
+
+# Base install: both distributions, no torch (what `make run` needs).
+$(VENV)/.installed-base: runtime/pyproject.toml operator/pyproject.toml | $(BIN)/python
+	$(UV) pip install --python $(BIN)/python -e ./runtime -e ./operator
+	touch $@
+
+# Test install: adds the DeepSeek-OCR-2 extra (torch, transformers) and test tools.
+$(VENV)/.installed-test: $(VENV)/.installed-base requirements-test.txt
+	$(UV) pip install --python $(BIN)/python -e './runtime[deepseek]' -e ./operator -r requirements-test.txt
+	touch $@
+
+install: $(VENV)/.installed-base
+
+install-test: $(VENV)/.installed-test
+
+run: install
+	$(BIN)/docparser-runtime serve --engine rapidocr --host $(HOST) --port $(PORT)
+
+# Services and binaries the suite needs: redis-server (Debian) and the control plane.
+system-deps:
+	@bash scripts/ensure-system-deps.sh
+
+controlplane:
+	@bash tests/controlplane/build.sh || echo "control plane build failed: realcluster tests will be skipped"
+
+test: install-test system-deps controlplane
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-fast: install-test
+	$(BIN)/python -m pytest -m "not slow and not realcluster" $(PYTEST_ARGS)
+
+lint: install-test
+	$(BIN)/ruff check .
+
+fmt: install-test
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+bench: install-test
+	$(BIN)/python bench/runtime.py
+	$(BIN)/python bench/operator.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,133 @@
+"""The engine interface: the only thing the HTTP layer and the batcher know about models.
+
+An engine turns a batch of decoded pages into page results. Engines are synchronous and
+blocking (they run on a worker thread, never on the event loop); the batcher guarantees
+that every page of one ``infer_batch`` call shares the same ``ParseOptions``.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from PIL import Image
+
+Mode = Literal["markdown", "text", "grounding"]
+BBox = tuple[float, float, float, float]
+
+
+@dataclass(frozen=True)
+class ParseOptions:
+    """Per-request options that change what the engine does with a page."""
+
+    tier: int = 6
+    mode: Mode = "markdown"
+    max_new_tokens: int = 4096
+
+    def batch_key(self) -> tuple[int, str, int]:
+        """Pages may share one generate() call only when this key is equal."""
+        return (self.tier, self.mode, self.max_new_tokens)
+
+
+@dataclass(frozen=True)
+class PageImage:
+    """One decoded RGB page with its tiling plan (from ``preprocess.tiling``)."""
+
+    index: int
+    image: Image.Image
+    tiles: int
+    vision_tokens: int
+
+    @property
+    def width(self) -> int:
+        return self.image.width
+
+    @property
+    def height(self) -> int:
+        return self.image.height
+
+
+@dataclass
+class Block:
+    """A located piece of the page: ``bbox`` is (x1, y1, x2, y2) in page pixels."""
+
+    text: str
+    bbox: BBox
+    type: str = "text"
+
+    def to_dict(self) -> dict:
+        return {"text": self.text, "bbox": [round(v, 1) for v in self.bbox], "type": self.type}
+
+
+@dataclass
+class PageResult:
+    """What an engine returns for one page."""
+
+    index: int
+    content: str
+    width: int
+    height: int
+    tiles: int
+    vision_tokens: int
+    blocks: list[Block] = field(default_factory=list)
+    output_tokens: int = 0
+    truncated: bool = False
+
+    def to_dict(self) -> dict:
+        return {
+            "index": self.index,
+            "content": self.content,
+            "width": self.width,
+            "height": self.height,
+            "tiles": self.tiles,
+            "vision_tokens": self.vision_tokens,
+            "blocks": [b.to_dict() for b in self.blocks],
+            "output_tokens": self.output_tokens,
+            "truncated": self.truncated,
+        }
+
+
+# Called with each decoded text delta while a page generates; returning True asks the
+# engine to stop early (the client went away).
+DeltaCallback = Callable[[str], bool | None]
+
+
+class Engine(abc.ABC):
+    """A loaded model. Subclasses: ``rapidocr_engine.RapidOcrEngine``,
+    ``deepseek_ocr2.DeepseekOcr2Engine``."""
+
+    name: str = "engine"
+
+    @property
+    @abc.abstractmethod
+    def version(self) -> str:
+        """Model/weights version reported in replies and metrics."""
+
+    @abc.abstractmethod
+    def load(self) -> None:
+        """Load weights; blocking, may take minutes. Raises ``WeightsError``."""
+
+    def warmup(self) -> None:
+        """Run one tiny inference so the first request pays no compile/alloc cost."""
+        img = Image.new("RGB", (64, 64), "white")
+        self.infer_batch([PageImage(0, img, 0, 256)], ParseOptions(tier=0, max_new_tokens=8))
+
+    @abc.abstractmethod
+    def infer_batch(self, pages: Sequence[PageImage], options: ParseOptions) -> list[PageResult]:
+        """Parse pages that share ``options``; results in input order."""
+
+    def stream_page(
+        self, page: PageImage, options: ParseOptions, on_delta: DeltaCallback
+    ) -> PageResult:
+        """Parse one page, reporting text deltas as they are produced.
+
+        Engines that cannot stream token by token emit the whole content as one delta.
+        """
+        result = self.infer_batch([page], options)[0]
+        on_delta(result.content)
+        return result
+
+    def close(self) -> None:
+        """Release resources (GPU memory, sessions)."""

@@ -1,0 +1,1 @@
+"""Pure preprocessing shared by every engine: safe decoding, PDF pages, tiling."""

@@ -1,0 +1,1 @@
+"""HTTP layer: FastAPI app, micro-batcher, metrics. Talks only to ``engines.base.Engine``."""

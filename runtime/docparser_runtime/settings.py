@@ -1,0 +1,65 @@
+"""Typed runtime settings.
+
+Every knob comes from one place: CLI flags override environment variables prefixed
+``DOCPARSER_`` (how the operator configures pods), which override the defaults here.
+Nothing else in the runtime reads ``os.environ``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+EngineName = Literal["rapidocr", "deepseek-ocr2"]
+
+
+class Settings(BaseSettings):
+    """All runtime settings; env var = ``DOCPARSER_`` + upper-cased field name."""
+
+    model_config = SettingsConfigDict(env_prefix="DOCPARSER_", extra="ignore")
+
+    # Serving
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    log_level: str = "info"
+
+    # Engine
+    engine: EngineName = "rapidocr"
+    model_path: Path | None = None
+    model_version: str = "dev"
+    device: str = Field("auto", description="auto | cpu | cuda | cuda:N")
+    allow_unverified_weights: bool = False
+
+    # Batching and backpressure
+    max_batch_size: int = Field(8, ge=1, le=256)
+    max_wait_ms: float = Field(10.0, ge=0)
+    max_queue_pages: int = Field(256, ge=1, description="queued pages before 429")
+    request_timeout_s: float = Field(600.0, gt=0)
+
+    # Request limits
+    max_upload_bytes: int = Field(50 * 1024 * 1024, ge=1)
+    max_image_pixels: int = Field(80_000_000, ge=1, description="checked before decode")
+    max_pages: int = Field(200, ge=1)
+    pdf_dpi: int = Field(144, ge=36, le=600)
+    default_tier: int = Field(6, ge=0, le=6)
+    default_max_new_tokens: int = Field(4096, ge=1)
+    max_new_tokens_limit: int = Field(8192, ge=1)
+
+    # Protection
+    api_keys_file: Path | None = None
+    rate_limit_rps: float = Field(0.0, ge=0, description="per key; 0 disables")
+    rate_limit_burst: int = Field(20, ge=1)
+    max_concurrency_per_key: int = Field(0, ge=0, description="0 disables")
+    url_fetch_allowlist: list[str] = Field(default_factory=list)
+
+    # Shared state
+    redis_url: str | None = None
+    job_ttl_s: int = Field(24 * 3600, ge=1)
+    cache_max_bytes: int = Field(256 * 1024 * 1024, ge=0)
+    cache_ttl_s: int = Field(3600, ge=1)
+
+    # Lifecycle
+    drain_timeout_s: float = Field(120.0, ge=0)

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the test suite starts as real servers (redis-server).
+# Idempotent: does nothing when they are present. Needs root (CI runs as root);
+# otherwise prints what to install and lets the dependent tests skip.
+set -uo pipefail
+need=()
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+[ ${#need[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" -ne 0 ]; then
+  echo "missing ${need[*]} (not root): install them to run the tests that need them" >&2
+  exit 0
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq >/dev/null 2>&1 || true
+apt-get install -y -qq "${need[@]}" >/dev/null 2>&1 \
+  || echo "could not install ${need[*]}: dependent tests will be skipped" >&2
+exit 0
