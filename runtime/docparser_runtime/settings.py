@@ -32,6 +32,7 @@ class Settings(BaseSettings):
     model_version: str = "dev"
     device: str = Field("auto", description="auto | cpu | cuda | cuda:N")
     allow_unverified_weights: bool = False
+    weights_sha256: str | None = Field(None, description="pinned manifest sha256 for serve")
 
     # Batching and backpressure
     max_batch_size: int = Field(8, ge=1, le=256)
