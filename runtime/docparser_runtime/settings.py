@@ -59,8 +59,14 @@ class Settings(BaseSettings):
     # Shared state
     redis_url: str | None = None
     job_ttl_s: int = Field(24 * 3600, ge=1)
+    job_workers: int = Field(1, ge=0, description="jobs run concurrently per replica")
+    job_lease_s: float = Field(15.0, gt=0, description="a dead replica's jobs requeue after")
+    job_max_attempts: int = Field(3, ge=1, description="replica deaths before a job fails")
     cache_max_bytes: int = Field(256 * 1024 * 1024, ge=0)
     cache_ttl_s: int = Field(3600, ge=1)
 
     # Lifecycle
     drain_timeout_s: float = Field(120.0, ge=0)
+    drain_grace_s: float = Field(
+        5.0, ge=0, description="after SIGTERM: /readyz 503 while still serving (preStop window)"
+    )
