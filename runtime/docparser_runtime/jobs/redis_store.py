@@ -1,0 +1,341 @@
+"""Redis job store: any replica answers for any job, and no accepted job is lost.
+
+Layout (prefix ``docparser:``): ``job:{id}`` hash (the ``Job`` fields), ``input:{id}``
+(the uploaded bytes, deleted when the job ends), ``queue`` (list; LPUSH new ids, workers
+take from the right), ``processing:{worker}`` (list a worker's claimed ids move into with
+BLMOVE, the "reliable queue" pattern), ``lease:{worker}`` (renewed by a heartbeat, expires
+when the pod dies), ``workers`` (set of workers that may hold jobs), ``idem:{key}``
+("fingerprint id"). Every multi-key state change is one Lua script, so concurrent
+replicas (and the reaper) never see half an update.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from .models import Job, JobStatus, new_job_id
+from .store import ClaimedJob, JobStore, already_finished, conflict_for_key, not_found
+
+_SUBMIT = """
+-- KEYS: job, input, queue, [idem]; ARGV: id, fingerprint, ttl, job prefix, input, fields...
+if #KEYS == 4 then
+  local existing = redis.call('GET', KEYS[4])
+  if existing then
+    local sep = string.find(existing, ' ', 1, true)
+    local fp, id = string.sub(existing, 1, sep - 1), string.sub(existing, sep + 1)
+    if fp ~= ARGV[2] then return {'conflict', id} end
+    if redis.call('EXISTS', ARGV[4] .. id) == 1 then return {'existing', id} end
+  end
+  redis.call('SET', KEYS[4], ARGV[2] .. ' ' .. ARGV[1], 'EX', ARGV[3])
+end
+redis.call('HSET', KEYS[1], unpack(ARGV, 6))
+redis.call('SET', KEYS[2], ARGV[5])
+redis.call('LPUSH', KEYS[3], ARGV[1])
+return {'created', ARGV[1]}
+"""
+
+_START = """
+-- KEYS: job, processing; ARGV: id, worker, now
+if redis.call('HGET', KEYS[1], 'status') == 'queued' then
+  redis.call('HSET', KEYS[1], 'status', 'running', 'worker', ARGV[2], 'updated_at', ARGV[3])
+  redis.call('HINCRBY', KEYS[1], 'attempts', 1)
+  return 1
+end
+redis.call('LREM', KEYS[2], 0, ARGV[1])
+return 0
+"""
+
+_CANCEL = """
+-- KEYS: job, queue, input; ARGV: id, now, ttl
+local st = redis.call('HGET', KEYS[1], 'status')
+if not st then return 'missing' end
+if st == 'queued' then
+  redis.call('LREM', KEYS[2], 0, ARGV[1])
+  redis.call('HSET', KEYS[1], 'status', 'cancelled', 'updated_at', ARGV[2], 'worker', '')
+  redis.call('DEL', KEYS[3])
+  redis.call('EXPIRE', KEYS[1], ARGV[3])
+  return 'cancelled'
+end
+if st == 'running' then
+  redis.call('HSET', KEYS[1], 'cancel_requested', '1', 'updated_at', ARGV[2])
+  return 'running'
+end
+return st
+"""
+
+_PROGRESS = """
+-- KEYS: job; ARGV: worker, now, pages_done, pages_total -> 1 = stop, 0 = go on
+if redis.call('HGET', KEYS[1], 'status') ~= 'running' then return 1 end
+if redis.call('HGET', KEYS[1], 'worker') ~= ARGV[1] then return 1 end
+redis.call('HSET', KEYS[1], 'updated_at', ARGV[2], 'pages_done', ARGV[3], 'pages_total', ARGV[4])
+if redis.call('HGET', KEYS[1], 'cancel_requested') == '1' then return 1 end
+return 0
+"""
+
+_FINISH = """
+-- KEYS: job, processing, input, [idem]; ARGV: id, worker, now, ttl, status, result, error
+redis.call('LREM', KEYS[2], 0, ARGV[1])
+if redis.call('HGET', KEYS[1], 'status') ~= 'running' then return 0 end
+if redis.call('HGET', KEYS[1], 'worker') ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], 'status', ARGV[5], 'updated_at', ARGV[3], 'result', ARGV[6],
+           'error', ARGV[7], 'worker', '')
+redis.call('DEL', KEYS[3])
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+if #KEYS == 4 then redis.call('EXPIRE', KEYS[4], ARGV[4]) end
+return 1
+"""
+
+_RELEASE = """
+-- KEYS: job, processing, queue; ARGV: id, worker, now
+redis.call('LREM', KEYS[2], 0, ARGV[1])
+if redis.call('HGET', KEYS[1], 'status') ~= 'running' then return 0 end
+if redis.call('HGET', KEYS[1], 'worker') ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], 'status', 'queued', 'worker', '', 'pages_done', '0',
+           'updated_at', ARGV[3])
+redis.call('RPUSH', KEYS[3], ARGV[1])
+return 1
+"""
+
+_REQUEUE_DEAD = """
+-- KEYS: lease, processing, queue, workers
+-- ARGV: worker, job prefix, input prefix, now, ttl, max attempts, error json
+if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
+local n = 0
+while true do
+  local id = redis.call('RPOP', KEYS[2])
+  if not id then break end
+  local jk = ARGV[2] .. id
+  local st = redis.call('HGET', jk, 'status')
+  local running_here = st == 'running' and redis.call('HGET', jk, 'worker') == ARGV[1]
+  if st == 'queued' or running_here then
+    local attempts = tonumber(redis.call('HGET', jk, 'attempts') or '0')
+    local final = nil
+    if running_here and redis.call('HGET', jk, 'cancel_requested') == '1' then
+      final = 'cancelled'
+    elseif running_here and attempts >= tonumber(ARGV[6]) then
+      final = 'failed'
+      redis.call('HSET', jk, 'error', ARGV[7])
+    end
+    if final then
+      redis.call('HSET', jk, 'status', final, 'worker', '', 'updated_at', ARGV[4])
+      redis.call('DEL', ARGV[3] .. id)
+      redis.call('EXPIRE', jk, ARGV[5])
+    else
+      redis.call('HSET', jk, 'status', 'queued', 'worker', '', 'pages_done', '0',
+                 'updated_at', ARGV[4])
+      redis.call('RPUSH', KEYS[3], id)
+      n = n + 1
+    end
+  end
+end
+redis.call('SREM', KEYS[4], ARGV[1])
+return n
+"""
+
+
+class RedisJobStore(JobStore):
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        *,
+        ttl_s: int,
+        max_attempts: int = 3,
+        prefix: str = "docparser:",
+    ) -> None:
+        self.r = client
+        self.ttl_s = int(ttl_s)
+        self.max_attempts = max_attempts
+        self.p = prefix
+        self._submit = client.register_script(_SUBMIT)
+        self._start = client.register_script(_START)
+        self._cancel = client.register_script(_CANCEL)
+        self._progress = client.register_script(_PROGRESS)
+        self._finish = client.register_script(_FINISH)
+        self._release = client.register_script(_RELEASE)
+        self._requeue_dead = client.register_script(_REQUEUE_DEAD)
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> RedisJobStore:
+        return cls(aioredis.Redis.from_url(url, decode_responses=False), **kwargs)
+
+    # key names -------------------------------------------------------------------
+    def _job(self, job_id: str) -> str:
+        return f"{self.p}job:{job_id}"
+
+    def _input(self, job_id: str) -> str:
+        return f"{self.p}input:{job_id}"
+
+    def _idem(self, key: str) -> str:
+        return f"{self.p}idem:{key}"
+
+    def _processing(self, worker_id: str) -> str:
+        return f"{self.p}processing:{worker_id}"
+
+    def _lease(self, worker_id: str) -> str:
+        return f"{self.p}lease:{worker_id}"
+
+    @property
+    def _queue(self) -> str:
+        return f"{self.p}queue"
+
+    @property
+    def _workers(self) -> str:
+        return f"{self.p}workers"
+
+    # interface -------------------------------------------------------------------
+    async def submit(
+        self,
+        *,
+        data: bytes,
+        params: dict[str, Any],
+        fingerprint: str,
+        idempotency_key: str | None = None,
+    ) -> tuple[Job, bool]:
+        job = Job(
+            id=new_job_id(),
+            params=dict(params),
+            idempotency_key=idempotency_key,
+            fingerprint=fingerprint,
+        )
+        keys = [self._job(job.id), self._input(job.id), self._queue]
+        if idempotency_key is not None:
+            keys.append(self._idem(idempotency_key))
+        flat = [x for kv in job.to_fields().items() for x in kv]
+        args = [job.id, fingerprint, self.ttl_s, f"{self.p}job:", data, *flat]
+        outcome, job_id = await self._submit(keys=keys, args=args)
+        if outcome == b"conflict":
+            raise conflict_for_key(idempotency_key or "")
+        if outcome == b"existing":
+            return await self.get(job_id.decode()), False
+        return job, True
+
+    async def get(self, job_id: str) -> Job:
+        raw = await self.r.hgetall(self._job(job_id))
+        if not raw:
+            raise not_found(job_id)
+        return Job.from_fields({k.decode(): v.decode() for k, v in raw.items()})
+
+    async def queue_position(self, job_id: str) -> int | None:
+        async with self.r.pipeline(transaction=True) as pipe:
+            index, length = await pipe.lpos(self._queue, job_id).llen(self._queue).execute()
+        return None if index is None else length - 1 - index
+
+    async def queue_depth(self) -> int:
+        return await self.r.llen(self._queue)
+
+    async def cancel(self, job_id: str) -> Job:
+        keys = [self._job(job_id), self._queue, self._input(job_id)]
+        outcome = await self._cancel(keys=keys, args=[job_id, time.time(), self.ttl_s])
+        if outcome == b"missing":
+            raise not_found(job_id)
+        job = await self.get(job_id)
+        if outcome in (b"succeeded", b"failed"):
+            raise already_finished(job)
+        return job
+
+    async def claim(self, worker_id: str, *, timeout_s: float) -> ClaimedJob | None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            raw = await self.r.blmove(
+                self._queue, self._processing(worker_id), max(left, 0.01), "RIGHT", "LEFT"
+            )
+            if raw is None:
+                return None
+            job_id = raw.decode()
+            keys = [self._job(job_id), self._processing(worker_id)]
+            if not await self._start(keys=keys, args=[job_id, worker_id, time.time()]):
+                continue  # cancelled (or expired) between the move and the start
+            data = await self.r.get(self._input(job_id))
+            job = await self.get(job_id)
+            if data is None:  # cannot happen unless someone deleted keys by hand
+                await self.finish(
+                    job_id,
+                    worker_id,
+                    status=JobStatus.FAILED,
+                    error={"code": "internal_error", "message": "job input is missing"},
+                )
+                continue
+            return ClaimedJob(job=job, data=data)
+
+    async def progress(
+        self, job_id: str, worker_id: str, *, pages_done: int, pages_total: int
+    ) -> bool:
+        args = [worker_id, time.time(), pages_done, pages_total]
+        return bool(await self._progress(keys=[self._job(job_id)], args=args))
+
+    async def finish(
+        self,
+        job_id: str,
+        worker_id: str,
+        *,
+        status: JobStatus,
+        result: dict[str, Any] | None = None,
+        error: dict[str, str] | None = None,
+    ) -> bool:
+        job = await self.get(job_id)
+        keys = [self._job(job_id), self._processing(worker_id), self._input(job_id)]
+        if job.idempotency_key:
+            keys.append(self._idem(job.idempotency_key))
+        args = [
+            job_id,
+            worker_id,
+            time.time(),
+            self.ttl_s,
+            str(status),
+            "" if result is None else json.dumps(result),
+            "" if error is None else json.dumps(error),
+        ]
+        return bool(await self._finish(keys=keys, args=args))
+
+    async def release(self, job_id: str, worker_id: str) -> None:
+        keys = [self._job(job_id), self._processing(worker_id), self._queue]
+        await self._release(keys=keys, args=[job_id, worker_id, time.time()])
+
+    async def heartbeat(self, worker_id: str, *, lease_s: float) -> None:
+        async with self.r.pipeline(transaction=True) as pipe:
+            pipe.set(self._lease(worker_id), b"1", px=max(int(lease_s * 1000), 1))
+            pipe.sadd(self._workers, worker_id)
+            await pipe.execute()
+
+    async def reap(self) -> int:
+        requeued = 0
+        for raw in await self.r.smembers(self._workers):
+            requeued += max(await self._requeue_worker(raw.decode()), 0)
+        return requeued
+
+    async def _requeue_worker(self, worker_id: str) -> int:
+        keys = [self._lease(worker_id), self._processing(worker_id), self._queue, self._workers]
+        error = json.dumps(
+            {
+                "code": "worker_lost",
+                "message": f"the replica running this job died {self.max_attempts} times; "
+                "the input may crash the engine",
+            }
+        )
+        args = [
+            worker_id,
+            f"{self.p}job:",
+            f"{self.p}input:",
+            time.time(),
+            self.ttl_s,
+            self.max_attempts,
+            error,
+        ]
+        return int(await self._requeue_dead(keys=keys, args=args))
+
+    async def deregister(self, worker_id: str) -> None:
+        await self.r.delete(self._lease(worker_id))
+        await self._requeue_worker(worker_id)
+
+    async def ping(self) -> None:
+        await self.r.ping()
+
+    async def close(self) -> None:
+        await self.r.aclose()
