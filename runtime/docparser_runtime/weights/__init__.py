@@ -1,0 +1,1 @@
+"""Model weights: manifests of per-file sha256, verified fetching, and the serve-time gate."""
