@@ -1,0 +1,7 @@
+"""``python -m docparser_operator`` == ``docparser-operator``."""
+
+import sys
+
+from docparser_operator.cli import main
+
+sys.exit(main())

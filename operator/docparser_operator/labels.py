@@ -1,0 +1,58 @@
+"""Labels and selectors of children, shared by the renderers and the reconciler.
+
+Every child carries ``app.kubernetes.io/managed-by: docparser-operator`` plus the instance
+name, so the reconciler lists (and prunes) only what it created; objects without these
+labels are never touched. Pod selectors use only immutable facts (instance and track):
+a Deployment's selector cannot change, so the weights version is a label, not a selector.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from docparser_operator.naming import Track
+
+APP_NAME = "docparser"
+MANAGED_BY = "docparser-operator"
+
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_INSTANCE = "app.kubernetes.io/instance"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_TRACK = "docparser.io/track"
+LABEL_VERSION = "docparser.io/version"
+
+# Children that serve both tracks (endpoint Service, HTTPRoute, PDB) carry this track value.
+TRACK_SHARED = "shared"
+TrackLabel = Track | Literal["shared"]
+
+
+def owned_selector(name: str) -> dict[str, str]:
+    """Matches every child of one DocParser (what the reconciler lists and prunes)."""
+    return {LABEL_MANAGED_BY: MANAGED_BY, LABEL_INSTANCE: name}
+
+
+def child_labels(name: str, track: TrackLabel, version: str | None = None) -> dict[str, str]:
+    labels = {
+        LABEL_NAME: APP_NAME,
+        LABEL_INSTANCE: name,
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_COMPONENT: "runtime",
+        LABEL_TRACK: track,
+    }
+    if version:
+        labels[LABEL_VERSION] = version
+    return labels
+
+
+def pod_selector(name: str, track: Track | None = None) -> dict[str, str]:
+    """Runtime pods of one DocParser, optionally of one track."""
+    selector = {LABEL_NAME: APP_NAME, LABEL_INSTANCE: name}
+    if track is not None:
+        selector[LABEL_TRACK] = track
+    return selector
+
+
+def selector_string(selector: dict[str, str]) -> str:
+    """``k=v,k=v`` form (status.selector for the scale subresource, label_selector queries)."""
+    return ",".join(f"{k}={v}" for k, v in sorted(selector.items()))

@@ -1,0 +1,215 @@
+"""Typed DocParser spec and status (pydantic v2), mirroring crds/docparser.yaml.
+
+The CRD is what the API server enforces; these models are what the renderers read. Both
+describe the same fields, types, enums, defaults and ranges (tests/operator/test_models.py
+walks the two and fails on any difference), and the model repeats the CRD's CEL rules with
+the same messages so `docparser-operator render -f` rejects what `kubectl apply` would.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+EngineName = Literal["deepseek-ocr2", "rapidocr"]
+SHA256_PATTERN = r"^[0-9a-f]{64}$"
+QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$"
+CPU_PATTERN = r"^[0-9]+(\.[0-9]+)?m?$"
+PVC_URI_PATTERN = r"^pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?/.+$"
+
+
+class _Model(BaseModel):
+    """camelCase on the wire (like the CRD), snake_case in Python; unknown fields rejected."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+
+class Weights(_Model):
+    uri: Annotated[
+        str, Field(min_length=1, max_length=2048, pattern=r"^(s3|gs|https|file|pvc)://.+$")
+    ]
+    version: Annotated[
+        str,
+        Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"),
+    ]
+    sha256: Annotated[str, Field(max_length=64)]
+
+    @model_validator(mode="after")
+    def _cel_rules(self) -> Weights:
+        if not re.fullmatch(SHA256_PATTERN, self.sha256):
+            raise ValueError("sha256 must be 64 lowercase hex characters")
+        if self.uri.startswith("pvc://") and not re.fullmatch(PVC_URI_PATTERN, self.uri):
+            raise ValueError("a pvc:// uri must look like pvc://CLAIM/PATH")
+        return self
+
+    @property
+    def pvc(self) -> tuple[str, str] | None:
+        """(claim, path inside the claim) for pvc://CLAIM/PATH sources, else None."""
+        if not self.uri.startswith("pvc://"):
+            return None
+        claim, _, path = self.uri.removeprefix("pvc://").partition("/")
+        return claim, path
+
+
+class Replicas(_Model):
+    min: Annotated[int, Field(ge=1, le=1000)] = 1
+    max: Annotated[int, Field(ge=1, le=1000)] = 1
+
+    @model_validator(mode="after")
+    def _cel_rules(self) -> Replicas:
+        if self.min > self.max:
+            raise ValueError("replicas.min must be less than or equal to replicas.max")
+        return self
+
+
+class Autoscaling(_Model):
+    metric: Literal["queue", "inflight", "cpu"] = "queue"
+    target: Annotated[int, Field(ge=1, le=10000)] = 4
+    scale_down_stabilization_seconds: Annotated[int, Field(ge=0, le=3600)] = 600
+
+
+class Resources(_Model):
+    gpu: Annotated[int, Field(ge=0, le=16)] | None = None
+    gpu_memory: Annotated[str, Field(max_length=32, pattern=QUANTITY_PATTERN)] | None = None
+    cpu: Annotated[str, Field(max_length=32, pattern=CPU_PATTERN)] | None = None
+    memory: Annotated[str, Field(max_length=32, pattern=QUANTITY_PATTERN)] | None = None
+    node_selector: Annotated[
+        dict[str, Annotated[str, Field(max_length=253)]], Field(max_length=32)
+    ] = Field(default_factory=dict)
+
+
+class Runtime(_Model):
+    image: Annotated[str, Field(min_length=1, max_length=512)]
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
+    max_batch_size: Annotated[int, Field(ge=1, le=256)] = 8
+    max_new_tokens: Annotated[int, Field(ge=1, le=8192)] = 4096
+    startup_timeout_seconds: Annotated[int, Field(ge=60, le=86400)] = 1800
+
+
+class GatewayRef(_Model):
+    name: Annotated[str, Field(min_length=1, max_length=253)]
+    namespace: Annotated[str, Field(min_length=1, max_length=63)] | None = None
+    section_name: Annotated[str, Field(min_length=1, max_length=253)] | None = None
+
+
+class Traffic(_Model):
+    router: Literal["service", "gateway"] = "service"
+    gateway_ref: GatewayRef | None = None
+    hostnames: Annotated[
+        list[Annotated[str, Field(min_length=1, max_length=253)]], Field(max_length=16)
+    ] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _cel_rules(self) -> Traffic:
+        if self.router == "gateway" and self.gateway_ref is None:
+            raise ValueError("traffic.gatewayRef is required when traffic.router is gateway")
+        return self
+
+
+class Canary(_Model):
+    weights: Weights
+    weight: Annotated[int, Field(ge=0, le=100)] = 0
+
+
+class SecretRef(_Model):
+    name: Annotated[str, Field(min_length=1, max_length=253)]
+
+
+class Auth(_Model):
+    api_key_secret_ref: SecretRef | None = None
+
+
+class DocParserSpec(_Model):
+    engine: EngineName = "deepseek-ocr2"
+    weights: Weights | None = None
+    tier: Annotated[int, Field(ge=0, le=6)] = 6
+    replicas: Replicas = Field(default_factory=Replicas)
+    autoscaling: Autoscaling = Field(default_factory=Autoscaling)
+    resources: Resources = Field(default_factory=Resources)
+    runtime: Runtime
+    traffic: Traffic = Field(default_factory=Traffic)
+    canary: Canary | None = None
+    auth: Auth | None = None
+
+    @model_validator(mode="after")
+    def _cel_rules(self) -> DocParserSpec:
+        if self.engine == "deepseek-ocr2" and self.weights is None:
+            raise ValueError("weights is required for engine deepseek-ocr2")
+        if self.canary is not None and self.canary.weights == self.weights:
+            raise ValueError("canary.weights must differ from weights (uri, version or sha256)")
+        return self
+
+    @property
+    def gpus(self) -> int:
+        """GPUs per pod: the explicit value, else 1 for deepseek-ocr2 and 0 for rapidocr."""
+        if self.resources.gpu is not None:
+            return self.resources.gpu
+        return 1 if self.engine == "deepseek-ocr2" else 0
+
+    @property
+    def autoscaled(self) -> bool:
+        """An HPA manages replicas exactly when the range is open (min < max)."""
+        return self.replicas.min < self.replicas.max
+
+
+class Condition(_Model):
+    type: Annotated[str, Field(max_length=316)]
+    status: Literal["True", "False", "Unknown"]
+    reason: Annotated[str, Field(max_length=1024)] | None = None
+    message: Annotated[str, Field(max_length=32768)] | None = None
+    last_transition_time: str | None = None
+    observed_generation: int | None = None
+
+
+class TrackStatus(_Model):
+    version: str | None = None
+    ready_replicas: int | None = None
+
+
+class CanaryStatus(TrackStatus):
+    weight: int | None = None
+
+
+class DocParserStatus(_Model):
+    observed_generation: int | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+    stable: TrackStatus | None = None
+    canary: CanaryStatus | None = None
+    endpoint: str | None = None
+    replicas: int | None = None
+    selector: str | None = None
+
+
+class ObjectMeta(BaseModel):
+    """The few metadata fields rendering needs; everything else passes through untouched."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    name: Annotated[
+        str, Field(min_length=1, max_length=56, pattern=r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+    ]
+    namespace: str = "default"
+    uid: str | None = None
+    generation: int | None = None
+
+
+class DocParser(BaseModel):
+    """A whole DocParser resource as read from the API server or a manifest file."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    api_version: Literal["docparser.io/v1alpha1"] = Field(alias="apiVersion")
+    kind: Literal["DocParser"]
+    metadata: ObjectMeta
+    spec: DocParserSpec
+    status: DocParserStatus | None = None
+
+    @classmethod
+    def from_resource(cls, resource: dict) -> DocParser:
+        """Parse a resource dict (API object or manifest); raises pydantic.ValidationError."""
+        return cls.model_validate(resource)

@@ -1,0 +1,248 @@
+"""Deployment of one track: the GPU runtime pod, its weights init container and probes.
+
+Choices a GPU OCR service needs (and generic charts get wrong):
+- RollingUpdate with maxSurge 0 / maxUnavailable 1: an update never needs a spare GPU.
+- The init container runs ``docparser-runtime fetch-weights`` into an emptyDir and exits
+  non-zero on a sha256 mismatch, so unverified weights are never served. A pvc://CLAIM/PATH
+  source is mounted read-only and copied (verified) from there.
+- The startup probe budget is runtime.startupTimeoutSeconds (30 min by default): loading
+  large weights is slow and a short deadline kills pods in a restart loop. The download
+  happens before it, in the init container, and is bounded by progressDeadlineSeconds.
+- preStop sleeps while endpoints drop the pod, then the runtime drains in-flight requests;
+  terminationGracePeriodSeconds covers both (longest decode: maxNewTokens at a slow rate).
+- Non-root, no capabilities, read-only root filesystem; /tmp is an emptyDir.
+- replicas is omitted when an HPA owns the track, so applying never fights the autoscaler.
+"""
+
+from __future__ import annotations
+
+import math
+
+from docparser_operator import naming, sizing
+from docparser_operator.labels import pod_selector
+from docparser_operator.models import DocParserSpec
+from docparser_operator.render.meta import object_meta
+from docparser_operator.render.plan import Plan, TrackPlan
+
+RUNTIME_UID = 10001
+API_KEYS_DIR = "/var/run/secrets/docparser/api-keys"
+PVC_SOURCE_MOUNT = "/weights-source"
+PRESTOP_SLEEP_S = 10
+STARTUP_PERIOD_S = 10
+MIN_DECODE_TOKENS_PER_S = 20  # a slow GPU decoding one long page; bounds the drain time
+DOWNLOAD_ALLOWANCE_S = 3600  # extra progress deadline for the init container's download
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+def drain_seconds(spec: DocParserSpec) -> int:
+    """Time the runtime gets to finish in-flight work after SIGTERM."""
+    if spec.engine == "rapidocr":
+        return 120
+    return min(3600, max(60, math.ceil(spec.runtime.max_new_tokens / MIN_DECODE_TOKENS_PER_S) + 30))
+
+
+def termination_grace_seconds(spec: DocParserSpec) -> int:
+    return PRESTOP_SLEEP_S + drain_seconds(spec) + 15
+
+
+def _container_security() -> dict:
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": RUNTIME_UID,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+
+
+def _env(spec: DocParserSpec, tp: TrackPlan) -> list[dict]:
+    env = {
+        "DOCPARSER_MAX_BATCH_SIZE": str(spec.runtime.max_batch_size),
+        "DOCPARSER_DEFAULT_MAX_NEW_TOKENS": str(spec.runtime.max_new_tokens),
+        "DOCPARSER_MAX_NEW_TOKENS_LIMIT": str(spec.runtime.max_new_tokens),
+        "DOCPARSER_DEFAULT_TIER": str(spec.tier),
+        "DOCPARSER_MODEL_VERSION": tp.version or "embedded",
+        "DOCPARSER_DEVICE": "cuda" if spec.gpus else "cpu",
+        "DOCPARSER_DRAIN_TIMEOUT_S": str(drain_seconds(spec)),
+        # Writable homes on a read-only root; never reach a model hub from a pod.
+        "HOME": "/tmp",
+        "HF_HOME": "/tmp/hf-home",
+        "HF_HUB_OFFLINE": "1",
+    }
+    if spec.auth and spec.auth.api_key_secret_ref:
+        env["DOCPARSER_API_KEYS_FILE"] = API_KEYS_DIR
+    return [{"name": k, "value": v} for k, v in env.items()]
+
+
+def _probe(path: str, *, period: int, failures: int, timeout: int) -> dict:
+    return {
+        "httpGet": {"path": path, "port": naming.HTTP_PORT_NAME},
+        "periodSeconds": period,
+        "failureThreshold": failures,
+        "timeoutSeconds": timeout,
+    }
+
+
+def _resources(spec: DocParserSpec) -> dict:
+    memory = sizing.host_memory_request(spec)
+    cpu = spec.resources.cpu or ("2" if spec.gpus else "1")
+    requests = {"cpu": cpu, "memory": memory}
+    limits = {"memory": memory}
+    if spec.gpus:
+        requests[GPU_RESOURCE] = str(spec.gpus)
+        limits[GPU_RESOURCE] = str(spec.gpus)
+    return {"requests": requests, "limits": limits}
+
+
+def _runtime_container(spec: DocParserSpec, tp: TrackPlan) -> dict:
+    args = ["serve", "--engine", spec.engine, "--host", "0.0.0.0", "--port", str(naming.HTTP_PORT)]
+    mounts = [{"name": "tmp", "mountPath": "/tmp"}]
+    if tp.weights is not None:
+        args += ["--model-path", naming.model_path(tp.weights.version)]
+        mounts.append({"name": "weights", "mountPath": naming.WEIGHTS_MOUNT, "readOnly": True})
+    if spec.auth and spec.auth.api_key_secret_ref:
+        mounts.append({"name": "api-keys", "mountPath": API_KEYS_DIR, "readOnly": True})
+    startup_failures = math.ceil(spec.runtime.startup_timeout_seconds / STARTUP_PERIOD_S)
+    return {
+        "name": "runtime",
+        "image": spec.runtime.image,
+        "imagePullPolicy": spec.runtime.image_pull_policy,
+        "command": ["docparser-runtime"],
+        "args": args,
+        "env": _env(spec, tp),
+        "ports": [
+            {"name": naming.HTTP_PORT_NAME, "containerPort": naming.HTTP_PORT, "protocol": "TCP"}
+        ],
+        "resources": _resources(spec),
+        "startupProbe": _probe(
+            "/readyz", period=STARTUP_PERIOD_S, failures=startup_failures, timeout=5
+        ),
+        "readinessProbe": _probe("/readyz", period=5, failures=3, timeout=3),
+        "livenessProbe": _probe("/livez", period=10, failures=6, timeout=5),
+        "lifecycle": {"preStop": {"sleep": {"seconds": PRESTOP_SLEEP_S}}},
+        "securityContext": _container_security(),
+        "volumeMounts": mounts,
+    }
+
+
+def _fetch_container(spec: DocParserSpec, tp: TrackPlan) -> dict:
+    weights = tp.weights
+    assert weights is not None
+    mounts = [
+        {"name": "tmp", "mountPath": "/tmp"},
+        {"name": "weights", "mountPath": naming.WEIGHTS_MOUNT},
+    ]
+    source = weights.uri
+    if weights.pvc is not None:
+        _, path = weights.pvc
+        source = f"{PVC_SOURCE_MOUNT}/{path}"
+        mounts.append({"name": "weights-source", "mountPath": PVC_SOURCE_MOUNT, "readOnly": True})
+    return {
+        "name": "fetch-weights",
+        "image": spec.runtime.image,
+        "imagePullPolicy": spec.runtime.image_pull_policy,
+        "command": ["docparser-runtime"],
+        "args": [
+            "fetch-weights",
+            "--source",
+            source,
+            "--dest",
+            naming.model_path(weights.version),
+            "--sha256",
+            weights.sha256,
+        ],
+        "env": [{"name": "HOME", "value": "/tmp"}],
+        "resources": {
+            "requests": {"cpu": "500m", "memory": "1Gi"},
+            "limits": {"memory": "2Gi"},
+        },
+        "securityContext": _container_security(),
+        "volumeMounts": mounts,
+    }
+
+
+def _volumes(spec: DocParserSpec, tp: TrackPlan) -> list[dict]:
+    volumes: list[dict] = [{"name": "tmp", "emptyDir": {"sizeLimit": "2Gi"}}]
+    if tp.weights is not None:
+        volumes.append(
+            {"name": "weights", "emptyDir": {"sizeLimit": sizing.weights_volume_limit(spec)}}
+        )
+        if tp.weights.pvc is not None:
+            claim, _ = tp.weights.pvc
+            volumes.append(
+                {
+                    "name": "weights-source",
+                    "persistentVolumeClaim": {"claimName": claim, "readOnly": True},
+                }
+            )
+    if spec.auth and spec.auth.api_key_secret_ref:
+        volumes.append(
+            {
+                "name": "api-keys",
+                "secret": {"secretName": spec.auth.api_key_secret_ref.name, "defaultMode": 0o440},
+            }
+        )
+    return volumes
+
+
+def _pod_annotations(spec: DocParserSpec, tp: TrackPlan) -> dict[str, str]:
+    annotations = {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(naming.HTTP_PORT),
+        "prometheus.io/path": "/metrics",
+    }
+    if tp.weights is not None:
+        annotations["docparser.io/weights-sha256"] = tp.weights.sha256
+    estimate = sizing.estimate_for_spec(spec)
+    if estimate.total:
+        annotations["docparser.io/gpu-memory-estimate"] = sizing.format_gib(estimate.total)
+    return annotations
+
+
+def render_deployment(plan: Plan, tp: TrackPlan) -> dict:
+    spec = plan.resource.spec
+    name = naming.deployment(plan.name, tp.track)
+    selector = pod_selector(plan.name, tp.track)
+    pod_labels = object_meta(plan, name, tp.track, version=tp.version)["labels"]
+    pod_spec: dict = {
+        "automountServiceAccountToken": False,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUNTIME_UID,
+            "runAsGroup": RUNTIME_UID,
+            "fsGroup": RUNTIME_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "terminationGracePeriodSeconds": termination_grace_seconds(spec),
+        "containers": [_runtime_container(spec, tp)],
+        "volumes": _volumes(spec, tp),
+    }
+    if tp.weights is not None:
+        pod_spec["initContainers"] = [_fetch_container(spec, tp)]
+    if spec.resources.node_selector:
+        pod_spec["nodeSelector"] = dict(spec.resources.node_selector)
+    if spec.gpus:
+        pod_spec["tolerations"] = [
+            {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+        ]
+    deploy_spec: dict = {
+        "selector": {"matchLabels": selector},
+        "strategy": {
+            "type": "RollingUpdate",
+            "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
+        },
+        "revisionHistoryLimit": 3,
+        "progressDeadlineSeconds": spec.runtime.startup_timeout_seconds + DOWNLOAD_ALLOWANCE_S,
+        "template": {
+            "metadata": {"labels": pod_labels, "annotations": _pod_annotations(spec, tp)},
+            "spec": pod_spec,
+        },
+    }
+    if not tp.autoscaled:
+        deploy_spec = {"replicas": tp.replicas, **deploy_spec}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": object_meta(plan, name, tp.track, version=tp.version),
+        "spec": deploy_spec,
+    }

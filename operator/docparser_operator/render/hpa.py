@@ -1,0 +1,71 @@
+"""HorizontalPodAutoscaler (autoscaling/v2) of one track, present only when its range is open.
+
+Metrics: ``queue`` scales on the runtime gauge ``docparser_outstanding_pages`` (decoded pages
+queued or being inferred: a 300-page PDF is 300 units, not one request) and ``inflight`` on
+``docparser_outstanding_requests``, both as Pods metrics averaged per pod (they need a
+custom-metrics adapter such as prometheus-adapter); ``cpu`` is Resource CPU utilization.
+Behaviour: scale up at once (a queue of GPU work only grows), scale down slowly, one pod per
+five minutes after ``scaleDownStabilizationSeconds`` of low load: GPU pods are slow to start.
+"""
+
+from __future__ import annotations
+
+from docparser_operator import naming
+from docparser_operator.models import Autoscaling
+from docparser_operator.render.meta import object_meta
+from docparser_operator.render.plan import Plan, TrackPlan
+
+POD_METRICS = {"queue": "docparser_outstanding_pages", "inflight": "docparser_outstanding_requests"}
+
+
+def _metric(autoscaling: Autoscaling) -> dict:
+    if autoscaling.metric == "cpu":
+        return {
+            "type": "Resource",
+            "resource": {
+                "name": "cpu",
+                "target": {"type": "Utilization", "averageUtilization": autoscaling.target},
+            },
+        }
+    return {
+        "type": "Pods",
+        "pods": {
+            "metric": {"name": POD_METRICS[autoscaling.metric]},
+            "target": {"type": "AverageValue", "averageValue": str(autoscaling.target)},
+        },
+    }
+
+
+def render_hpa(plan: Plan, tp: TrackPlan) -> dict:
+    autoscaling = plan.resource.spec.autoscaling
+    name = naming.hpa(plan.name, tp.track)
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": object_meta(plan, name, tp.track, version=tp.version),
+        "spec": {
+            "scaleTargetRef": {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "name": naming.deployment(plan.name, tp.track),
+            },
+            "minReplicas": tp.replicas,
+            "maxReplicas": tp.max_replicas,
+            "metrics": [_metric(autoscaling)],
+            "behavior": {
+                "scaleUp": {
+                    "stabilizationWindowSeconds": 0,
+                    "selectPolicy": "Max",
+                    "policies": [
+                        {"type": "Pods", "value": 2, "periodSeconds": 60},
+                        {"type": "Percent", "value": 100, "periodSeconds": 60},
+                    ],
+                },
+                "scaleDown": {
+                    "stabilizationWindowSeconds": autoscaling.scale_down_stabilization_seconds,
+                    "selectPolicy": "Min",
+                    "policies": [{"type": "Pods", "value": 1, "periodSeconds": 300}],
+                },
+            },
+        },
+    }
