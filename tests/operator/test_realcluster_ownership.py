@@ -1,0 +1,200 @@
+"""Rendered children on a real kube-apiserver: schemas, server-side-apply ownership, GC.
+
+WHY against the real server: whether a Deployment, HPA, PDB or HTTPRoute is valid, who owns a
+field after two managers applied it, and what the garbage collector deletes are decided by the
+API server and the controllers, not by the operator; only the real ones can confirm the design.
+The operator's own I/O (docparser_operator.apply.KubeClient, field manager
+"docparser-operator", force=True) and renderers (render_all) are the code under test.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from controlplane.harness import ControlPlane
+from controlplane.kubeapi import KubeApi, KubeApiError
+from docparser_operator.apply import DOCPARSER, FIELD_MANAGER, KubeClient, ref_for
+from docparser_operator.render import render_all
+from kubernetes import client as k8s_client
+from kubernetes import config as k8s_config
+from test_realcluster_crd import BASE_SPEC, SHA_B, docparser, path, with_changes
+
+pytestmark = pytest.mark.realcluster
+
+OTHER_MANAGER = "kubectl"  # what `kubectl apply --server-side` uses
+
+
+@pytest.fixture
+def operator_client(real_apiserver: ControlPlane) -> Iterator[KubeClient]:
+    cfg = k8s_client.Configuration()
+    k8s_config.load_kube_config(
+        config_file=str(real_apiserver.kubeconfig), client_configuration=cfg
+    )
+    yield KubeClient(cfg)
+
+
+def create_and_render(api: KubeApi, namespace: str, name: str, spec: dict) -> list[dict]:
+    """Create the DocParser on the server, then render its children from the live object."""
+    live = api.create(path(namespace), docparser(name, spec))
+    return render_all(live)
+
+
+def object_path(obj: dict[str, Any]) -> str:
+    meta = obj["metadata"]
+    return ref_for(obj).path(meta.get("namespace"), meta["name"])
+
+
+def manager_fields(obj: dict[str, Any], manager: str) -> str:
+    """The managedFields (as JSON text) a manager holds, to check who owns what."""
+    entries = [m for m in obj["metadata"].get("managedFields", []) if m["manager"] == manager]
+    return json.dumps([m.get("fieldsV1", {}) for m in entries])
+
+
+SPECS = {
+    "service-router": with_changes(replicas={"min": 2, "max": 2}),
+    "gateway-canary-autoscaled": with_changes(
+        replicas={"min": 2, "max": 6},
+        traffic={"router": "gateway", "gatewayRef": {"name": "web", "namespace": "infra"}},
+        canary={
+            "weights": {**BASE_SPEC["weights"], "version": "2026-03-01", "sha256": SHA_B},
+            "weight": 10,
+        },
+        auth={"apiKeySecretRef": {"name": "ocr-keys"}},
+    ),
+    "rapidocr-cpu": {"engine": "rapidocr", "runtime": {"image": "registry.example/rt:0.1"}},
+}
+
+
+@pytest.mark.parametrize("case", sorted(SPECS))
+def test_every_rendered_child_is_accepted_and_reapply_is_a_no_op(
+    real_api: KubeApi, real_namespace: str, operator_client: KubeClient, case: str
+) -> None:
+    children = create_and_render(real_api, real_namespace, case, SPECS[case])
+    owner_uid = real_api.get(path(real_namespace, case))["metadata"]["uid"]
+    applied = [operator_client.apply(child) for child in children]
+
+    kinds = {c["kind"] for c in children}
+    assert {"Deployment", "Service", "PodDisruptionBudget"} <= kinds
+    for child, live in zip(children, applied, strict=True):
+        assert live["kind"] == child["kind"]
+        assert live["metadata"]["ownerReferences"][0]["uid"] == owner_uid
+        assert FIELD_MANAGER in {m["manager"] for m in live["metadata"]["managedFields"]}
+
+    writes = operator_client.writes
+    again = [
+        operator_client.apply(child)
+        for child in render_all(real_api.get(path(real_namespace, case)))
+    ]
+    assert operator_client.writes == writes + len(children)  # the requests were sent...
+    for before, after in zip(applied, again, strict=True):  # ...and the server changed nothing
+        assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+
+
+def test_conflicting_field_manager_is_overridden_and_other_fields_kept(
+    real_api: KubeApi, real_namespace: str, operator_client: KubeClient
+) -> None:
+    children = create_and_render(real_api, real_namespace, "owned", SPECS["service-router"])
+    deployment = next(c for c in children if c["kind"] == "Deployment")
+    operator_client.apply(deployment)
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    theirs = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": deployment["metadata"]["name"], "annotations": {"team": "ocr"}},
+        "spec": {
+            "template": {
+                "spec": {
+                    "containers": [
+                        {"name": container["name"], "image": "registry.example/hotfix:9"}
+                    ]
+                }
+            }
+        },
+    }
+    target = object_path(deployment)
+
+    # A second manager may not silently take a field the operator applied...
+    with pytest.raises(KubeApiError) as conflict:
+        real_api.apply(target, theirs, field_manager=OTHER_MANAGER)
+    assert conflict.value.status_code == 409
+    assert f'conflict with "{FIELD_MANAGER}"' in conflict.value.body["message"]
+    assert ".image" in conflict.value.body["message"]
+
+    # ...but can force it, and then owns it.
+    forced = real_api.apply(target, theirs, field_manager=OTHER_MANAGER, force=True)
+    assert (
+        forced["spec"]["template"]["spec"]["containers"][0]["image"] == "registry.example/hotfix:9"
+    )
+    assert '"f:image"' in manager_fields(forced, OTHER_MANAGER)
+
+    # The operator's next reconcile (force apply) takes its field back and leaves the rest alone.
+    restored = operator_client.apply(deployment)
+    assert restored["spec"]["template"]["spec"]["containers"][0]["image"] == container["image"]
+    assert restored["metadata"]["annotations"]["team"] == "ocr"
+    assert '"f:image"' in manager_fields(restored, FIELD_MANAGER)
+    assert '"f:image"' not in manager_fields(restored, OTHER_MANAGER)
+
+
+def test_autoscaler_owned_replicas_survive_reapply(
+    real_api: KubeApi, real_namespace: str, operator_client: KubeClient
+) -> None:
+    spec = with_changes(replicas={"min": 1, "max": 4})
+    children = create_and_render(real_api, real_namespace, "auto", spec)
+    assert any(c["kind"] == "HorizontalPodAutoscaler" for c in children)
+    deployment = next(c for c in children if c["kind"] == "Deployment")
+    assert "replicas" not in deployment["spec"], (
+        "an autoscaled Deployment must leave replicas alone"
+    )
+    operator_client.apply(deployment)
+
+    # What the HPA controller does: update the scale subresource.
+    real_api.request(
+        "PATCH",
+        f"{object_path(deployment)}/scale",
+        {"spec": {"replicas": 3}},
+        content_type="application/merge-patch+json",
+        params={"fieldManager": "horizontal-pod-autoscaler"},
+    )
+    reapplied = operator_client.apply(deployment)
+    assert reapplied["spec"]["replicas"] == 3
+
+
+def test_garbage_collector_removes_children_of_a_deleted_docparser(
+    real_apiserver: ControlPlane,
+    real_api: KubeApi,
+    real_namespace: str,
+    operator_client: KubeClient,
+) -> None:
+    if not real_apiserver.controller_manager:
+        pytest.skip("kube-controller-manager not built: no garbage collector on this control plane")
+    children = create_and_render(real_api, real_namespace, "gc", SPECS["service-router"])
+    for child in children:
+        operator_client.apply(child)
+    deployment = next(c for c in children if c["kind"] == "Deployment")
+
+    # The deployment controller runs: the Deployment gets a ReplicaSet it owns.
+    replicasets = real_api.wait_for(
+        "a ReplicaSet of the Deployment",
+        lambda: real_api.get(f"/apis/apps/v1/namespaces/{real_namespace}/replicasets")["items"],
+        timeout=30,
+    )
+    assert (
+        replicasets[0]["metadata"]["ownerReferences"][0]["name"] == deployment["metadata"]["name"]
+    )
+
+    real_api.delete(path(real_namespace, "gc"))
+    deadline = time.monotonic() + 60
+    remaining = children
+    while remaining and time.monotonic() < deadline:
+        remaining = [
+            c
+            for c in children
+            if operator_client.get(ref_for(c), real_namespace, c["metadata"]["name"])
+        ]
+        time.sleep(0.2)
+    assert not remaining, [c["metadata"]["name"] for c in remaining]
+    assert operator_client.get(DOCPARSER, real_namespace, "gc") is None
