@@ -1,0 +1,99 @@
+"""``docparser-runtime``: serve the HTTP API or fetch model weights.
+
+Flags override ``DOCPARSER_*`` environment variables, which override defaults
+(``Settings``). ``serve`` runs uvicorn with a graceful shutdown bounded by
+``drain_timeout_s`` so in-flight requests finish on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from docparser_runtime.engines.registry import ENGINES
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="docparser-runtime", description="Document-parsing inference server."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="serve the HTTP API")
+    serve.add_argument("--engine", choices=sorted(ENGINES), help="default: rapidocr")
+    serve.add_argument("--model-path", type=Path, help="local model directory (deepseek-ocr2)")
+    serve.add_argument("--host", help="bind address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port (default 8000)")
+    serve.add_argument("--log-level", help="debug | info | warning | error")
+
+    fetch = sub.add_parser("fetch-weights", help="download and verify model weights")
+    fetch.add_argument("--source", required=True, help="s3:// gs:// https:// file:// pvc://...")
+    fetch.add_argument("--dest", required=True, type=Path, help="destination directory")
+    group = fetch.add_mutually_exclusive_group()
+    group.add_argument("--sha256", help="expected sha256 of the weights manifest")
+    group.add_argument("--manifest", type=Path, help="manifest file listing files and hashes")
+    return parser
+
+
+def _settings_from_args(args: argparse.Namespace):
+    from docparser_runtime.settings import Settings
+
+    overrides = {
+        key: value
+        for key, value in {
+            "engine": args.engine,
+            "model_path": args.model_path,
+            "host": args.host,
+            "port": args.port,
+            "log_level": args.log_level,
+        }.items()
+        if value is not None
+    }
+    return Settings(**overrides)
+
+
+def serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from docparser_runtime.server.app import create_app
+
+    settings = _settings_from_args(args)
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    app = create_app(settings)
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level.lower(),
+        timeout_graceful_shutdown=int(settings.drain_timeout_s) or None,
+        access_log=False,
+    )
+    return 0
+
+
+def fetch_weights(args: argparse.Namespace) -> int:
+    from docparser_runtime.errors import DocParserError
+    from docparser_runtime.weights.fetch import fetch_weights as fetch
+
+    try:
+        path = fetch(args.source, args.dest, sha256=args.sha256, manifest=args.manifest)
+    except DocParserError as exc:
+        print(f"fetch-weights: {exc.code}: {exc.message}", file=sys.stderr)
+        return 1
+    print(path if path is not None else args.dest)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _build_parser().parse_args(argv)
+    if args.command == "serve":
+        return serve(args)
+    return fetch_weights(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

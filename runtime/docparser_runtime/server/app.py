@@ -1,0 +1,154 @@
+"""The FastAPI application factory.
+
+``create_app`` wires settings, metrics, the lifecycle, the micro-batcher and the parse
+service into one app. The engine is created, loaded and warmed up on a background thread
+inside the lifespan, so the server answers ``/livez`` and ``/readyz`` (503 "starting")
+while a multi-GB model loads; ``/readyz`` turns 200 only after warm-up.
+
+``app.state`` holds: settings, metrics, lifecycle, engine (once created), batcher and
+parse_service (once ready), stream_responder (installed by the SSE module, or None).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from docparser_runtime.engines.base import Engine
+from docparser_runtime.engines.registry import create_engine
+from docparser_runtime.server import routes_health, routes_parse
+from docparser_runtime.server.batcher import MicroBatcher
+from docparser_runtime.server.error_mapping import install_error_handlers
+from docparser_runtime.server.lifecycle import Lifecycle
+from docparser_runtime.server.metrics import Metrics
+from docparser_runtime.server.parse_service import DocumentLoader, ParseService
+from docparser_runtime.settings import Settings
+
+log = logging.getLogger("docparser.server")
+
+
+class RequestMetricsMiddleware:
+    """Counts every HTTP request by route template (not raw path) and status."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            route = scope.get("route")
+            label = getattr(route, "path", None) or "unmatched"
+            self.metrics.requests.labels(
+                route=label, method=scope.get("method", ""), status=str(status)
+            ).inc()
+
+
+async def _bring_up(app: FastAPI, engine: Engine | None, engine_loaded: bool) -> None:
+    """Create, load and warm up the engine off the event loop, then open for traffic."""
+    state = app.state
+    settings: Settings = state.settings
+    try:
+        if engine is None:
+            engine = await asyncio.to_thread(create_engine, settings)
+        state.engine = engine
+        if not engine_loaded:
+            log.info("loading engine %s", engine.name)
+            await asyncio.to_thread(engine.load)
+        await asyncio.to_thread(engine.warmup)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        log.exception("engine failed to start")
+        state.lifecycle.mark_failed(f"{type(exc).__name__}: {exc}")
+        return
+    batcher = MicroBatcher(
+        engine,
+        max_batch_size=settings.max_batch_size,
+        max_wait_ms=settings.max_wait_ms,
+        max_queue_pages=settings.max_queue_pages,
+        metrics=state.metrics,
+    )
+    batcher.start()
+    state.batcher = batcher
+    state.parse_service = ParseService(
+        settings, engine, batcher, state.metrics, loader=state.document_loader
+    )
+    state.metrics.set_engine(engine.name, engine.version)
+    state.metrics.ready.set(1)
+    state.lifecycle.mark_ready()
+    log.info("engine %s %s ready", engine.name, engine.version)
+
+
+async def _shut_down(app: FastAPI, bring_up: asyncio.Task) -> None:
+    state = app.state
+    state.lifecycle.start_draining()
+    state.metrics.ready.set(0)
+    bring_up.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await bring_up
+    await state.lifecycle.wait_idle(state.settings.drain_timeout_s)
+    if state.batcher is not None:
+        await state.batcher.close()
+    if state.parse_service is not None:
+        state.parse_service.close()
+    if state.engine is not None:
+        await asyncio.to_thread(state.engine.close)
+
+
+def create_app(
+    settings: Settings | None = None,
+    engine: Engine | None = None,
+    *,
+    engine_loaded: bool = False,
+    document_loader: DocumentLoader | None = None,
+) -> FastAPI:
+    """Build the app. ``engine``: use this engine instead of ``settings.engine``
+    (``engine_loaded=True`` skips ``load()``, e.g. a model shared by tests);
+    ``document_loader``: replaces the preprocessing pipeline (tests only)."""
+    settings = settings or Settings()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        task = asyncio.create_task(_bring_up(app, engine, engine_loaded), name="bring-up")
+        try:
+            yield
+        finally:
+            await _shut_down(app, task)
+
+    app = FastAPI(
+        title="docparser runtime",
+        version="0.1.0",
+        summary="Document parsing with DeepSeek-OCR-2-class models",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.metrics = Metrics()
+    app.state.lifecycle = Lifecycle()
+    app.state.engine = engine
+    app.state.batcher = None
+    app.state.parse_service = None
+    app.state.stream_responder = None
+    app.state.document_loader = document_loader
+    install_error_handlers(app)
+    app.add_middleware(RequestMetricsMiddleware, metrics=app.state.metrics)
+    app.include_router(routes_health.router)
+    app.include_router(routes_parse.router)
+    return app

@@ -1,0 +1,305 @@
+"""Micro-batcher: many concurrent requests -> few engine calls.
+
+Why: a GPU decodes a batch of pages almost as fast as one page, so pages from different
+requests that share ``ParseOptions.batch_key()`` are merged into one ``infer_batch``.
+A batch is flushed when ``max_batch_size`` pages of one key are waiting or the oldest
+page has waited ``max_wait_ms``. The queue is bounded in *pages* (``Overloaded`` -> 429),
+each request carries a deadline (``DeadlineExceeded`` -> 504), and a request whose
+awaiting task is cancelled (client went away) takes its not-yet-started pages out of
+the queue. The engine runs on one dedicated worker thread (one device, one model), so
+the event loop never blocks on inference.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from docparser_runtime.engines.base import (
+    DeltaCallback,
+    Engine,
+    PageImage,
+    PageResult,
+    ParseOptions,
+)
+from docparser_runtime.errors import (
+    DeadlineExceeded,
+    DocParserError,
+    EngineFailure,
+    Overloaded,
+    Unavailable,
+)
+from docparser_runtime.server.metrics import Metrics
+
+log = logging.getLogger("docparser.batcher")
+
+
+def _report_to(callback: Callable[[PageResult], None]) -> Callable[[asyncio.Future], None]:
+    def done(fut: asyncio.Future) -> None:
+        if not fut.cancelled() and fut.exception() is None:
+            callback(fut.result())
+
+    return done
+
+
+@dataclass
+class SubmitTimings:
+    """Filled by ``submit``: seconds waiting in the queue and inside engine calls."""
+
+    queue_s: float = 0.0
+    inference_s: float = 0.0
+
+
+@dataclass(eq=False)
+class _Item:
+    page: PageImage
+    options: ParseOptions
+    future: asyncio.Future
+    enqueued: float
+    deadline: float | None
+    on_delta: DeltaCallback | None = None  # set: a streamed page, always a batch of one
+    started: float | None = None
+    finished: float | None = None
+    key: tuple = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.key = (self.options.batch_key(), self.on_delta is not None)
+
+
+class MicroBatcher:
+    """Call ``start()`` inside the running loop, ``submit()`` from request handlers."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        max_batch_size: int,
+        max_wait_ms: float,
+        max_queue_pages: int,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.engine = engine
+        self.max_batch_size = max_batch_size
+        self.max_wait_s = max_wait_ms / 1000.0
+        self.max_queue_pages = max_queue_pages
+        self.metrics = metrics
+        self._queue: list[_Item] = []
+        self._wakeup = asyncio.Event()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
+        self._worker: asyncio.Task | None = None
+        self._running: list[_Item] = []
+        self._closed = False
+        self._ewma_batch_s = 1.0  # for Retry-After; refined by observed batches
+
+    # -- public --------------------------------------------------------------------------
+    @property
+    def queued_pages(self) -> int:
+        return len(self._queue)
+
+    def start(self) -> None:
+        if self._worker is None:
+            self._worker = asyncio.get_running_loop().create_task(self._run(), name="batcher")
+
+    async def close(self) -> None:
+        """Stop the worker; queued pages fail with ``Unavailable``."""
+        self._closed = True
+        for item in self._queue + self._running:
+            if not item.future.done():
+                item.future.set_exception(Unavailable("server shutting down", code="draining"))
+        self._queue.clear()
+        self._set_queue_gauge()
+        if self._worker is not None:
+            self._worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._worker
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def submit(
+        self,
+        pages: Sequence[PageImage],
+        options: ParseOptions,
+        *,
+        deadline: float | None = None,
+        timings: SubmitTimings | None = None,
+        on_result: Callable[[PageResult], None] | None = None,
+    ) -> list[PageResult]:
+        """Parse ``pages`` (results in input order). ``deadline`` is ``time.monotonic()``-based;
+        ``on_result`` is called on the loop as each page finishes (completion order)."""
+        if not pages:
+            return []
+        items = self._enqueue([(p, None) for p in pages], options, deadline)
+        if on_result is not None:
+            for it in items:
+                it.future.add_done_callback(_report_to(on_result))
+        return await self._await(items, deadline, timings)
+
+    async def submit_stream(
+        self,
+        page: PageImage,
+        options: ParseOptions,
+        on_delta: DeltaCallback,
+        *,
+        deadline: float | None = None,
+        timings: SubmitTimings | None = None,
+    ) -> PageResult:
+        """Parse one page via ``engine.stream_page``; ``on_delta`` runs on the engine thread."""
+        items = self._enqueue([(page, on_delta)], options, deadline)
+        return (await self._await(items, deadline, timings))[0]
+
+    # -- admission -----------------------------------------------------------------------
+    def _enqueue(self, entries, options: ParseOptions, deadline: float | None) -> list[_Item]:
+        if self._closed:
+            raise Unavailable("server shutting down", code="draining")
+        queued = len(self._queue)
+        # A request larger than the whole queue is still admitted into an empty queue,
+        # otherwise it could never run at all.
+        if queued and queued + len(entries) > self.max_queue_pages:
+            if self.metrics:
+                self.metrics.rejected.labels(code="overloaded").inc()
+            raise Overloaded(
+                f"queue full ({queued} pages waiting, limit {self.max_queue_pages})",
+                retry_after_s=self._retry_after(queued),
+            )
+        loop = asyncio.get_running_loop()
+        now = time.monotonic()
+        items = [
+            _Item(page, options, loop.create_future(), now, deadline, on_delta)
+            for page, on_delta in entries
+        ]
+        self._queue.extend(items)
+        self._set_queue_gauge()
+        self._wakeup.set()
+        return items
+
+    def _retry_after(self, queued: int) -> float:
+        batches_ahead = queued / self.max_batch_size
+        return max(1.0, min(60.0, batches_ahead * self._ewma_batch_s))
+
+    async def _await(
+        self, items: list[_Item], deadline: float | None, timings: SubmitTimings | None
+    ) -> list[PageResult]:
+        futures = [it.future for it in items]
+        try:
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            done, pending = await asyncio.wait(
+                futures, timeout=timeout, return_when=asyncio.FIRST_EXCEPTION
+            )
+            for fut in done:
+                if fut.exception() is not None:
+                    raise fut.exception()
+            if pending:
+                if self.metrics:
+                    self.metrics.rejected.labels(code="deadline_exceeded").inc()
+                raise DeadlineExceeded("the request deadline passed before its pages were parsed")
+        finally:
+            self._withdraw(items)
+        if timings is not None:
+            first_start = min(it.started for it in items if it.started is not None)
+            last_end = max(it.finished for it in items if it.finished is not None)
+            timings.queue_s = first_start - items[0].enqueued
+            timings.inference_s = last_end - first_start
+        return [f.result() for f in futures]
+
+    def _withdraw(self, items: list[_Item]) -> None:
+        """Drop the request's pages that are still queued (cancelled, failed, timed out)."""
+        mine = {id(it) for it in items if not it.future.done()}
+        for it in items:
+            if not it.future.done():
+                it.future.cancel()
+            elif not it.future.cancelled():
+                it.future.exception()  # mark retrieved: one failure is reported once
+        if mine:
+            self._queue = [it for it in self._queue if id(it) not in mine]
+            self._set_queue_gauge()
+
+    def _set_queue_gauge(self) -> None:
+        if self.metrics:
+            self.metrics.queue_pages.set(len(self._queue))
+
+    # -- worker --------------------------------------------------------------------------
+    async def _run(self) -> None:
+        while not self._closed:
+            batch = await self._next_batch()
+            if batch:
+                await self._execute(batch)
+
+    async def _next_batch(self) -> list[_Item]:
+        """Wait until a batch is due, then take it out of the queue."""
+        while True:
+            self._drop_dead()
+            if not self._queue:
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
+            head = self._queue[0]
+            same = [it for it in self._queue if it.key == head.key]
+            limit = 1 if head.on_delta is not None else self.max_batch_size
+            due_in = head.enqueued + self.max_wait_s - time.monotonic()
+            if len(same) >= limit or due_in <= 0:
+                batch = same[:limit]
+                taken = {id(it) for it in batch}
+                self._queue = [it for it in self._queue if id(it) not in taken]
+                self._set_queue_gauge()
+                return batch
+            self._wakeup.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wakeup.wait(), due_in)
+
+    def _drop_dead(self) -> None:
+        """Remove cancelled pages and fail pages whose deadline passed while queued."""
+        now = time.monotonic()
+        alive = []
+        for it in self._queue:
+            if it.future.done():
+                continue
+            if it.deadline is not None and now >= it.deadline:
+                it.future.set_exception(DeadlineExceeded("deadline passed while queued"))
+                continue
+            alive.append(it)
+        if len(alive) != len(self._queue):
+            self._queue = alive
+            self._set_queue_gauge()
+
+    async def _execute(self, batch: list[_Item]) -> None:
+        loop = asyncio.get_running_loop()
+        pages = [it.page for it in batch]
+        options = batch[0].options
+        start = time.monotonic()
+        for it in batch:
+            it.started = start
+        if self.metrics:
+            self.metrics.batch_size.observe(len(batch))
+        self._running = batch
+        try:
+            if batch[0].on_delta is not None:
+                call = (self.engine.stream_page, pages[0], options, batch[0].on_delta)
+                results = [await loop.run_in_executor(self._executor, *call)]
+            else:
+                results = await loop.run_in_executor(
+                    self._executor, self.engine.infer_batch, pages, options
+                )
+            if len(results) != len(batch):
+                raise EngineFailure(f"engine returned {len(results)} results for {len(batch)}")
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the engine's failure is each waiting request's failure
+            if not isinstance(exc, DocParserError):
+                log.exception("engine %s failed on a batch of %d", self.engine.name, len(batch))
+                exc = EngineFailure(f"engine {self.engine.name} failed: {type(exc).__name__}")
+            for it in batch:
+                if not it.future.done():
+                    it.future.set_exception(exc)
+            return
+        finally:
+            self._running = []
+        end = time.monotonic()
+        self._ewma_batch_s = 0.8 * self._ewma_batch_s + 0.2 * (end - start)
+        for it, result in zip(batch, results, strict=True):
+            it.finished = end
+            if not it.future.done():
+                it.future.set_result(result)

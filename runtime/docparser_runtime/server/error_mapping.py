@@ -1,0 +1,124 @@
+"""THE one place where errors become HTTP responses.
+
+Every route raises classes from ``docparser_runtime.errors``; this module decides the
+status code and the body ``{"error": {"code", "message"}}``. Framework errors (request
+validation, unknown routes, wrong methods) and unexpected exceptions are folded into the
+same shape so clients parse one error format. Unexpected exceptions become a 500
+``engine_failure`` whose message never carries a traceback or internal detail.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from docparser_runtime import errors
+
+log = logging.getLogger("docparser.server")
+
+# Most specific class first: lookup walks the exception's MRO.
+STATUS_BY_ERROR: dict[type[errors.DocParserError], int] = {
+    errors.UnsupportedMediaType: 415,
+    errors.PayloadTooLarge: 413,
+    errors.InvalidInput: 400,
+    errors.Unauthenticated: 401,
+    errors.PermissionDenied: 403,
+    errors.NotFound: 404,
+    errors.Conflict: 409,
+    errors.Overloaded: 429,
+    errors.Unavailable: 503,
+    errors.DeadlineExceeded: 504,
+    errors.EngineFailure: 500,
+    errors.WeightsError: 503,
+    errors.DocParserError: 500,
+}
+
+# Statuses from Starlette/FastAPI's own HTTPException (routing) -> our codes.
+CODE_BY_HTTP_STATUS = {
+    400: "invalid_input",
+    401: "unauthenticated",
+    403: "permission_denied",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "validation_error",
+    429: "overloaded",
+    503: "unavailable",
+}
+
+# Returned when a client hangs up before its reply is ready (nginx's convention); only
+# visible in logs and metrics, since nobody is left to read it.
+CLIENT_CLOSED_STATUS = 499
+
+
+def status_for(exc: errors.DocParserError) -> int:
+    for cls in type(exc).__mro__:
+        if cls in STATUS_BY_ERROR:
+            return STATUS_BY_ERROR[cls]
+    return 500
+
+
+def error_body(code: str, message: str) -> dict:
+    return {"error": {"code": code, "message": message}}
+
+
+def error_response(exc: errors.DocParserError) -> JSONResponse:
+    """The HTTP response for one taxonomy error (also used by streaming/job code)."""
+    status = status_for(exc)
+    headers: dict[str, str] = {}
+    if isinstance(exc, errors.Overloaded):
+        headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_s)))
+    elif isinstance(exc, errors.Unavailable):
+        headers["Retry-After"] = "5"
+    elif isinstance(exc, errors.Unauthenticated):
+        headers["WWW-Authenticate"] = "Bearer"
+    if status >= 500:
+        log.warning("request failed: %s (%s)", exc.code, exc.message)
+    return JSONResponse(error_body(exc.code, exc.message), status_code=status, headers=headers)
+
+
+def _validation_message(exc: RequestValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:5]:
+        loc = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
+        parts.append(f"{loc or 'body'}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts) or "invalid request"
+
+
+async def _on_docparser_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, errors.DocParserError)
+    return error_response(exc)
+
+
+async def _on_validation_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    if any(err.get("type") == "json_invalid" for err in exc.errors()):
+        return JSONResponse(error_body("invalid_json", "the body is not valid JSON"), 400)
+    return JSONResponse(error_body("validation_error", _validation_message(exc)), 422)
+
+
+async def _on_http_exception(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    code = CODE_BY_HTTP_STATUS.get(exc.status_code, "http_error")
+    detail = exc.detail if isinstance(exc.detail, str) else code.replace("_", " ")
+    return JSONResponse(
+        error_body(code, detail), status_code=exc.status_code, headers=exc.headers or None
+    )
+
+
+async def _on_unexpected(_: Request, exc: Exception) -> JSONResponse:
+    log.error("unexpected error", exc_info=exc)
+    return JSONResponse(error_body("engine_failure", "internal server error"), 500)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(errors.DocParserError, _on_docparser_error)
+    app.add_exception_handler(RequestValidationError, _on_validation_error)
+    app.add_exception_handler(StarletteHTTPException, _on_http_exception)
+    app.add_exception_handler(Exception, _on_unexpected)

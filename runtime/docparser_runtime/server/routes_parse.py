@@ -1,0 +1,110 @@
+"""``POST /v1/document/parse``: one document in, Markdown + blocks out.
+
+The handler only reads the body, checks that the server accepts work, and delegates to
+``ParseService``. It also watches the connection: when the client hangs up, the parse
+task is cancelled, which takes the request's queued pages out of the micro-batcher.
+Streaming (``stream: true``) is delegated to ``app.state.stream_responder`` when the SSE
+module installed one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable
+from typing import TypeVar
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from docparser_runtime.errors import InvalidInput
+from docparser_runtime.server.error_mapping import CLIENT_CLOSED_STATUS
+from docparser_runtime.server.request_input import read_parse_request
+
+router = APIRouter(tags=["parse"])
+T = TypeVar("T")
+
+_OPTIONS_SCHEMA = {
+    "tier": {"type": "integer", "minimum": 0, "maximum": 6},
+    "mode": {"type": "string", "enum": ["markdown", "text", "grounding"]},
+    "max_new_tokens": {"type": "integer", "minimum": 1},
+    "pages": {"type": "string", "example": "1-3,7"},
+    "stream": {"type": "boolean"},
+}
+_REQUEST_BODY = {
+    "required": True,
+    "content": {
+        "multipart/form-data": {
+            "schema": {
+                "type": "object",
+                "required": ["file"],
+                "properties": {"file": {"type": "string", "format": "binary"}, **_OPTIONS_SCHEMA},
+            }
+        },
+        "application/json": {
+            "schema": {
+                "type": "object",
+                "required": ["image"],
+                "properties": {"image": {"type": "string", "format": "byte"}, **_OPTIONS_SCHEMA},
+            }
+        },
+    },
+}
+_ERROR = {"description": "error", "content": {"application/json": {}}}
+_RESPONSES = {s: _ERROR for s in (400, 401, 403, 413, 415, 422, 429, 500, 503, 504)}
+
+
+class ClientDisconnected(Exception):
+    """The client closed the connection before the reply was ready."""
+
+
+async def _wait_for_disconnect(request: Request) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def run_until_disconnect(request: Request, work: Awaitable[T]) -> T:
+    """Await ``work``; cancel it (and raise ``ClientDisconnected``) if the client leaves.
+
+    Only valid once the body has been read completely: afterwards ``receive()`` yields
+    nothing but ``http.disconnect``.
+    """
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_wait_for_disconnect(request))
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    finally:
+        watcher.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(BaseException):  # the client is gone: nobody to report to
+        await task
+    raise ClientDisconnected()
+
+
+@router.post(
+    "/v1/document/parse",
+    summary="Parse an image or PDF into Markdown, text or grounded blocks",
+    openapi_extra={"requestBody": _REQUEST_BODY},
+    responses=_RESPONSES,
+)
+async def parse_document(request: Request) -> Response:
+    state = request.app.state
+    async with state.lifecycle.request_slot():
+        parse_request = await read_parse_request(request, state.settings)
+        if parse_request.stream:
+            responder = getattr(state, "stream_responder", None)
+            if responder is None:
+                raise InvalidInput("streaming is not available", code="stream_unsupported")
+            return await responder(request, parse_request)
+        try:
+            body = await run_until_disconnect(request, state.parse_service.parse(parse_request))
+        except ClientDisconnected:
+            return Response(status_code=CLIENT_CLOSED_STATUS)
+    return JSONResponse(body)

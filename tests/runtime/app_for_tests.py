@@ -1,0 +1,48 @@
+"""Run the real app in-process (lifespan included) and talk to it over httpx's ASGI transport."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+
+import httpx
+from docparser_runtime.engines.base import Engine
+from docparser_runtime.server.app import create_app
+from docparser_runtime.settings import Settings
+from engines_for_tests import GatedEngine
+
+
+def make_settings(**overrides) -> Settings:
+    base = {"default_tier": 0, "max_wait_ms": 2.0, "request_timeout_s": 30.0}
+    return Settings(**{**base, **overrides})
+
+
+async def wait_ready(client: httpx.AsyncClient, timeout: float = 60.0) -> None:
+    end = time.monotonic() + timeout
+    while (await client.get("/readyz")).status_code != 200:
+        if time.monotonic() > end:
+            raise AssertionError("app never became ready")
+        await asyncio.sleep(0.01)
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    settings: Settings | None = None,
+    engine: Engine | None = None,
+    *,
+    ready: bool = True,
+    **app_kwargs,
+) -> AsyncIterator[tuple]:
+    """Yield (app, client, engine) with the lifespan running; waits for /readyz 200."""
+    engine = engine if engine is not None else GatedEngine()
+    app = create_app(settings or make_settings(), engine, **app_kwargs)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://testserver", timeout=60
+        ) as client:
+            if ready:
+                await wait_ready(client)
+            yield app, client, engine
