@@ -18,6 +18,7 @@ EngineName = Literal["deepseek-ocr2", "rapidocr"]
 SHA256_PATTERN = r"^[0-9a-f]{64}$"
 QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$"
 CPU_PATTERN = r"^[0-9]+(\.[0-9]+)?m?$"
+NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 PVC_URI_PATTERN = r"^pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?/.+$"
 
 
@@ -190,12 +191,19 @@ class ObjectMeta(BaseModel):
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
-    name: Annotated[
-        str, Field(min_length=1, max_length=56, pattern=r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-    ]
+    name: str
     namespace: str = "default"
     uid: str | None = None
     generation: int | None = None
+
+    @model_validator(mode="after")
+    def _cel_rules(self) -> ObjectMeta:
+        if not (re.fullmatch(NAME_PATTERN, self.name) and len(self.name) <= 56):
+            raise ValueError(
+                "metadata.name must be a DNS-1035 label of at most 56 characters "
+                "(child names append -canary)"
+            )
+        return self
 
 
 class DocParser(BaseModel):
