@@ -55,23 +55,15 @@ def _settings_from_args(args: argparse.Namespace):
 
 
 def serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from docparser_runtime.server.app import create_app
+    from docparser_runtime.server.drain import run_server
 
     settings = _settings_from_args(args)
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
     app = create_app(settings)
-    uvicorn.run(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level.lower(),
-        timeout_graceful_shutdown=int(settings.drain_timeout_s) or None,
-        access_log=False,
-    )
+    run_server(app, settings)  # SIGTERM: readyz 503 first, then drain (server/drain.py)
     return 0
 
 

@@ -78,13 +78,17 @@ class JobWorker:
             for i in range(self.concurrency)
         ]
 
+    def stop_claiming(self) -> None:
+        """Take no new jobs (first step of a drain); running jobs go on."""
+        self._accepting.clear()
+        for task in self._loops:
+            task.cancel()
+
     async def drain(self, timeout_s: float) -> None:
         """Stop taking jobs, let running ones finish within ``timeout_s``, give the
         rest back to the queue, then leave (a shared store keeps queued jobs for
         other replicas; the memory store fails them clearly)."""
-        self._accepting.clear()
-        for task in self._loops:
-            task.cancel()
+        self.stop_claiming()
         await asyncio.gather(*self._loops, return_exceptions=True)
         running = list(self._running.values())
         if running:

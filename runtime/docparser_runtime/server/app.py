@@ -21,12 +21,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from docparser_runtime.engines.base import Engine
 from docparser_runtime.engines.registry import create_engine
-from docparser_runtime.server import routes_health, routes_parse
+from docparser_runtime.server import routes_health, routes_jobs, routes_openai, routes_parse
 from docparser_runtime.server.batcher import MicroBatcher
 from docparser_runtime.server.error_mapping import install_error_handlers
+from docparser_runtime.server.jobs_runtime import start_jobs, stop_jobs
 from docparser_runtime.server.lifecycle import Lifecycle
 from docparser_runtime.server.metrics import Metrics
 from docparser_runtime.server.parse_service import DocumentLoader, ParseService
+from docparser_runtime.server.sse import install_streaming
 from docparser_runtime.settings import Settings
 
 log = logging.getLogger("docparser.server")
@@ -104,6 +106,8 @@ async def _shut_down(app: FastAPI, bring_up: asyncio.Task) -> None:
     bring_up.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await bring_up
+    # Running jobs finish (or go back to the queue) before the batcher closes.
+    await stop_jobs(app, deadline=state.drain_deadline)
     await state.lifecycle.wait_idle(state.settings.drain_timeout_s)
     if state.batcher is not None:
         await state.batcher.close()
@@ -128,6 +132,7 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         task = asyncio.create_task(_bring_up(app, engine, engine_loaded), name="bring-up")
+        await start_jobs(app)
         try:
             yield
         finally:
@@ -147,8 +152,12 @@ def create_app(
     app.state.parse_service = None
     app.state.stream_responder = None
     app.state.document_loader = document_loader
+    app.state.drain_deadline = None  # set by server/drain.py on SIGTERM
     install_error_handlers(app)
     app.add_middleware(RequestMetricsMiddleware, metrics=app.state.metrics)
     app.include_router(routes_health.router)
     app.include_router(routes_parse.router)
+    app.include_router(routes_jobs.router)
+    app.include_router(routes_openai.router)
+    install_streaming(app)
     return app

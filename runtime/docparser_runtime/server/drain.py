@@ -1,0 +1,88 @@
+"""Graceful drain on SIGTERM, in the order Kubernetes needs.
+
+Uvicorn's own SIGTERM handling closes the listening socket at once; a pod whose
+endpoint is still listed would then refuse connections for a few seconds. We instead:
+
+1. mark the lifecycle ``draining`` at once: ``/readyz`` answers 503, new ``/v1`` work
+   gets 503 ``draining``, the job worker claims nothing new;
+2. keep serving for ``drain_grace_s`` (the preStop window in which the endpoint is
+   removed from Services), so probes and late clients get a clear answer;
+3. then let uvicorn stop accepting and wait (``timeout_graceful_shutdown`` =
+   ``drain_timeout_s``) for in-flight requests; the lifespan shutdown then waits for
+   running jobs until the same deadline. Queued jobs stay in Redis for other replicas.
+
+A second SIGINT/SIGTERM skips the grace window (uvicorn's usual "press again").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from types import FrameType
+
+import uvicorn
+from fastapi import FastAPI
+
+from .jobs_runtime import stop_taking_jobs
+
+log = logging.getLogger("docparser.drain")
+
+
+def begin_drain(app: FastAPI, reason: str = "SIGTERM received") -> None:
+    """Step 1: refuse new work, report not-ready, stop claiming jobs. Idempotent."""
+    state = app.state
+    if getattr(state, "drain_deadline", None) is None:
+        settings = state.settings
+        state.drain_deadline = time.monotonic() + settings.drain_grace_s + settings.drain_timeout_s
+    state.lifecycle.start_draining(reason)
+    state.metrics.ready.set(0)
+    stop_taking_jobs(app)
+
+
+class DrainingServer(uvicorn.Server):
+    """``uvicorn.Server`` whose exit signal first drains (see module docstring)."""
+
+    def __init__(self, config: uvicorn.Config, app: FastAPI, *, grace_s: float) -> None:
+        super().__init__(config)
+        self.app = app
+        self.grace_s = grace_s
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._draining = False
+
+    async def serve(self, sockets=None) -> None:
+        self._loop = asyncio.get_running_loop()
+        await super().serve(sockets)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self._draining or self._loop is None:
+            super().handle_exit(sig, frame)
+            return
+        self._draining = True
+        # A signal handler may interrupt code holding the lifecycle's lock: do the work
+        # on the event loop instead of here.
+        self._loop.call_soon_threadsafe(self._start_drain, sig)
+
+    def _start_drain(self, sig: int) -> None:
+        log.info(
+            "%s: draining (readyz 503), stop accepting in %.1fs",
+            signal.Signals(sig).name,
+            self.grace_s,
+        )
+        begin_drain(self.app, f"{signal.Signals(sig).name} received")
+        assert self._loop is not None
+        self._loop.call_later(self.grace_s, super().handle_exit, sig, None)
+
+
+def run_server(app: FastAPI, settings) -> None:
+    """Serve ``app`` until a signal, then drain (used by ``docparser-runtime serve``)."""
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level.lower(),
+        timeout_graceful_shutdown=int(settings.drain_timeout_s) or None,
+        access_log=False,
+    )
+    DrainingServer(config, app, grace_s=settings.drain_grace_s).run()

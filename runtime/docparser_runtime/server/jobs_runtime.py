@@ -1,0 +1,153 @@
+"""Glue between the jobs package and the server: the job runner and its lifecycle.
+
+The runner turns a stored job (bytes + options) back into a ``ParseRequest`` and runs it
+through the same ``ParseService`` as the synchronous route. Progress is reported per
+finished page; every report (and a poll while a long page generates) is also where a
+``DELETE`` is noticed: the parse task is then cancelled, which takes the job's queued
+pages out of the micro-batcher, so a running job stops at the next page boundary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+from fastapi import FastAPI
+
+from ..errors import Overloaded
+from ..jobs import JobStopped, JobWorker, create_job_store
+from ..jobs.worker import ProgressFn
+from ..settings import Settings
+from .request_input import build_parse_request
+
+log = logging.getLogger("docparser.jobs")
+
+_POLL_S = 1.0
+
+
+def count_pages(data: bytes, pages: str | None, settings: Settings) -> int | None:
+    """How many pages the job will produce, for progress; None when unknown (the parse
+    itself reports bad input properly, so every failure here is swallowed)."""
+    try:
+        from ..preprocess.decode import sniff_format
+
+        if sniff_format(data) != "pdf":
+            return 1
+        from ..preprocess.page_ranges import parse_page_ranges
+        from ..preprocess.pdf import pdf_page_count
+
+        return min(len(parse_page_ranges(pages, pdf_page_count(data))), settings.max_pages)
+    except Exception:
+        return None
+
+
+def make_runner(app: FastAPI):
+    """A ``JobRunner`` bound to the app's (lazily created) parse service."""
+    state = app.state
+
+    async def run(data: bytes, params: dict[str, Any], progress: ProgressFn) -> dict[str, Any]:
+        settings: Settings = state.settings
+        request = build_parse_request(data, params, settings)
+        total = await asyncio.to_thread(count_pages, data, request.pages, settings) or 0
+        done = 0
+        pages_changed = asyncio.Event()
+
+        def on_page(_page: dict) -> None:
+            nonlocal done
+            done += 1
+            pages_changed.set()
+
+        await progress(0, total)
+
+        async def attempt() -> dict[str, Any]:
+            parse = asyncio.ensure_future(state.parse_service.parse(request, on_page=on_page))
+            try:
+                while not parse.done():
+                    changed = asyncio.ensure_future(pages_changed.wait())
+                    await asyncio.wait(
+                        {parse, changed}, timeout=_POLL_S, return_when="FIRST_COMPLETED"
+                    )
+                    changed.cancel()
+                    pages_changed.clear()
+                    if not parse.done():
+                        await progress(done, max(total, done))
+            finally:
+                if not parse.done():  # cancelled, lost, or the worker is being stopped
+                    parse.cancel()
+                    with contextlib.suppress(BaseException):
+                        await parse
+            return parse.result()
+
+        async with state.lifecycle.request_slot(check=False):
+            while True:
+                try:
+                    return await attempt()
+                except Overloaded as exc:
+                    # Synchronous traffic filled the batcher: a job waits, it does not fail.
+                    await progress(0, total)
+                    await asyncio.sleep(min(max(exc.retry_after_s, 0.1), 5.0))
+
+    return run
+
+
+async def start_jobs(app: FastAPI) -> None:
+    """Create the store (routes need it at once) and start workers once the engine is
+    ready; a replica whose engine failed never takes jobs (other replicas will)."""
+    settings: Settings = app.state.settings
+    store = create_job_store(settings)
+    app.state.job_store = store
+    app.state.job_worker = None
+    if settings.job_workers <= 0:
+        return
+
+    async def start_when_ready() -> None:
+        while app.state.lifecycle.state.value == "starting":
+            await asyncio.sleep(0.05)
+        if not app.state.lifecycle.is_ready:
+            return
+        worker = JobWorker(
+            store,
+            make_runner(app),
+            concurrency=settings.job_workers,
+            lease_s=settings.job_lease_s,
+        )
+        await worker.start()
+        app.state.job_worker = worker
+        log.info("job worker %s started (%d slots)", worker.worker_id, settings.job_workers)
+
+    app.state.job_starter = asyncio.create_task(start_when_ready(), name="jobs-start")
+
+
+def stop_taking_jobs(app: FastAPI) -> None:
+    """SIGTERM: claim no new jobs (queued ones stay for other replicas)."""
+    worker: JobWorker | None = getattr(app.state, "job_worker", None)
+    if worker is not None:
+        worker.stop_claiming()
+
+
+async def stop_jobs(app: FastAPI, *, deadline: float | None = None) -> None:
+    """Let running jobs finish until ``deadline`` (monotonic), then close the store."""
+    state = app.state
+    starter = getattr(state, "job_starter", None)
+    if starter is not None:
+        starter.cancel()
+        with contextlib.suppress(BaseException):
+            await starter
+    if deadline is None:
+        deadline = time.monotonic() + state.settings.drain_timeout_s
+    worker: JobWorker | None = getattr(state, "job_worker", None)
+    store = getattr(state, "job_store", None)
+    if worker is not None:
+        await worker.drain(deadline - time.monotonic())
+    elif store is not None:
+        with contextlib.suppress(Exception):
+            await store.shutdown()
+    if store is not None:
+        with contextlib.suppress(Exception):
+            await store.close()
+
+
+__all__ = ["JobStopped", "make_runner", "start_jobs", "stop_jobs", "stop_taking_jobs"]

@@ -1,0 +1,136 @@
+"""``/v1/jobs``: asynchronous parses that survive replicas (docling-serve's task ids
+404 on another replica; ours live in the shared store when ``redis_url`` is set).
+
+``POST`` takes exactly the body of ``/v1/document/parse`` and answers 202 with the job
+and a ``Location``. ``Idempotency-Key``: the same key with the same body returns the same
+job (header ``Idempotent-Replayed: true``), with another body 409. ``GET`` reports the
+queue position while queued, per-page progress while running, and the result (kept
+``job_ttl_s``) when done. ``DELETE`` cancels: at once when queued, at the next page when
+running.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+
+from fastapi import APIRouter, Header, Path, Request
+from fastapi.responses import JSONResponse
+
+from ..errors import InvalidInput
+from ..jobs import JobStatus, JobStore, request_fingerprint
+from .request_input import read_parse_request
+from .routes_parse import _REQUEST_BODY
+
+router = APIRouter(tags=["jobs"])
+
+_KEY_RE = re.compile(r"^[\x21-\x7e]{1,255}$")  # visible ASCII, like Stripe's keys
+_JOB_ID = Path(description="job id from POST /v1/jobs", max_length=100)
+
+
+def _job_request_body() -> dict:
+    body = copy.deepcopy(_REQUEST_BODY)
+    for media in body["content"].values():
+        media["schema"]["properties"].pop("stream", None)
+    return body
+
+
+_JOB_SCHEMA = {
+    "type": "object",
+    "required": ["id", "status"],
+    "properties": {
+        "id": {"type": "string"},
+        "object": {"type": "string", "enum": ["job"]},
+        "status": {"type": "string", "enum": [s.value for s in JobStatus]},
+        "created_at": {"type": "number"},
+        "updated_at": {"type": "number"},
+        "queue_position": {"type": ["integer", "null"], "description": "jobs ahead (0 = next)"},
+        "progress": {
+            "type": "object",
+            "properties": {
+                "pages_done": {"type": "integer"},
+                "pages_total": {"type": ["integer", "null"]},
+            },
+        },
+        "result": {"type": "object", "description": "the /v1/document/parse reply"},
+        "error": {"type": "object"},
+    },
+}
+_JOB_REPLY = {"content": {"application/json": {"schema": _JOB_SCHEMA}}}
+_ERROR = {"description": "error", "content": {"application/json": {}}}
+
+
+def _store(request: Request) -> JobStore:
+    return request.app.state.job_store
+
+
+async def _public(store: JobStore, job) -> dict:
+    position = await store.queue_position(job.id) if job.status is JobStatus.QUEUED else None
+    return job.to_public(queue_position=position)
+
+
+@router.post(
+    "/v1/jobs",
+    status_code=202,
+    summary="Queue a document parse; poll GET /v1/jobs/{id} for the result",
+    openapi_extra={"requestBody": _job_request_body()},
+    responses={
+        202: {"description": "queued (or the job named by Idempotency-Key)", **_JOB_REPLY},
+        **{s: _ERROR for s in (400, 401, 403, 409, 413, 415, 429, 503)},
+    },
+)
+async def create_job(
+    request: Request,
+    idempotency_key: str | None = Header(
+        None, description="retry-safe submit: same key + same body -> same job"
+    ),
+) -> JSONResponse:
+    state = request.app.state
+    async with state.lifecycle.request_slot():
+        if idempotency_key is not None and not _KEY_RE.match(idempotency_key):
+            raise InvalidInput(
+                "Idempotency-Key must be 1-255 visible ASCII characters",
+                code="invalid_idempotency_key",
+            )
+        parsed = await read_parse_request(request, state.settings)
+        if parsed.stream:
+            raise InvalidInput("a job cannot stream; poll GET /v1/jobs/{id}", code="invalid_option")
+        params = {
+            "tier": parsed.options.tier,
+            "mode": parsed.options.mode,
+            "max_new_tokens": parsed.options.max_new_tokens,
+            "pages": parsed.pages,
+        }
+        store = _store(request)
+        job, created = await store.submit(
+            data=parsed.data,
+            params=params,
+            fingerprint=request_fingerprint(parsed.data, params),
+            idempotency_key=idempotency_key,
+        )
+        headers = {"Location": f"/v1/jobs/{job.id}"}
+        if not created:
+            headers["Idempotent-Replayed"] = "true"
+        return JSONResponse(await _public(store, job), status_code=202, headers=headers)
+
+
+@router.get(
+    "/v1/jobs/{job_id}",
+    summary="Job status, queue position, progress and result",
+    responses={200: _JOB_REPLY, 404: _ERROR},
+)
+async def get_job(request: Request, job_id: str = _JOB_ID) -> JSONResponse:
+    store = _store(request)
+    job = await store.get(job_id)
+    return JSONResponse(await _public(store, job))
+
+
+@router.delete(
+    "/v1/jobs/{job_id}",
+    summary="Cancel a job (queued: at once; running: at the next page)",
+    responses={200: _JOB_REPLY, 404: _ERROR, 409: _ERROR},
+)
+async def cancel_job(request: Request, job_id: str = _JOB_ID) -> JSONResponse:
+    store = _store(request)
+    job = await store.cancel(job_id)
+    return JSONResponse(await _public(store, job))

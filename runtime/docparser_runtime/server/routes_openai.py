@@ -1,0 +1,304 @@
+"""OpenAI-compatible surface: ``POST /v1/chat/completions`` and ``GET /v1/models``.
+
+Lets the official ``openai`` clients (and tools built on them) drive the parser:
+the image travels as an ``image_url`` content part holding a ``data:`` URL (remote URLs
+are refused unless ``url_fetch_allowlist`` allows them: no SSRF surface by default), a
+text part selects the mode the way DeepSeek-OCR prompts do ("Free OCR" -> ``text``,
+"<|grounding|>" -> ``grounding``, anything else -> ``markdown``), ``max_tokens`` becomes
+``max_new_tokens``, and ``stream: true`` answers ``chat.completion.chunk`` SSE ending in
+``data: [DONE]``. ``usage.prompt_tokens`` counts vision tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..errors import InvalidInput, NotFound, UnsupportedMediaType
+from .error_mapping import CLIENT_CLOSED_STATUS
+from .parse_service import PAGE_SEPARATOR
+from .request_input import ParseRequest, build_parse_request, decode_base64_document, read_body
+from .routes_parse import ClientDisconnected, run_until_disconnect
+from .sse import SSE_HEADERS, ParseEvents
+
+router = APIRouter(tags=["openai"])
+_STARTED = int(time.time())
+
+
+# -- request model (validated by hand after a size-limited read) -------------------------
+class ImageURL(BaseModel):
+    url: str = Field(description="data:image/png;base64,... (or an allow-listed URL)")
+    detail: str | None = None
+
+
+class TextPart(BaseModel):
+    type: Literal["text"]
+    text: str
+
+
+class ImagePart(BaseModel):
+    type: Literal["image_url"]
+    image_url: ImageURL
+
+
+ContentPart = Annotated[TextPart | ImagePart, Field(discriminator="type")]
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[ContentPart] | None = None
+
+
+class StreamOptions(BaseModel):
+    include_usage: bool = False
+
+
+class ChatCompletionRequest(BaseModel):
+    """Unknown OpenAI fields (temperature, top_p, ...) are accepted and ignored:
+    OCR decoding is greedy."""
+
+    model_config = ConfigDict(extra="ignore")
+    model: str = Field(description="an id from GET /v1/models")
+    messages: list[Message] = Field(min_length=1)
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    n: int = Field(1, ge=1, le=1)
+    tier: int | None = Field(None, ge=0, le=6, description="docparser: most local tiles")
+
+
+def _inline_refs(schema: dict) -> dict:
+    """OpenAPI cannot resolve pydantic's local ``#/$defs`` refs inside a request body."""
+    defs = schema.pop("$defs", {})
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                return walk(defs[ref.rsplit("/", 1)[1]])
+            return {k: walk(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return node
+
+    return walk(schema)
+
+
+_BODY_SCHEMA = _inline_refs(ChatCompletionRequest.model_json_schema())
+_ERROR = {"description": "error", "content": {"application/json": {}}}
+
+
+# -- pure helpers ----------------------------------------------------------------------
+def mode_from_prompt(text: str) -> str:
+    lowered = text.lower()
+    if "grounding" in lowered:
+        return "grounding"
+    if "free ocr" in lowered:
+        return "text"
+    return "markdown"
+
+
+def _parts(body: ChatCompletionRequest) -> tuple[list[str], list[str]]:
+    texts, images = [], []
+    for message in body.messages:
+        if isinstance(message.content, str):
+            texts.append(message.content)
+        elif message.content:
+            for part in message.content:
+                if isinstance(part, TextPart):
+                    texts.append(part.text)
+                else:
+                    images.append(part.image_url.url)
+    return texts, images
+
+
+def _image_bytes(url: str, settings) -> bytes:
+    if url.startswith("data:"):
+        return decode_base64_document(url)
+    if not settings.url_fetch_allowlist:
+        raise InvalidInput(
+            "image_url must be a data: URL; fetching remote URLs is disabled on this server",
+            code="url_fetch_disabled",
+        )
+    raise InvalidInput(
+        "remote image URLs are not supported yet; send a data: URL", code="url_fetch_disabled"
+    )
+
+
+def _model_ids(state) -> list[str]:
+    engine = state.engine
+    name = engine.name if engine is not None else state.settings.engine
+    ids = [name]
+    if engine is not None and state.lifecycle.is_ready:
+        ids.append(f"{name}:{engine.version}")
+    return ids
+
+
+def to_parse_request(body: ChatCompletionRequest, settings) -> ParseRequest:
+    texts, images = _parts(body)
+    if len(images) != 1:
+        raise InvalidInput(
+            f"send exactly one image_url part (got {len(images)})", code="invalid_image_count"
+        )
+    max_new = body.max_completion_tokens or body.max_tokens
+    fields: dict[str, Any] = {"mode": mode_from_prompt("\n".join(texts))}
+    if max_new is not None:
+        fields["max_new_tokens"] = max_new
+    if body.tier is not None:
+        fields["tier"] = body.tier
+    return build_parse_request(_image_bytes(images[0], settings), fields, settings)
+
+
+def _usage(result: dict) -> dict:
+    prompt, completion = result["vision_tokens"], result["usage"]["output_tokens"]
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+
+
+def _finish_reason(result: dict) -> str:
+    return "length" if any(p.get("truncated") for p in result["pages"]) else "stop"
+
+
+def _chunk(cid: str, model: str, created: int, delta: dict, finish: str | None) -> dict:
+    return {
+        "id": cid,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+    }
+
+
+def _data(obj: Any) -> bytes:
+    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n".encode()
+
+
+# -- routes ----------------------------------------------------------------------------
+@router.post(
+    "/v1/chat/completions",
+    summary="OpenAI-compatible chat completion over one image",
+    openapi_extra={
+        "requestBody": {"required": True, "content": {"application/json": {"schema": _BODY_SCHEMA}}}
+    },
+    responses={s: _ERROR for s in (400, 401, 403, 404, 413, 415, 429, 503, 504)},
+)
+async def chat_completions(request: Request) -> Response:
+    state = request.app.state
+    settings = state.settings
+    async with state.lifecycle.request_slot():
+        content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if content_type != "application/json" and not content_type.endswith("+json"):
+            raise UnsupportedMediaType("send application/json", code="unsupported_content_type")
+        raw = await read_body(request, settings.max_upload_bytes * 4 // 3 + 1024 * 1024)
+        try:
+            body = ChatCompletionRequest.model_validate_json(raw)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first.get("loc", ())) or "body"
+            raise InvalidInput(f"{where}: {first.get('msg')}", code="invalid_request") from None
+        if body.model not in _model_ids(state):
+            raise NotFound(
+                f"model {body.model!r} is not served here; see GET /v1/models",
+                code="model_not_found",
+            )
+        parse_request = to_parse_request(body, settings)
+        cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+        if body.stream:
+            include_usage = bool(body.stream_options and body.stream_options.include_usage)
+            return await _stream(request, parse_request, cid, body.model, created, include_usage)
+        try:
+            result = await run_until_disconnect(request, state.parse_service.parse(parse_request))
+        except ClientDisconnected:
+            return Response(status_code=CLIENT_CLOSED_STATUS)
+    message = {"role": "assistant", "content": result["content"]}
+    reply = {
+        "id": cid,
+        "object": "chat.completion",
+        "created": created,
+        "model": body.model,
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": _finish_reason(result),
+                "logprobs": None,
+            }
+        ],
+        "usage": _usage(result),
+        "system_fingerprint": f"{result['model']['engine']}:{result['model']['version']}",
+    }
+    return JSONResponse(reply)
+
+
+async def _stream(
+    request: Request,
+    parse_request: ParseRequest,
+    cid: str,
+    model: str,
+    created: int,
+    include_usage: bool,
+) -> Response:
+    app = request.app
+    events = ParseEvents(app, parse_request)
+    try:
+        await events.start(request)
+    except ClientDisconnected:
+        return Response(status_code=CLIENT_CLOSED_STATUS)
+
+    async def body() -> AsyncIterator[bytes]:
+        async with app.state.lifecycle.request_slot(check=False):
+            try:
+                yield _data(_chunk(cid, model, created, {"role": "assistant", "content": ""}, None))
+                pages_started = 0
+                async for kind, data in events:
+                    if kind == "page":
+                        if pages_started:  # keep sum(deltas) == the non-streaming content
+                            delta = {"content": PAGE_SEPARATOR}
+                            yield _data(_chunk(cid, model, created, delta, None))
+                        pages_started += 1
+                    elif kind == "delta":
+                        delta = {"content": data["text"]}
+                        yield _data(_chunk(cid, model, created, delta, None))
+                    elif kind == "error":
+                        yield _data(data)
+                    elif kind == "result":
+                        yield _data(_chunk(cid, model, created, {}, _finish_reason(data)))
+                        if include_usage:
+                            last = _chunk(cid, model, created, {}, None)
+                            last["choices"], last["usage"] = [], _usage(data)
+                            yield _data(last)
+                yield b"data: [DONE]\n\n"
+            finally:
+                await events.aclose()
+
+    return StreamingResponse(body(), media_type="text/event-stream", headers=SSE_HEADERS)
+
+
+@router.get("/v1/models", summary="OpenAI-compatible list of served models")
+async def list_models(request: Request) -> JSONResponse:
+    state = request.app.state
+    engine = state.engine
+    version = engine.version if engine is not None and state.lifecycle.is_ready else None
+    data = [
+        {
+            "id": mid,
+            "object": "model",
+            "created": _STARTED,
+            "owned_by": "docparser",
+            "version": version,
+        }
+        for mid in _model_ids(state)
+    ]
+    return JSONResponse({"object": "list", "data": data})

@@ -1,0 +1,144 @@
+"""Streaming parses as Server-Sent Events (``stream: true`` on ``/v1/document/parse``).
+
+``ParseEvents`` runs one parse as a task and turns ``ParseService``'s callbacks into an
+ordered stream of events; the parse route formats them as SSE here, the OpenAI route as
+``chat.completion.chunk`` objects. Events:
+
+- ``page``   ``{"index"}``: a page starts (before its first delta),
+- ``delta``  ``{"page", "text"}``: text as the engine generates it (``Engine.stream_page``),
+- ``page_end`` the finished page (``PageResult.to_dict()`` without ``content``),
+- ``result`` the full reply of ``/v1/document/parse`` (always last on success),
+- ``error``  ``{"error": {"code", "message"}}`` (always last on failure).
+
+Errors that happen before the first event (bad input, queue full, draining) are raised
+instead, so the client gets a normal 4xx/5xx JSON reply rather than a 200 stream that
+fails. When the client disconnects, Starlette cancels the body iterator; cancelling the
+parse task makes ``ParseService`` stop the generation (the engine's ``on_delta`` returns
+True).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import Response, StreamingResponse
+
+from ..errors import DocParserError, EngineFailure
+from .error_mapping import CLIENT_CLOSED_STATUS, error_body
+from .request_input import ParseRequest
+from .routes_parse import ClientDisconnected, run_until_disconnect
+
+log = logging.getLogger("docparser.stream")
+
+Event = tuple[str, Any]
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+class ParseEvents:
+    """One streaming parse: ``await start()`` then ``async for kind, data in events``."""
+
+    def __init__(self, app: FastAPI, parse_request: ParseRequest) -> None:
+        self._app = app
+        self._request = parse_request
+        self._queue: asyncio.Queue[Event] = asyncio.Queue()
+        self._started: set[int] = set()
+        self._task: asyncio.Task | None = None
+        self._first: Event | None = None
+
+    def _page_start(self, index: int) -> None:
+        if index not in self._started:
+            self._started.add(index)
+            self._queue.put_nowait(("page", {"index": index}))
+
+    def _on_delta(self, index: int, text: str) -> None:
+        self._page_start(index)
+        if text:
+            self._queue.put_nowait(("delta", {"page": index, "text": text}))
+
+    def _on_page(self, page: dict) -> None:
+        self._page_start(page["index"])
+        self._queue.put_nowait(("page_end", {k: v for k, v in page.items() if k != "content"}))
+
+    async def _run(self) -> None:
+        service = self._app.state.parse_service
+        try:
+            result = await service.parse(
+                self._request, on_page=self._on_page, on_delta=self._on_delta
+            )
+        except DocParserError as exc:
+            self._queue.put_nowait(("error", exc))
+        except Exception as exc:
+            log.exception("streaming parse failed")
+            self._queue.put_nowait(
+                ("error", EngineFailure(f"internal error ({type(exc).__name__})"))
+            )
+        else:
+            self._queue.put_nowait(("result", result))
+
+    async def start(self, request: Request) -> None:
+        """Start the parse and wait for its first event; raise early errors as-is."""
+        self._task = asyncio.ensure_future(self._run())
+        try:
+            self._first = await run_until_disconnect(request, self._queue.get())
+        except BaseException:
+            await self.aclose()
+            raise
+        if self._first[0] == "error":
+            await self.aclose()
+            raise self._first[1]
+
+    async def __aiter__(self) -> AsyncIterator[Event]:
+        assert self._first is not None, "call start() first"
+        kind, data = self._first
+        while True:
+            if kind == "error":
+                yield kind, error_body(data.code, data.message)
+                return
+            yield kind, data
+            if kind == "result":
+                return
+            kind, data = await self._queue.get()
+
+    async def aclose(self) -> None:
+        """Stop the parse (client gone or stream finished); idempotent."""
+        task = self._task
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+
+
+def sse_event(event: str, data: Any) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+
+
+async def stream_parse(request: Request, parse_request: ParseRequest) -> Response:
+    """The ``stream_responder`` of ``/v1/document/parse``."""
+    app = request.app
+    events = ParseEvents(app, parse_request)
+    try:
+        await events.start(request)
+    except ClientDisconnected:
+        return Response(status_code=CLIENT_CLOSED_STATUS)
+
+    async def body() -> AsyncIterator[bytes]:
+        # The route's in-flight slot ends when it returns this response; hold our own
+        # so a drain waits for the stream to finish.
+        async with app.state.lifecycle.request_slot(check=False):
+            try:
+                async for kind, data in events:
+                    yield sse_event(kind, data)
+            finally:
+                await events.aclose()
+
+    return StreamingResponse(body(), media_type="text/event-stream", headers=SSE_HEADERS)
+
+
+def install_streaming(app: FastAPI) -> None:
+    app.state.stream_responder = stream_parse

@@ -1,0 +1,177 @@
+"""HTTP semantics of /v1/jobs: 202 + Location, polling, progress, queue positions,
+Idempotency-Key (same body -> same job, other body -> 409), cancel, 404, failures,
+and two app instances sharing one real Redis (any replica answers for any job)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import time
+
+import pytest
+from app_for_tests import make_settings, serving
+from engines_for_tests import GatedEngine, png_bytes
+from PIL import Image
+
+JOBS = "/v1/jobs"
+
+
+def pdf_bytes(pages: int) -> bytes:
+    images = [Image.new("RGB", (200 + 10 * i, 300), "white") for i in range(pages)]
+    buf = io.BytesIO()
+    images[0].save(buf, format="PDF", save_all=True, append_images=images[1:], resolution=72)
+    return buf.getvalue()
+
+
+def upload(data: bytes, name: str = "doc.pdf", **fields):
+    return {"files": {"file": (name, data, "application/octet-stream")}, "data": fields}
+
+
+async def wait_status(client, job_id: str, statuses: set[str], timeout: float = 10.0) -> dict:
+    end = time.monotonic() + timeout
+    while True:
+        body = (await client.get(f"{JOBS}/{job_id}")).json()
+        if body["status"] in statuses:
+            return body
+        assert time.monotonic() < end, f"job stuck in {body['status']}: {body}"
+        await asyncio.sleep(0.02)
+
+
+async def test_submit_poll_result_and_progress():
+    async with serving(make_settings(max_batch_size=1, pdf_dpi=72)) as (_app, client, _engine):
+        reply = await client.post(JOBS, **upload(pdf_bytes(3), mode="text"))
+        assert reply.status_code == 202
+        job = reply.json()
+        assert reply.headers["location"] == f"/v1/jobs/{job['id']}"
+        assert job["status"] in ("queued", "running") and job["object"] == "job"
+        done = await wait_status(client, job["id"], {"succeeded"})
+    assert done["progress"] == {"pages_done": 3, "pages_total": 3}
+    result = done["result"]
+    assert [p["index"] for p in result["pages"]] == [0, 1, 2]
+    assert result["pages"][1]["content"] == "# page 1 210x300 text tier 0"
+    assert "queue_position" not in done
+
+
+async def test_queue_positions_and_cancel_of_a_queued_job():
+    async with serving() as (_app, client, engine):
+        engine.gate.clear()
+        engine.entered.clear()
+        first = (await client.post(JOBS, **upload(png_bytes(), "a.png"))).json()
+        await asyncio.to_thread(engine.entered.wait, 5)
+        await wait_status(client, first["id"], {"running"})
+        second = (await client.post(JOBS, **upload(png_bytes(), "b.png", tier="1"))).json()
+        third = (await client.post(JOBS, **upload(png_bytes(), "c.png", tier="2"))).json()
+        assert (second["status"], second["queue_position"]) == ("queued", 0)
+        assert third["queue_position"] == 1
+        running = (await client.get(f"{JOBS}/{first['id']}")).json()
+        assert running["status"] == "running" and running["progress"]["pages_total"] == 1
+
+        cancelled = await client.delete(f"{JOBS}/{second['id']}")
+        assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
+        assert (await client.get(f"{JOBS}/{third['id']}")).json()["queue_position"] == 0
+        engine.gate.set()
+        await wait_status(client, first["id"], {"succeeded"})
+        await wait_status(client, third["id"], {"succeeded"})
+        again = (await client.get(f"{JOBS}/{second['id']}")).json()
+    assert again["status"] == "cancelled" and "result" not in again
+    # The cancelled job never reached the engine: tiers 0 and 2 ran, tier 1 did not.
+    assert [o.tier for o in engine.batch_options] == [0, 2]
+
+
+async def test_cancel_of_a_running_job_stops_at_the_next_page():
+    engine = GatedEngine(delay_s=0.4)
+    async with serving(make_settings(max_batch_size=1), engine) as (_app, client, _):
+        job = (await client.post(JOBS, **upload(pdf_bytes(5)))).json()
+        await wait_status(client, job["id"], {"running"})
+        await asyncio.to_thread(engine.entered.wait, 5)
+        requested = (await client.delete(f"{JOBS}/{job['id']}")).json()
+        assert requested["status"] in ("running", "cancelled")
+        final = await wait_status(client, job["id"], {"cancelled", "succeeded", "failed"})
+    assert final["status"] == "cancelled"
+    assert final["progress"]["pages_done"] < 5
+    assert len(engine.batches) <= 2  # the page in the engine finishes, later ones never start
+
+
+async def test_idempotency_key_same_body_same_job_other_body_conflict():
+    async with serving() as (_app, client, _engine):
+        headers = {"Idempotency-Key": "order-42"}
+        first = await client.post(JOBS, headers=headers, **upload(png_bytes(), "a.png"))
+        again = await client.post(JOBS, headers=headers, **upload(png_bytes(), "a.png"))
+        assert first.status_code == again.status_code == 202
+        assert again.json()["id"] == first.json()["id"]
+        assert again.headers["idempotent-replayed"] == "true"
+        other_body = await client.post(
+            JOBS, headers=headers, **upload(png_bytes(), "a.png", tier="3")
+        )
+        assert other_body.status_code == 409
+        assert other_body.json()["error"]["code"] == "idempotency_conflict"
+        bad_key = await client.post(
+            JOBS, headers={"Idempotency-Key": "has space"}, **upload(png_bytes(), "a.png")
+        )
+        assert bad_key.status_code == 400
+        fresh = await client.post(JOBS, headers={"Idempotency-Key": "k2"}, **upload(png_bytes()))
+        assert fresh.json()["id"] != first.json()["id"]
+
+
+async def test_unknown_job_404_and_finished_job_cannot_be_cancelled():
+    async with serving() as (_app, client, _engine):
+        for method in ("GET", "DELETE"):
+            missing = await client.request(method, f"{JOBS}/job_doesnotexist")
+            assert missing.status_code == 404
+            assert missing.json()["error"]["code"] == "job_not_found"
+        job = (await client.post(JOBS, **upload(png_bytes(), "a.png"))).json()
+        await wait_status(client, job["id"], {"succeeded"})
+        conflict = await client.delete(f"{JOBS}/{job['id']}")
+    assert conflict.status_code == 409 and conflict.json()["error"]["code"] == "job_finished"
+
+
+async def test_bad_document_fails_the_job_with_the_parse_error():
+    async with serving() as (_app, client, _engine):
+        job = (await client.post(JOBS, **upload(b"this is not an image at all", "x.bin"))).json()
+        failed = await wait_status(client, job["id"], {"failed"})
+    assert failed["error"]["code"] == "unsupported_media_type" and "result" not in failed
+
+
+async def test_invalid_options_and_stream_are_refused_at_submit():
+    async with serving() as (_app, client, _engine):
+        bad_tier = await client.post(JOBS, **upload(png_bytes(), "a.png", tier="9"))
+        assert bad_tier.status_code == 400
+        stream = await client.post(JOBS, **upload(png_bytes(), "a.png", stream="true"))
+        assert stream.status_code == 400
+
+
+async def test_draining_replica_refuses_new_jobs_but_answers_for_old_ones():
+    async with serving() as (app, client, _engine):
+        job = (await client.post(JOBS, **upload(png_bytes(), "a.png"))).json()
+        await wait_status(client, job["id"], {"succeeded"})
+        app.state.lifecycle.start_draining()
+        refused = await client.post(JOBS, **upload(png_bytes(), "b.png"))
+        assert refused.status_code == 503
+        assert (await client.get(f"{JOBS}/{job['id']}")).status_code == 200
+
+
+async def test_memory_store_fails_queued_jobs_when_the_process_stops():
+    async with serving() as (app, client, engine):
+        engine.gate.clear()
+        engine.entered.clear()
+        running = (await client.post(JOBS, **upload(png_bytes(), "a.png"))).json()
+        await asyncio.to_thread(engine.entered.wait, 5)
+        queued = (await client.post(JOBS, **upload(png_bytes(), "b.png"))).json()
+        store = app.state.job_store
+        engine.gate.set()  # the running job finishes during the drain
+    assert (await store.get(running["id"])).status == "succeeded"
+    left = await store.get(queued["id"])
+    assert left.status == "failed" and left.error["code"] == "unavailable"
+
+
+@pytest.mark.redis
+async def test_any_replica_answers_for_any_job_with_redis(redis_url):
+    submitter = make_settings(redis_url=redis_url, job_workers=0)
+    runner = make_settings(redis_url=redis_url, job_lease_s=2)
+    async with serving(submitter) as (_a, client_a, _e), serving(runner) as (_b, client_b, _f):
+        job = (await client_a.post(JOBS, **upload(pdf_bytes(2)))).json()
+        assert (await client_b.get(f"{JOBS}/{job['id']}")).status_code == 200
+        done = await wait_status(client_a, job["id"], {"succeeded"})
+        assert done["progress"] == {"pages_done": 2, "pages_total": 2}
+        cancel_elsewhere = await client_b.delete(f"{JOBS}/{job['id']}")
+        assert cancel_elsewhere.status_code == 409
