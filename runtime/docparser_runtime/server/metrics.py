@@ -48,6 +48,8 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
+        for stage in STAGES:  # export zeros before the first request, for dashboards
+            self.stage_seconds.labels(stage=stage)
         self.outstanding_requests = Gauge(
             "docparser_outstanding_requests",
             "Parse requests accepted and not yet answered.",
