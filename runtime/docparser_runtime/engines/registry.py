@@ -30,7 +30,8 @@ def engine_class(name: str) -> type[Engine]:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        hint = " (install the 'deepseek' extra)" if name == "deepseek-ocr2" else ""
+        missing_dependency = not (exc.name or "").startswith("docparser_runtime")
+        hint = " (install the 'deepseek' extra)" if missing_dependency else ""
         raise WeightsError(f"engine {name!r} is not installed: {exc}{hint}") from exc
     return getattr(module, class_name)
 
