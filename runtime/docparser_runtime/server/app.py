@@ -16,18 +16,21 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from docparser_runtime.cache import with_result_cache
 from docparser_runtime.engines.base import Engine
 from docparser_runtime.engines.registry import create_engine
 from docparser_runtime.server import routes_health, routes_jobs, routes_openai, routes_parse
+from docparser_runtime.server.auth import create_key_store
 from docparser_runtime.server.batcher import MicroBatcher
 from docparser_runtime.server.error_mapping import install_error_handlers
 from docparser_runtime.server.jobs_runtime import start_jobs, stop_jobs
 from docparser_runtime.server.lifecycle import Lifecycle
 from docparser_runtime.server.metrics import Metrics
 from docparser_runtime.server.parse_service import DocumentLoader, ParseService
+from docparser_runtime.server.ratelimit import RateLimiter, enforce_limits
 from docparser_runtime.server.sse import install_streaming
 from docparser_runtime.settings import Settings
 
@@ -90,8 +93,10 @@ async def _bring_up(app: FastAPI, engine: Engine | None, engine_loaded: bool) ->
     )
     batcher.start()
     state.batcher = batcher
-    state.parse_service = ParseService(
-        settings, engine, batcher, state.metrics, loader=state.document_loader
+    state.parse_service = with_result_cache(
+        ParseService(settings, engine, batcher, state.metrics, loader=state.document_loader),
+        settings,
+        state.metrics.registry,
     )
     state.metrics.set_engine(engine.name, engine.version)
     state.metrics.ready.set(1)
@@ -143,6 +148,8 @@ def create_app(
         version="0.1.0",
         summary="Document parsing with DeepSeek-OCR-2-class models",
         lifespan=lifespan,
+        # API keys and per-key limits on every /v1 route; probes and /metrics stay open.
+        dependencies=[Depends(enforce_limits)],
     )
     app.state.settings = settings
     app.state.metrics = Metrics()
@@ -151,6 +158,8 @@ def create_app(
     app.state.batcher = None
     app.state.parse_service = None
     app.state.stream_responder = None
+    app.state.api_keys = create_key_store(settings.api_keys_file)
+    app.state.rate_limiter = RateLimiter.from_settings(settings)
     app.state.document_loader = document_loader
     app.state.drain_deadline = None  # set by server/drain.py on SIGTERM
     install_error_handlers(app)

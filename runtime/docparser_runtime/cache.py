@@ -1,0 +1,244 @@
+"""Result cache: the same document with the same options on the same model is parsed once.
+
+Users re-send the same scans (retries, re-runs of a batch, the same letterhead); a GPU
+minute saved per hit is the point. The key is the sha256 of the input bytes plus
+everything that changes the output: options, page range, PDF render DPI, engine name,
+model version and the pinned weights digest, so a new model never serves stale results.
+
+Two backends behind one small async interface: an in-memory LRU bounded in bytes (one
+replica) and Redis (``SET ... EX ttl``, JSON values) shared by all replicas. The cache
+is advisory: a Redis outage turns into misses, never into failed requests.
+
+``CachedParseService`` wraps ``ParseService`` with the same ``parse`` signature, so the
+parse route, jobs, streaming and the OpenAI route all share it; a hit replays the pages
+to ``on_page``/``on_delta`` callbacks, so streaming clients see the same event shapes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from docparser_runtime.settings import Settings
+
+log = logging.getLogger("docparser.cache")
+
+KEY_PREFIX = "docparser:result:v1:"
+
+
+def cache_key(request: Any, *, engine: str, version: str, settings: Settings) -> str:
+    """Key of one parse: input digest + every input of the output (see module doc)."""
+    opts = request.options
+    material = {
+        "input": hashlib.sha256(request.data).hexdigest(),
+        "tier": opts.tier,
+        "mode": opts.mode,
+        "max_new_tokens": opts.max_new_tokens,
+        "pages": request.pages,
+        "pdf_dpi": settings.pdf_dpi,
+        "engine": engine,
+        "version": version,
+        "weights": settings.weights_sha256,
+    }
+    canonical = json.dumps(material, sort_keys=True, separators=(",", ":"))
+    return KEY_PREFIX + hashlib.sha256(canonical.encode()).hexdigest()
+
+
+class ResultCache(Protocol):
+    async def get(self, key: str) -> bytes | None: ...
+    async def set(self, key: str, value: bytes) -> None: ...
+    async def close(self) -> None: ...
+
+
+class CacheMetrics:
+    """Hit/miss counters on the app's own registry (``docparser_cache_*``)."""
+
+    def __init__(self, registry: CollectorRegistry, backend: str) -> None:
+        self.hits = Counter("docparser_cache_hits", "Result cache hits.", registry=registry)
+        self.misses = Counter("docparser_cache_misses", "Result cache misses.", registry=registry)
+        self.errors = Counter(
+            "docparser_cache_errors",
+            "Cache backend failures (treated as misses).",
+            registry=registry,
+        )
+        self.bytes = Gauge(
+            "docparser_cache_bytes", "Bytes held by the in-memory result cache.", registry=registry
+        )
+        self.backend = backend
+
+
+class MemoryCache:
+    """LRU over JSON bytes, bounded by total bytes, entries expiring after ``ttl_s``."""
+
+    def __init__(
+        self, *, max_bytes: int, ttl_s: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.max_bytes = max_bytes
+        self.ttl_s = ttl_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._items: OrderedDict[str, tuple[float, bytes]] = OrderedDict()
+        self.used_bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    async def get(self, key: str) -> bytes | None:
+        with self._lock:
+            item = self._items.get(key)
+            if item is None:
+                return None
+            expires, value = item
+            if self._clock() >= expires:
+                self._drop(key)
+                return None
+            self._items.move_to_end(key)
+            return value
+
+    async def set(self, key: str, value: bytes) -> None:
+        if len(value) > self.max_bytes:
+            return  # larger than the whole budget: caching it would evict everything
+        with self._lock:
+            if key in self._items:
+                self._drop(key)
+            self._items[key] = (self._clock() + self.ttl_s, value)
+            self.used_bytes += len(value)
+            while self.used_bytes > self.max_bytes:
+                self._drop(next(iter(self._items)))
+
+    def _drop(self, key: str) -> None:
+        _expires, value = self._items.pop(key)
+        self.used_bytes -= len(value)
+
+    async def close(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self.used_bytes = 0
+
+
+class RedisCache:
+    """Shared cache in Redis: ``SET key json EX ttl``; values above ``max_bytes`` skipped."""
+
+    def __init__(self, url: str, *, ttl_s: int, max_bytes: int) -> None:
+        import redis.asyncio as aioredis
+
+        self._client = aioredis.Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0)
+        self.ttl_s = ttl_s
+        self.max_bytes = max_bytes
+
+    async def get(self, key: str) -> bytes | None:
+        return await self._client.get(key)
+
+    async def set(self, key: str, value: bytes) -> None:
+        if len(value) <= self.max_bytes:
+            await self._client.set(key, value, ex=self.ttl_s)  # SETEX semantics
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+
+def create_cache(settings: Settings) -> ResultCache | None:
+    """Redis when ``redis_url`` is set, else memory; ``cache_max_bytes=0`` disables."""
+    if settings.cache_max_bytes <= 0:
+        return None
+    if settings.redis_url:
+        return RedisCache(
+            settings.redis_url, ttl_s=settings.cache_ttl_s, max_bytes=settings.cache_max_bytes
+        )
+    return MemoryCache(max_bytes=settings.cache_max_bytes, ttl_s=settings.cache_ttl_s)
+
+
+class CachedParseService:
+    """``ParseService`` with a result cache in front; everything else is delegated."""
+
+    def __init__(
+        self, inner: Any, cache: ResultCache, settings: Settings, registry: CollectorRegistry
+    ) -> None:
+        self._inner = inner
+        self._cache = cache
+        self._settings = settings
+        backend = "redis" if isinstance(cache, RedisCache) else "memory"
+        self.cache_metrics = CacheMetrics(registry, backend)
+        self._close_task: asyncio.Task | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def key_for(self, request: Any) -> str:
+        engine = self._inner.engine
+        return cache_key(
+            request, engine=engine.name, version=engine.version, settings=self._settings
+        )
+
+    async def parse(self, request: Any, *, on_page=None, on_delta=None, deadline=None) -> dict:
+        t0 = time.monotonic()
+        key = self.key_for(request)
+        stored = await self._lookup(key)
+        if stored is not None:
+            self.cache_metrics.hits.inc()
+            return self._replay(stored, t0, on_page, on_delta)
+        self.cache_metrics.misses.inc()
+        body = await self._inner.parse(
+            request, on_page=on_page, on_delta=on_delta, deadline=deadline
+        )
+        await self._store(key, body)
+        return body
+
+    async def _lookup(self, key: str) -> dict | None:
+        try:
+            raw = await self._cache.get(key)
+            return None if raw is None else json.loads(raw)
+        except Exception as exc:
+            self.cache_metrics.errors.inc()
+            log.warning("result cache read failed (%s): serving a miss", type(exc).__name__)
+            return None
+
+    async def _store(self, key: str, body: dict) -> None:
+        try:
+            await self._cache.set(key, json.dumps(body, separators=(",", ":")).encode())
+        except Exception as exc:
+            self.cache_metrics.errors.inc()
+            log.warning("result cache write failed (%s)", type(exc).__name__)
+        self._update_gauge()
+
+    def _update_gauge(self) -> None:
+        if isinstance(self._cache, MemoryCache):
+            self.cache_metrics.bytes.set(self._cache.used_bytes)
+
+    @staticmethod
+    def _replay(body: dict, t0: float, on_page, on_delta) -> dict:
+        for page in body.get("pages", []):
+            if on_delta is not None:
+                on_delta(page["index"], page["content"])
+            if on_page is not None:
+                on_page(page)
+        body["id"] = f"parse-{uuid.uuid4().hex}"
+        body["cached"] = True
+        total_ms = round((time.monotonic() - t0) * 1000, 2)
+        body["timings_ms"] = {"queue": 0.0, "preprocess": 0.0, "inference": 0.0, "total": total_ms}
+        return body
+
+    def close(self) -> None:
+        """Sync like ``ParseService.close``; the backend closes on the running loop."""
+        self._inner.close()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._close_task = loop.create_task(self._cache.close())
+
+
+def with_result_cache(service: Any, settings: Settings, registry: CollectorRegistry) -> Any:
+    """Wrap ``service`` when caching is enabled; otherwise return it unchanged."""
+    cache = create_cache(settings)
+    return service if cache is None else CachedParseService(service, cache, settings, registry)
