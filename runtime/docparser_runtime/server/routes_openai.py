@@ -17,16 +17,18 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
+import aiohttp
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..errors import InvalidInput, NotFound, UnsupportedMediaType
+from ..errors import InvalidInput, NotFound, PayloadTooLarge, UnsupportedMediaType
 from .error_mapping import CLIENT_CLOSED_STATUS
 from .parse_service import PAGE_SEPARATOR
 from .request_input import ParseRequest, build_parse_request, decode_base64_document, read_body
 from .routes_parse import ClientDisconnected, run_until_disconnect
 from .sse import SSE_HEADERS, ParseEvents
+from .url_allowlist import check_url_allowed
 
 router = APIRouter(tags=["openai"])
 _STARTED = int(time.time())
@@ -121,17 +123,38 @@ def _parts(body: ChatCompletionRequest) -> tuple[list[str], list[str]]:
     return texts, images
 
 
-def _image_bytes(url: str, settings) -> bytes:
+async def fetch_allowed_image(url: str, settings) -> bytes:
+    """GET an allow-listed URL: no redirects (a hop could leave the allow-list), bounded
+    time and size; every failure is the caller's input problem (4xx), never a 5xx."""
+    check_url_allowed(url, settings.url_fetch_allowlist)
+    limit = settings.max_upload_bytes
+    try:
+        timeout = aiohttp.ClientTimeout(total=30)
+        async with (
+            aiohttp.ClientSession(timeout=timeout) as session,
+            session.get(url, allow_redirects=False) as resp,
+        ):
+            if resp.status != 200:
+                raise InvalidInput(
+                    f"fetching image_url answered HTTP {resp.status}", code="url_fetch_failed"
+                )
+            chunks, total = [], 0
+            async for chunk in resp.content.iter_chunked(65536):
+                total += len(chunk)
+                if total > limit:
+                    raise PayloadTooLarge(f"image_url content exceeds the {limit}-byte limit")
+                chunks.append(chunk)
+            return b"".join(chunks)
+    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        raise InvalidInput(
+            f"fetching image_url failed ({type(exc).__name__})", code="url_fetch_failed"
+        ) from None
+
+
+async def _image_bytes(url: str, settings) -> bytes:
     if url.startswith("data:"):
         return decode_base64_document(url)
-    if not settings.url_fetch_allowlist:
-        raise InvalidInput(
-            "image_url must be a data: URL; fetching remote URLs is disabled on this server",
-            code="url_fetch_disabled",
-        )
-    raise InvalidInput(
-        "remote image URLs are not supported yet; send a data: URL", code="url_fetch_disabled"
-    )
+    return await fetch_allowed_image(url, settings)
 
 
 def _model_ids(state) -> list[str]:
@@ -143,7 +166,7 @@ def _model_ids(state) -> list[str]:
     return ids
 
 
-def to_parse_request(body: ChatCompletionRequest, settings) -> ParseRequest:
+async def to_parse_request(body: ChatCompletionRequest, settings) -> ParseRequest:
     texts, images = _parts(body)
     if len(images) != 1:
         raise InvalidInput(
@@ -155,7 +178,7 @@ def to_parse_request(body: ChatCompletionRequest, settings) -> ParseRequest:
         fields["max_new_tokens"] = max_new
     if body.tier is not None:
         fields["tier"] = body.tier
-    return build_parse_request(_image_bytes(images[0], settings), fields, settings)
+    return build_parse_request(await _image_bytes(images[0], settings), fields, settings)
 
 
 def _usage(result: dict) -> dict:
@@ -213,7 +236,7 @@ async def chat_completions(request: Request) -> Response:
                 f"model {body.model!r} is not served here; see GET /v1/models",
                 code="model_not_found",
             )
-        parse_request = to_parse_request(body, settings)
+        parse_request = await to_parse_request(body, settings)
         cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)

@@ -1,0 +1,80 @@
+"""Run ``docparser-runtime serve`` as a real child process on a free 127.0.0.1 port.
+
+Used by the tests that need what only a real process has: uvicorn's signal handling
+(drain), SIGKILL (job failover) and a network socket for the official ``openai`` client.
+Every wait is bounded; the process log is kept for assertion messages.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+from redis_server import free_port
+
+
+class LiveServer:
+    def __init__(self, *, engine: str = "rapidocr", env: dict[str, str] | None = None) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.engine = engine
+        self.env = {k: str(v) for k, v in (env or {}).items()}
+        self._log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - lives as long as the server
+            prefix="docparser-live-", suffix=".log", delete=False
+        )
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> LiveServer:
+        env = {**os.environ, "DOCPARSER_LOG_LEVEL": "info", "DOCPARSER_DRAIN_GRACE_S": "0.2"}
+        env.update(self.env)
+        args = [sys.executable, "-m", "docparser_runtime", "serve", "--engine", self.engine]
+        args += ["--host", "127.0.0.1", "--port", str(self.port)]
+        self.proc = subprocess.Popen(args, env=env, stdout=self._log, stderr=subprocess.STDOUT)
+        return self
+
+    def wait_ready(self, timeout: float = 90.0) -> LiveServer:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"server exited early ({self.proc.returncode}):\n{self.log()}")
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError(f"server not ready within {timeout}s:\n{self.log()}")
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+
+    def wait_exit(self, timeout: float) -> int:
+        assert self.proc is not None
+        return self.proc.wait(timeout)
+
+    def log(self) -> str:
+        return Path(self._log.name).read_text(errors="replace")[-6000:]
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self._log.close()
+        os.unlink(self._log.name)
+
+    def __enter__(self) -> LiveServer:
+        return self.start().wait_ready()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

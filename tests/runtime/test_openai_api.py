@@ -1,0 +1,99 @@
+"""The official ``openai`` client against a live server (rapidocr engine on 127.0.0.1):
+chat completion with a data-URL image, streaming, models.list, and its error paths."""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import openai
+import pytest
+from live_server import LiveServer
+from PIL import Image, ImageDraw, ImageFont
+
+pytestmark = pytest.mark.slow
+
+FONT = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"
+WORDS = "Invoice 2026"
+
+
+def data_url() -> str:
+    img = Image.new("RGB", (420, 120), "white")
+    ImageDraw.Draw(img).text((20, 30), WORDS, fill="black", font=ImageFont.truetype(FONT, 44))
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def messages(prompt: str, url: str) -> list[dict]:
+    return [
+        {
+            "role": "user",
+            "content": [
+                {"type": "image_url", "image_url": {"url": url}},
+                {"type": "text", "text": prompt},
+            ],
+        }
+    ]
+
+
+@pytest.fixture(scope="module")
+def client():
+    with LiveServer(env={"DOCPARSER_DEFAULT_TIER": "0"}) as server:
+        yield openai.OpenAI(
+            base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=120
+        )
+
+
+def test_models_list_names_the_loaded_engine(client):
+    models = client.models.list()
+    ids = [m.id for m in models.data]
+    assert ids[0] == "rapidocr" and ids[1].startswith("rapidocr:rapidocr-onnxruntime")
+
+
+def test_chat_completion_with_a_data_url_image(client):
+    reply = client.chat.completions.create(
+        model="rapidocr", messages=messages("Free OCR.", data_url()), max_tokens=256
+    )
+    text = reply.choices[0].message.content
+    assert "Invoice" in text and "2026" in text
+    assert reply.choices[0].finish_reason == "stop"
+    assert reply.usage.prompt_tokens == 256  # tier 0: the global view only
+    assert reply.usage.completion_tokens > 0
+    assert reply.usage.total_tokens == reply.usage.prompt_tokens + reply.usage.completion_tokens
+
+
+def test_streaming_chat_completion_deltas_add_up_to_the_answer(client):
+    url = data_url()
+    stream = client.chat.completions.create(
+        model="rapidocr",
+        messages=messages("<|grounding|>Convert the document to markdown.", url),
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    finishes = [
+        c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason
+    ]
+    assert finishes == ["stop"]
+    assert chunks[-1].usage is not None and chunks[-1].usage.prompt_tokens == 256
+    assert all(c.object == "chat.completion.chunk" for c in chunks)
+    whole = client.chat.completions.create(
+        model="rapidocr", messages=messages("<|grounding|>Convert the document to markdown.", url)
+    )
+    assert text == whole.choices[0].message.content and "Invoice" in text
+
+
+def test_errors_reach_the_client_as_api_errors(client):
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="gpt-4o", messages=messages("Free OCR.", data_url()))
+    with pytest.raises(openai.BadRequestError) as remote:
+        client.chat.completions.create(
+            model="rapidocr", messages=messages("Free OCR.", "http://169.254.169.254/latest")
+        )
+    assert remote.value.body["code"] == "url_not_allowed"
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(
+            model="rapidocr", messages=[{"role": "user", "content": "no image here"}]
+        )
