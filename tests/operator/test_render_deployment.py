@@ -1,0 +1,207 @@
+"""Deployment renderer: goldens plus the properties a GPU OCR service depends on."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from docparser_operator.models import DocParser
+from docparser_operator.render import render_all
+from docparser_operator.render.deployment import PRESTOP_SLEEP_S, drain_seconds
+from golden import CASES, Case, check_golden, of_kind
+
+GATEWAY = Case("deepseek-gateway-canary")
+SERVICE = Case("deepseek-service-router")
+MINIMAL = Case("rapidocr-minimal")
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_golden(case: Case) -> None:
+    check_golden(case, "Deployment")
+
+
+def _deployments(resource: dict, **kw) -> dict[str, dict]:
+    return {d["metadata"]["name"]: d for d in of_kind(render_all(resource, **kw), "Deployment")}
+
+
+def _container(deployment: dict, name: str = "runtime") -> dict:
+    pod = deployment["spec"]["template"]["spec"]
+    return next(c for c in pod["containers"] + pod.get("initContainers", []) if c["name"] == name)
+
+
+def test_rolling_update_needs_no_spare_gpu() -> None:
+    for dep in _deployments(GATEWAY.resource()).values():
+        assert dep["spec"]["strategy"] == {
+            "type": "RollingUpdate",
+            "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
+        }
+
+
+def test_gpu_limits_node_selector_and_toleration() -> None:
+    resource = GATEWAY.resource()
+    resource["spec"]["resources"]["gpu"] = 2
+    dep = _deployments(resource)["invoices-stable"]
+    res = _container(dep)["resources"]
+    assert res["limits"]["nvidia.com/gpu"] == "2" and res["requests"]["nvidia.com/gpu"] == "2"
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
+        "tolerations"
+    ]
+
+
+def test_cpu_engine_gets_no_gpu_and_no_init_container() -> None:
+    dep = _deployments(MINIMAL.resource())["receipts-stable"]
+    pod = dep["spec"]["template"]["spec"]
+    assert "nvidia.com/gpu" not in _container(dep)["resources"]["limits"]
+    assert "tolerations" not in pod and "initContainers" not in pod
+    assert "--model-path" not in _container(dep)["args"]
+
+
+def test_engine_default_gpu_count_is_one_for_deepseek() -> None:
+    resource = GATEWAY.resource()
+    del resource["spec"]["resources"]["gpu"]
+    limits = _container(_deployments(resource)["invoices-stable"])["resources"]["limits"]
+    assert limits["nvidia.com/gpu"] == "1"
+
+
+def test_init_container_fetches_and_verifies_each_tracks_weights() -> None:
+    spec = GATEWAY.resource()["spec"]
+    deps = _deployments(GATEWAY.resource())
+    for track, weights in [("stable", spec["weights"]), ("canary", spec["canary"]["weights"])]:
+        dep = deps[f"invoices-{track}"]
+        fetch = _container(dep, "fetch-weights")
+        assert fetch["command"] == ["docparser-runtime"]
+        assert fetch["args"] == [
+            "fetch-weights",
+            "--source",
+            weights["uri"],
+            "--dest",
+            f"/models/{weights['version']}",
+            "--sha256",
+            weights["sha256"],
+        ]
+        runtime = _container(dep)
+        assert runtime["args"][runtime["args"].index("--model-path") + 1] == (
+            f"/models/{weights['version']}"
+        )
+        env = {e["name"]: e["value"] for e in runtime["env"]}
+        assert env["DOCPARSER_MODEL_VERSION"] == weights["version"]
+        assert dep["metadata"]["labels"]["docparser.io/version"] == weights["version"]
+        assert "docparser.io/version" not in dep["spec"]["selector"]["matchLabels"]
+
+
+def test_pvc_source_is_mounted_read_only_and_copied_verified() -> None:
+    dep = _deployments(SERVICE.resource())["contracts-stable"]
+    fetch = _container(dep, "fetch-weights")
+    assert fetch["args"][2] == "/weights-source/deepseek-ocr-2/2026-01-27"
+    mount = next(m for m in fetch["volumeMounts"] if m["name"] == "weights-source")
+    assert mount["readOnly"] is True
+    volume = next(
+        v for v in dep["spec"]["template"]["spec"]["volumes"] if v["name"] == "weights-source"
+    )
+    assert volume["persistentVolumeClaim"] == {"claimName": "model-store", "readOnly": True}
+
+
+def test_non_root_read_only_root_with_writable_tmp_and_weights() -> None:
+    dep = _deployments(GATEWAY.resource())["invoices-stable"]
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    for name in ("runtime", "fetch-weights"):
+        sc = _container(dep, name)["securityContext"]
+        assert sc["readOnlyRootFilesystem"] is True
+        assert sc["allowPrivilegeEscalation"] is False
+        assert sc["capabilities"] == {"drop": ["ALL"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert "emptyDir" in volumes["tmp"] and "emptyDir" in volumes["weights"]
+    fetch_mounts = {m["mountPath"]: m for m in _container(dep, "fetch-weights")["volumeMounts"]}
+    assert not fetch_mounts["/models"].get("readOnly")  # the init container writes weights
+    run_mounts = {m["mountPath"]: m for m in _container(dep)["volumeMounts"]}
+    assert run_mounts["/models"]["readOnly"] is True and not run_mounts["/tmp"].get("readOnly")
+
+
+def test_startup_budget_is_at_least_20_minutes_by_default_and_configurable() -> None:
+    resource = GATEWAY.resource()
+    probe = _container(_deployments(resource)["invoices-stable"])["startupProbe"]
+    assert probe["httpGet"]["path"] == "/readyz"
+    assert probe["failureThreshold"] * probe["periodSeconds"] >= 20 * 60
+    resource["spec"]["runtime"]["startupTimeoutSeconds"] = 3600
+    probe = _container(_deployments(resource)["invoices-stable"])["startupProbe"]
+    assert probe["failureThreshold"] * probe["periodSeconds"] == 3600
+
+
+def test_readiness_and_liveness_probe_the_runtime_endpoints() -> None:
+    runtime = _container(_deployments(GATEWAY.resource())["invoices-stable"])
+    assert runtime["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert runtime["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "http"}
+    assert runtime["ports"] == [{"name": "http", "containerPort": 8000, "protocol": "TCP"}]
+
+
+@pytest.mark.parametrize("max_new_tokens", [256, 4096, 8192])
+def test_grace_period_covers_prestop_and_drain(max_new_tokens: int) -> None:
+    resource = GATEWAY.resource()
+    resource["spec"]["runtime"]["maxNewTokens"] = max_new_tokens
+    dep = _deployments(resource)["invoices-stable"]
+    runtime = _container(dep)
+    drain = drain_seconds(DocParser.from_resource(resource).spec)
+    env = {e["name"]: e["value"] for e in runtime["env"]}
+    assert env["DOCPARSER_DRAIN_TIMEOUT_S"] == str(drain)
+    assert runtime["lifecycle"]["preStop"] == {"sleep": {"seconds": PRESTOP_SLEEP_S}}
+    grace = dep["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert grace > PRESTOP_SLEEP_S + drain
+    assert drain >= max_new_tokens / 20  # a slow GPU's decode of the longest page
+
+
+def test_runtime_settings_reach_the_pod_as_env() -> None:
+    resource = GATEWAY.resource()
+    resource["spec"]["runtime"].update(maxBatchSize=3, maxNewTokens=1234)
+    resource["spec"]["tier"] = 2
+    env = {
+        e["name"]: e["value"] for e in _container(_deployments(resource)["invoices-stable"])["env"]
+    }
+    assert env["DOCPARSER_MAX_BATCH_SIZE"] == "3"
+    assert env["DOCPARSER_DEFAULT_MAX_NEW_TOKENS"] == "1234"
+    assert env["DOCPARSER_DEFAULT_TIER"] == "2"
+    assert env["DOCPARSER_API_KEYS_FILE"] == "/var/run/secrets/docparser/api-keys"
+
+
+def test_api_keys_secret_is_mounted_only_when_configured() -> None:
+    dep = _deployments(GATEWAY.resource())["invoices-stable"]
+    volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["api-keys"]["secret"]["secretName"] == "ocr-keys"
+    bare = _deployments(SERVICE.resource())["contracts-stable"]
+    assert "api-keys" not in {v["name"] for v in bare["spec"]["template"]["spec"]["volumes"]}
+    env = {e["name"] for e in _container(bare)["env"]}
+    assert "DOCPARSER_API_KEYS_FILE" not in env
+
+
+def test_metrics_port_is_annotated() -> None:
+    dep = _deployments(GATEWAY.resource())["invoices-stable"]
+    annotations = dep["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/port"] == "8000"
+    assert annotations["prometheus.io/path"] == "/metrics"
+
+
+def test_replicas_are_omitted_exactly_when_an_hpa_owns_the_track() -> None:
+    objects = render_all(GATEWAY.resource())
+    hpa_targets = {
+        h["spec"]["scaleTargetRef"]["name"] for h in of_kind(objects, "HorizontalPodAutoscaler")
+    }
+    for dep in of_kind(objects, "Deployment"):
+        assert ("replicas" in dep["spec"]) == (dep["metadata"]["name"] not in hpa_targets)
+    assert hpa_targets == {"invoices-stable"}
+
+
+def test_fixed_size_split_by_canary_weight() -> None:
+    resource = SERVICE.resource()
+    deps = _deployments(resource)
+    assert deps["contracts-stable"]["spec"]["replicas"] == 3
+    assert deps["contracts-canary"]["spec"]["replicas"] == 1
+    changed = copy.deepcopy(resource)
+    changed["spec"]["canary"]["weight"] = 50
+    deps = _deployments(changed)
+    assert (
+        deps["contracts-stable"]["spec"]["replicas"],
+        deps["contracts-canary"]["spec"]["replicas"],
+    ) == (2, 2)
