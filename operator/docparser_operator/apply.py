@@ -1,0 +1,259 @@
+"""Thin, synchronous Kubernetes I/O for the operator.
+
+Why raw REST calls instead of the generated typed APIs: the operator handles every child as a
+plain dict (what the pure renderers return) and needs server-side apply with an explicit
+field manager, label-selected lists and delete preconditions; the generated models add nothing
+but conversion. Credentials come from the ``kubernetes`` package's config loaders (in-cluster
+or KUBECONFIG). Every request is counted so benchmarks and tests can assert on writes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import urllib.parse
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client as k8s_client
+from kubernetes import config as k8s_config
+from kubernetes.config.config_exception import ConfigException
+
+FIELD_MANAGER = "docparser-operator"
+USER_AGENT = "docparser-operator/0.1"
+WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+@dataclass(frozen=True)
+class ResourceRef:
+    """Where a kind lives in the API: group/version prefix, plural, scope."""
+
+    api_version: str
+    kind: str
+    plural: str
+    namespaced: bool = True
+
+    def path(self, namespace: str | None = None, name: str | None = None, sub: str = "") -> str:
+        prefix = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
+        parts = [prefix]
+        if self.namespaced and namespace:
+            parts.append(f"namespaces/{namespace}")
+        parts.append(self.plural)
+        if name:
+            parts.append(name)
+        if sub:
+            parts.append(sub)
+        return "/".join(parts)
+
+
+DOCPARSER = ResourceRef("docparser.io/v1alpha1", "DocParser", "docparsers")
+KNOWN_KINDS: dict[str, ResourceRef] = {
+    r.kind: r
+    for r in (
+        DOCPARSER,
+        ResourceRef("apps/v1", "Deployment", "deployments"),
+        ResourceRef("v1", "Service", "services"),
+        ResourceRef("v1", "Pod", "pods"),
+        ResourceRef("v1", "Event", "events"),
+        ResourceRef("v1", "Namespace", "namespaces", namespaced=False),
+        ResourceRef("v1", "ConfigMap", "configmaps"),
+        ResourceRef("v1", "Secret", "secrets"),
+        ResourceRef("v1", "ServiceAccount", "serviceaccounts"),
+        ResourceRef("autoscaling/v2", "HorizontalPodAutoscaler", "horizontalpodautoscalers"),
+        ResourceRef("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets"),
+        ResourceRef("gateway.networking.k8s.io/v1", "HTTPRoute", "httproutes"),
+    )
+}
+
+
+def ref_for(obj_or_kind: dict[str, Any] | str) -> ResourceRef:
+    """The ResourceRef of an object (by its kind) or of a kind name."""
+    kind = obj_or_kind if isinstance(obj_or_kind, str) else obj_or_kind["kind"]
+    try:
+        return KNOWN_KINDS[kind]
+    except KeyError:
+        raise ValueError(f"the operator does not know where kind {kind!r} lives") from None
+
+
+class ApiError(Exception):
+    """A non-2xx answer from the API server (status and the server's message kept)."""
+
+    def __init__(self, status: int, reason: str, message: str, method: str, path: str) -> None:
+        super().__init__(f"{method} {path}: {status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+    @property
+    def transient(self) -> bool:
+        """Worth retrying with backoff (server trouble, throttling, conflicts, timeouts)."""
+        return self.status in (409, 429) or self.status >= 500 or self.status == 0
+
+
+def load_configuration(kubeconfig: str | None = None) -> k8s_client.Configuration:
+    """In-cluster credentials when running in a pod, else ``kubeconfig`` / ~/.kube/config.
+
+    The path is passed in (from settings) because the kubernetes package reads KUBECONFIG
+    only once, at import time."""
+    cfg = k8s_client.Configuration()
+    try:
+        k8s_config.load_incluster_config(client_configuration=cfg)
+    except ConfigException:
+        k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+    return cfg
+
+
+class KubeClient:
+    """Dict-in, dict-out Kubernetes client with request accounting.
+
+    Thread-safe: kopf runs sync handlers in a thread pool; urllib3's pool is thread-safe
+    and the counters are guarded by a lock.
+    """
+
+    def __init__(
+        self,
+        configuration: k8s_client.Configuration | None = None,
+        *,
+        user_agent: str = USER_AGENT,
+        timeout_s: float = 30.0,
+    ) -> None:
+        self.cfg = configuration or load_configuration()
+        self._rest = k8s_client.rest.RESTClientObject(self.cfg)
+        self.user_agent = user_agent
+        self.timeout_s = timeout_s
+        self._lock = threading.Lock()
+        self.counts: Counter[str] = Counter()  # method -> number of requests sent
+
+    # accounting ---------------------------------------------------------------------------
+    @property
+    def writes(self) -> int:
+        with self._lock:
+            return sum(n for m, n in self.counts.items() if m in WRITE_METHODS)
+
+    @property
+    def total(self) -> int:
+        with self._lock:
+            return sum(self.counts.values())
+
+    # transport ----------------------------------------------------------------------------
+    def _headers(self, content_type: str | None) -> dict[str, str]:
+        if self.cfg.refresh_api_key_hook is not None:
+            self.cfg.refresh_api_key_hook(self.cfg)
+        headers = {"Accept": "application/json", "User-Agent": self.user_agent}
+        if content_type:
+            headers["Content-Type"] = content_type
+        for auth in self.cfg.auth_settings().values():
+            if auth.get("in") == "header" and auth.get("value"):
+                headers[auth["key"]] = auth["value"]
+        return headers
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: dict[str, str] | None = None,
+        body: Any = None,
+        content_type: str | None = "application/json",
+    ) -> Any:
+        url = self.cfg.host.rstrip("/") + path
+        if query:
+            url += "?" + urllib.parse.urlencode(query)
+        with self._lock:
+            self.counts[method] += 1
+        try:
+            resp = self._rest.request(
+                method,
+                url,
+                headers=self._headers(content_type if body is not None else None),
+                body=body,  # the REST layer serialises dicts as JSON (valid YAML for apply)
+                _request_timeout=self.timeout_s,
+            )
+        except k8s_client.exceptions.ApiException as exc:
+            raise ApiError(exc.status or 0, str(exc.reason), str(exc.body), method, path) from exc
+        except Exception as exc:  # connection refused, TLS, timeouts: all transient
+            raise ApiError(0, type(exc).__name__, str(exc), method, path) from exc
+        data = resp.read()
+        if not 200 <= resp.status < 300:
+            message = data.decode(errors="replace") if data else ""
+            with contextlib.suppress(ValueError, AttributeError):
+                message = json.loads(message).get("message", message)
+            raise ApiError(resp.status, str(resp.reason), message, method, path)
+        return json.loads(data) if data else None
+
+    # verbs --------------------------------------------------------------------------------
+    def get(self, ref: ResourceRef, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """The object, or None when it does not exist."""
+        try:
+            return self.request("GET", ref.path(namespace, name))
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def list(
+        self, ref: ResourceRef, namespace: str | None, *, selector: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Items of a kind; a kind the server does not serve (CRD absent) lists as empty."""
+        query = {"labelSelector": selector} if selector else None
+        try:
+            answer = self.request("GET", ref.path(namespace), query=query)
+        except ApiError as exc:
+            if exc.status == 404:
+                return []
+            raise
+        items = answer.get("items") or []
+        for item in items:  # lists omit kind/apiVersion on items
+            item.setdefault("apiVersion", ref.api_version)
+            item.setdefault("kind", ref.kind)
+        return items
+
+    def apply(
+        self, obj: dict[str, Any], *, force: bool = True, manager: str = FIELD_MANAGER
+    ) -> dict[str, Any]:
+        """Server-side apply (JSON is valid YAML, so apply-patch+yaml takes it as is)."""
+        ref = ref_for(obj)
+        meta = obj["metadata"]
+        query = {"fieldManager": manager}
+        if force:
+            query["force"] = "true"
+        return self.request(
+            "PATCH",
+            ref.path(meta.get("namespace"), meta["name"]),
+            query=query,
+            body=obj,
+            content_type="application/apply-patch+yaml",
+        )
+
+    def patch_status(
+        self, ref: ResourceRef, namespace: str, name: str, status: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Merge-patch the status subresource (a plain replace of the fields we compute)."""
+        return self.request(
+            "PATCH",
+            ref.path(namespace, name, "status"),
+            body={"status": status},
+            content_type="application/merge-patch+json",
+        )
+
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        ref = ref_for(obj)
+        return self.request("POST", ref.path(obj["metadata"].get("namespace")), body=obj)
+
+    def delete(self, ref: ResourceRef, namespace: str | None, name: str, *, uid: str) -> bool:
+        """Delete only the object with this uid (a same-named newcomer is never hit)."""
+        body = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "preconditions": {"uid": uid},
+            "propagationPolicy": "Background",
+        }
+        try:
+            self.request("DELETE", ref.path(namespace, name), body=body)
+        except ApiError as exc:
+            if exc.status in (404, 409):  # already gone, or replaced by someone else's object
+                return False
+            raise
+        return True

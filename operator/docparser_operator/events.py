@@ -1,0 +1,99 @@
+"""Kubernetes Events for what a platform engineer wants in `kubectl describe dp`.
+
+Events are derived from transitions only (previous status vs new status, children applied or
+pruned), never from the state itself, so a no-op resync posts nothing: zero writes stays zero.
+``events_for`` is pure; ``post`` is the only I/O.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+from docparser_operator import naming
+from docparser_operator.apply import ApiError, KubeClient
+from docparser_operator.reconcile import Outcome
+
+log = logging.getLogger(__name__)
+COMPONENT = "docparser-operator"
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+def _condition(status: dict[str, Any], ctype: str) -> dict[str, Any]:
+    return next((c for c in status.get("conditions") or [] if c.get("type") == ctype), {})
+
+
+def events_for(outcome: Outcome) -> list[Event]:
+    """Events describing what changed in one reconcile pass."""
+    old, new = outcome.previous_status, outcome.status
+    events: list[Event] = []
+    for track in ("stable", "canary"):
+        was, now = (old.get(track) or {}).get("version"), (new.get(track) or {}).get("version")
+        applied = ("Deployment", naming.deployment(outcome.name, track)) in outcome.applied
+        if applied and now and was != now:
+            events.append(
+                Event("Normal", "RolloutStarted", f"{track} track rolling out weights {now}")
+            )
+    w_old = (old.get("canary") or {}).get("weight", 0) if old.get("canary") else 0
+    w_new = (new.get("canary") or {}).get("weight", 0) if new.get("canary") else 0
+    if w_old != w_new:
+        events.append(
+            Event("Normal", "CanaryWeightChanged", f"canary traffic {w_old}% -> {w_new}%")
+        )
+    for kind, child in outcome.pruned:
+        events.append(Event("Normal", "Pruned", f"deleted {kind} {child}: no longer desired"))
+    ready_old, ready_new = _condition(old, "Ready"), _condition(new, "Ready")
+    if ready_new.get("status") == "True" and ready_old.get("status") != "True":
+        events.append(Event("Normal", "Ready", ready_new.get("message", "ready")))
+    deg_old, deg_new = _condition(old, "Degraded"), _condition(new, "Degraded")
+    if deg_new.get("status") == "True" and (
+        deg_old.get("status") != "True" or deg_old.get("reason") != deg_new.get("reason")
+    ):
+        events.append(
+            Event("Warning", deg_new.get("reason", "Degraded"), deg_new.get("message", ""))
+        )
+    return events
+
+
+def post(client: KubeClient, resource: dict[str, Any], events: list[Event]) -> int:
+    """Create core/v1 Events on the DocParser; failures are logged, never raised (best effort)."""
+    meta = resource["metadata"]
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    posted = 0
+    for ev in events:
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": naming.API_VERSION,
+                "kind": naming.KIND,
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta["uid"],
+            },
+            "type": ev.type,
+            "reason": ev.reason,
+            "message": ev.message[:1024],
+            "source": {"component": COMPONENT},
+            "reportingComponent": COMPONENT,
+            "reportingInstance": socket.gethostname()[:128],
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        try:
+            client.create(body)
+            posted += 1
+        except ApiError as exc:
+            log.warning("could not post event %s on %s: %s", ev.reason, meta["name"], exc)
+    return posted

@@ -1,0 +1,206 @@
+"""kopf wiring: every trigger calls the one level-triggered ``reconcile``.
+
+Triggers: create / update / resume of a DocParser, a drift timer, and events of the
+Deployments we own (rollout progress and canary readiness change the status and the routed
+weight). kopf only delivers triggers and retries; desired state, apply and status live in
+``reconcile``.
+
+Error policy:
+- a spec the API server accepted but the operator cannot serve (an invalid combination, a GPU
+  that cannot hold the batch) becomes a Degraded condition and a Warning Event; the create or
+  update handler then raises ``kopf.PermanentError`` so kopf does not crash-loop on it (the
+  timer still reconciles, and fixing the spec triggers the update handler);
+- transient API errors (5xx, 429, 409, connection trouble) raise ``kopf.TemporaryError`` so
+  kopf retries with a delay.
+
+kopf's own writes are kept off the no-op path: it posts Events only for warnings, keeps its
+bookkeeping in annotations (not in ``status``, which the CRD schema owns), and registers no
+deletion handler (so no finalizer: children go with their owner through garbage collection).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+
+from docparser_operator import events, labels
+from docparser_operator.apply import DOCPARSER, ApiError, KubeClient, load_configuration
+from docparser_operator.naming import API_GROUP, KIND, PLURAL
+from docparser_operator.reconcile import Outcome, reconcile
+from docparser_operator.settings import OperatorSettings
+
+VERSION = DOCPARSER.api_version.split("/")[1]
+SETTINGS = OperatorSettings()
+ANNOTATION_PREFIX = "docparser.io"
+log = logging.getLogger("docparser_operator")
+
+_client: KubeClient | None = None
+_client_lock = threading.Lock()
+_object_locks: dict[str, threading.Lock] = {}
+_deployment_seen: dict[str, tuple[Any, ...]] = {}
+
+
+def client() -> KubeClient:
+    """One client per process, built lazily from in-cluster config or KUBECONFIG."""
+    global _client
+    with _client_lock:
+        if _client is None:
+            cfg = load_configuration(OperatorSettings().kubeconfig)
+            _client = KubeClient(cfg, timeout_s=SETTINGS.request_timeout_s)
+        return _client
+
+
+def reset_client() -> None:
+    """Forget the client (tests start operators against different clusters in one process)."""
+    global _client
+    with _client_lock:
+        _client = None
+        _deployment_seen.clear()
+
+
+def _lock_for(uid: str) -> threading.Lock:
+    with _client_lock:
+        return _object_locks.setdefault(uid, threading.Lock())
+
+
+def _plain(body: Mapping[str, Any]) -> dict[str, Any]:
+    return copy.deepcopy({k: body[k] for k in body})
+
+
+def run_reconcile(resource: dict[str, Any], *, strict: bool) -> Outcome:
+    """Reconcile one DocParser, post its events, translate errors for kopf.
+
+    ``strict`` raises PermanentError for an unservable spec (create/update handlers); the
+    timer and the Deployment watcher pass False and just leave the Degraded status."""
+    api = client()
+    with _lock_for(resource["metadata"]["uid"]):
+        try:
+            outcome = reconcile(api, resource)
+        except ApiError as exc:
+            events.post(api, resource, [events.Event("Warning", "ReconcileFailed", str(exc))])
+            if exc.transient:
+                raise kopf.TemporaryError(str(exc), delay=SETTINGS.retry_delay_s) from exc
+            raise kopf.TemporaryError(str(exc), delay=SETTINGS.retry_delay_s * 6) from exc
+    events.post(api, resource, events.events_for(outcome))
+    if strict and outcome.spec_invalid:
+        message = "; ".join(p.message for p in outcome.problems if p.reason == "SpecInvalid")
+        raise kopf.PermanentError(message)
+    return outcome
+
+
+@kopf.on.login()
+def login(**_: Any) -> kopf.ConnectionInfo:
+    """kopf and our client authenticate from the same source (in-cluster, else KUBECONFIG)."""
+    cfg = client().cfg
+    header = cfg.get_api_key_with_prefix("BearerToken") or cfg.get_api_key_with_prefix(
+        "authorization"
+    )
+    scheme, _, token = (header or "").rpartition(" ")
+    return kopf.ConnectionInfo(
+        server=cfg.host,
+        ca_path=cfg.ssl_ca_cert,
+        insecure=not cfg.verify_ssl,
+        scheme=scheme or None,
+        token=token or None,
+        certificate_path=cfg.cert_file,
+        private_key_path=cfg.key_file,
+    )
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    settings.posting.level = logging.WARNING
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
+        prefix=ANNOTATION_PREFIX
+    )
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=ANNOTATION_PREFIX, key="last-handled-configuration"
+    )
+    settings.networking.request_timeout = SETTINGS.request_timeout_s
+    settings.watching.server_timeout = 300
+    settings.queueing.error_delays = [1, 2, 5, 10, 30, 60]
+
+
+@kopf.on.create(API_GROUP, VERSION, PLURAL)
+@kopf.on.update(API_GROUP, VERSION, PLURAL)
+@kopf.on.resume(API_GROUP, VERSION, PLURAL)
+def on_change(body: kopf.Body, **_: Any) -> None:
+    if body.get("metadata", {}).get("deletionTimestamp"):
+        return
+    run_reconcile(_plain(body), strict=True)
+
+
+@kopf.timer(
+    API_GROUP,
+    VERSION,
+    PLURAL,
+    interval=SETTINGS.resync_interval_s,
+    initial_delay=SETTINGS.resync_initial_delay_s,
+)
+def resync(body: kopf.Body, **_: Any) -> None:
+    """Drift correction: a pass with nothing to do performs no writes at all."""
+    if body.get("metadata", {}).get("deletionTimestamp"):
+        return
+    run_reconcile(_plain(body), strict=False)
+
+
+def _deployment_signature(body: Mapping[str, Any]) -> tuple[Any, ...]:
+    st = body.get("status") or {}
+    return (
+        body.get("metadata", {}).get("generation"),
+        st.get("observedGeneration"),
+        st.get("replicas"),
+        st.get("readyReplicas"),
+        st.get("updatedReplicas"),
+        st.get("availableReplicas"),
+        tuple(
+            (c.get("type"), c.get("status"), c.get("reason")) for c in st.get("conditions") or []
+        ),
+    )
+
+
+@kopf.on.event("apps", "v1", "deployments", labels={labels.LABEL_MANAGED_BY: labels.MANAGED_BY})
+def on_deployment(event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None:
+    """A child Deployment moved (pods became ready, a rollout stalled): refresh its owner."""
+    meta = body.get("metadata", {})
+    owner = next(
+        (
+            r
+            for r in meta.get("ownerReferences") or []
+            if r.get("kind") == KIND and r.get("controller")
+        ),
+        None,
+    )
+    if owner is None:
+        return
+    key = meta.get("uid", "")
+    signature = _deployment_signature(body)
+    if event.get("type") != "DELETED" and _deployment_seen.get(key) == signature:
+        return  # our own no-op (or metadata-only) change: nothing new to report
+    _deployment_seen[key] = signature
+    if event.get("type") == "DELETED":
+        _deployment_seen.pop(key, None)
+    resource = client().get(DOCPARSER, meta.get("namespace"), owner["name"])
+    if resource is None or resource["metadata"].get("uid") != owner.get("uid"):
+        return
+    if resource["metadata"].get("deletionTimestamp"):
+        return
+    run_reconcile(resource, strict=False)
+
+
+def run(namespaces: list[str]) -> None:
+    """Entry point of ``docparser-operator run``: all namespaces unless some are named."""
+    logging.basicConfig(
+        level=SETTINGS.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    kopf.run(
+        standalone=True,
+        clusterwide=not namespaces,
+        namespaces=namespaces,
+        liveness_endpoint=SETTINGS.liveness_endpoint,
+    )

@@ -1,0 +1,241 @@
+"""DocParser status from observed children (pure: no I/O, the clock is an argument).
+
+Conditions follow the Kubernetes/kstatus conventions so GitOps tools need no custom scripts:
+
+- ``Ready``, ``Progressing``, ``Degraded`` (what the issue and `kubectl get dp` show), each with
+  reason, message, lastTransitionTime (changed only when ``status`` flips) and
+  observedGeneration;
+- ``Reconciling`` and ``Stalled``: the "abnormal-true" pair kstatus (Flux's health checks, and
+  `kubectl wait`-style tooling built on cli-utils) reads. They mirror Progressing and Degraded,
+  so a finished rollout is Current/Healthy and a failed one Failed/Degraded, never
+  "Progressing forever" (the KServe complaint): every rollout ends in Progressing=False.
+- ``observedGeneration`` equals ``metadata.generation`` only once the operator has acted on the
+  spec, which is how kstatus tells a stale status from a current one.
+
+Model states come from pods: the ``fetch-weights`` init container running -> WeightsDownloading,
+the runtime container up but not ready -> Loading, ready -> Loaded, a failed init or runtime
+container (bad sha256, CUDA OOM, crash loop) or a Deployment past its progress deadline ->
+FailedToLoad.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from docparser_operator import naming
+
+FETCH_CONTAINER = "fetch-weights"
+RUNTIME_CONTAINER = "runtime"
+CRASH_REASONS = {"CrashLoopBackOff", "Error", "OOMKilled", "ImagePullBackOff", "ErrImagePull"}
+
+# Model states, ordered from worst to best (a track reports its least advanced pod).
+FAILED = "FailedToLoad"
+PENDING = "Pending"
+DOWNLOADING = "WeightsDownloading"
+LOADING = "Loading"
+LOADED = "Loaded"
+_ORDER = [FAILED, PENDING, DOWNLOADING, LOADING, LOADED]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Something the operator found wrong with the spec or the cluster (-> Degraded)."""
+
+    reason: str
+    message: str
+
+
+@dataclass
+class TrackObservation:
+    """What the cluster shows for one track (stable or canary)."""
+
+    version: str | None
+    deployment: dict[str, Any] | None
+    pods: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _container_state(status: dict[str, Any]) -> tuple[str, str]:
+    """(kind, reason) of a containerStatus: kind is running/waiting/terminated/unknown."""
+    state = status.get("state") or {}
+    for kind in ("terminated", "waiting", "running"):
+        if kind in state:
+            return kind, (state[kind] or {}).get("reason", "")
+    return "unknown", ""
+
+
+def pod_model_state(pod: dict[str, Any]) -> tuple[str, str]:
+    """(state, detail) of one runtime pod, from init container and container statuses."""
+    status = pod.get("status") or {}
+    name = pod.get("metadata", {}).get("name", "?")
+    for init in status.get("initContainerStatuses") or []:
+        if init.get("name") != FETCH_CONTAINER:
+            continue
+        kind, reason = _container_state(init)
+        exit_code = ((init.get("state") or {}).get("terminated") or {}).get("exitCode", 0)
+        if kind == "terminated" and exit_code != 0:
+            return (
+                FAILED,
+                f"pod {name}: weights fetch failed ({reason or 'exit ' + str(exit_code)})",
+            )
+        if kind == "waiting" and reason in CRASH_REASONS:
+            return FAILED, f"pod {name}: weights fetch failing ({reason})"
+        if kind in ("running", "waiting"):
+            return DOWNLOADING, f"pod {name}: downloading and verifying weights"
+    for ctr in status.get("containerStatuses") or []:
+        if ctr.get("name") != RUNTIME_CONTAINER:
+            continue
+        kind, reason = _container_state(ctr)
+        if reason in CRASH_REASONS or (kind == "terminated" and reason != "Completed"):
+            return FAILED, f"pod {name}: runtime container {reason or kind}"
+        if kind == "running":
+            if ctr.get("ready"):
+                return LOADED, f"pod {name}: model loaded"
+            return LOADING, f"pod {name}: loading the model"
+    return PENDING, f"pod {name}: {status.get('phase', 'Pending')}"
+
+
+def _deployment_facts(dep: dict[str, Any] | None) -> dict[str, Any]:
+    if dep is None:
+        return {"exists": False, "ready": 0, "want": 0, "done": False, "deadline": False}
+    spec, st = dep.get("spec") or {}, dep.get("status") or {}
+    want = spec.get("replicas", 1)
+    ready = st.get("readyReplicas", 0) or 0
+    current = st.get("observedGeneration", 0) >= dep["metadata"].get("generation", 1)
+    done = (
+        current
+        and (st.get("updatedReplicas", 0) or 0) >= want
+        and ready >= want
+        and (st.get("replicas", 0) or 0) <= want
+    )
+    deadline = any(
+        c.get("type") == "Progressing" and c.get("reason") == "ProgressDeadlineExceeded"
+        for c in st.get("conditions") or []
+    )
+    return {"exists": True, "ready": ready, "want": want, "done": done, "deadline": deadline}
+
+
+def track_state(obs: TrackObservation) -> tuple[str, str, dict[str, Any]]:
+    """(model state, message, deployment facts) of one track."""
+    facts = _deployment_facts(obs.deployment)
+    if facts["deadline"]:
+        return FAILED, "rollout exceeded its progress deadline", facts
+    states = [pod_model_state(p) for p in obs.pods]
+    if states:
+        worst = min(states, key=lambda s: _ORDER.index(s[0]))
+        if worst[0] != LOADED or facts["done"]:
+            return worst[0], worst[1], facts
+    if facts["done"] and facts["ready"] > 0:
+        return LOADED, f"{facts['ready']} replica(s) ready", facts
+    if facts["done"]:
+        return PENDING, "no replicas ready", facts
+    return PENDING, f"{facts['ready']}/{facts['want']} replicas ready", facts
+
+
+def _condition(
+    ctype: str, ok: bool, reason: str, message: str, generation: int, previous: dict, now: str
+) -> dict[str, Any]:
+    status = "True" if ok else "False"
+    old = previous.get(ctype)
+    since = old["lastTransitionTime"] if old and old.get("status") == status else now
+    return {
+        "type": ctype,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": since,
+        "observedGeneration": generation,
+    }
+
+
+def build_status(
+    *,
+    name: str,
+    namespace: str,
+    generation: int,
+    stable: TrackObservation | None,
+    canary: TrackObservation | None,
+    routed_weight: int,
+    problems: list[Problem],
+    previous: dict[str, Any] | None,
+    now: str,
+    selector: str,
+) -> dict[str, Any]:
+    """The whole ``status`` of a DocParser (a dict in the CRD's camelCase shape)."""
+    prev_conditions = {c["type"]: c for c in (previous or {}).get("conditions") or []}
+    tracks = [("stable", stable), ("canary", canary)]
+    states = {t: track_state(o) for t, o in tracks if o is not None}
+
+    failed = [(t, s) for t, s in states.items() if s[0] == FAILED]
+    degraded_reasons = [p.reason for p in problems] + [FAILED for _ in failed]
+    degraded_msgs = [p.message for p in problems] + [f"{t}: {s[1]}" for t, s in failed]
+    degraded = bool(degraded_reasons)
+    spec_broken = any(p.reason == "SpecInvalid" for p in problems)
+
+    rolling = [(t, s) for t, s in states.items() if not s[2]["done"] and s[0] != FAILED]
+    progressing = bool(rolling) and not spec_broken
+    if progressing:
+        p_reason, p_msg = rolling[0][1][0], "; ".join(f"{t}: {s[1]}" for t, s in rolling)
+    elif degraded:
+        p_reason, p_msg = "Failed", "rollout stopped: " + "; ".join(degraded_msgs)
+    else:
+        p_reason, p_msg = "Complete", "all tracks rolled out"
+
+    stable_state = states.get("stable")
+    ready = (
+        not spec_broken
+        and stable_state is not None
+        and stable_state[2]["ready"] > 0
+        and not rolling
+        and not failed
+    )
+    if ready:
+        r_reason, r_msg = LOADED, f"serving at {endpoint(name, namespace)}"
+    elif spec_broken:
+        r_reason, r_msg = "SpecInvalid", "; ".join(degraded_msgs)
+    elif stable_state is None:
+        r_reason, r_msg = PENDING, "stable track not created yet"
+    else:
+        worst = failed[0][1] if failed else (rolling[0][1] if rolling else stable_state)
+        r_reason, r_msg = worst[0], worst[1]
+
+    d_reason = degraded_reasons[0] if degraded else "AsExpected"
+    d_msg = "; ".join(degraded_msgs) if degraded else "no problems found"
+    conds = [
+        _condition("Ready", ready, r_reason, r_msg, generation, prev_conditions, now),
+        _condition("Progressing", progressing, p_reason, p_msg, generation, prev_conditions, now),
+        _condition("Degraded", degraded, d_reason, d_msg, generation, prev_conditions, now),
+        _condition("Reconciling", progressing, p_reason, p_msg, generation, prev_conditions, now),
+        _condition("Stalled", degraded, d_reason, d_msg, generation, prev_conditions, now),
+    ]
+    status: dict[str, Any] = {
+        "observedGeneration": generation,
+        "conditions": conds,
+        "endpoint": endpoint(name, namespace),
+        "selector": selector,
+        "replicas": sum(s[2]["ready"] for s in states.values()),
+    }
+    if stable is not None:
+        status["stable"] = {
+            "version": stable.version,
+            "readyReplicas": states["stable"][2]["ready"],
+        }
+    if canary is not None:
+        status["canary"] = {
+            "version": canary.version,
+            "weight": routed_weight,
+            "readyReplicas": states["canary"][2]["ready"],
+        }
+    return status
+
+
+def endpoint(name: str, namespace: str) -> str:
+    return naming.endpoint_url(name, namespace)
+
+
+def status_changed(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
+    """Whether writing ``new`` would change anything (the no-op resync must not write)."""
+    old = old or {}
+    return any(old.get(k) != v for k, v in new.items()) or any(
+        k not in new for k in ("stable", "canary") if k in old
+    )
