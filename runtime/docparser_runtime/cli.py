@@ -24,16 +24,29 @@ def _build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="serve the HTTP API")
     serve.add_argument("--engine", choices=sorted(ENGINES), help="default: rapidocr")
     serve.add_argument("--model-path", type=Path, help="local model directory (deepseek-ocr2)")
+    serve.add_argument(
+        "--allow-unverified-weights",
+        action="store_true",
+        default=None,
+        help="serve a model directory without a matching docparser-manifest.json",
+    )
     serve.add_argument("--host", help="bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (default 8000)")
     serve.add_argument("--log-level", help="debug | info | warning | error")
 
     fetch = sub.add_parser("fetch-weights", help="download and verify model weights")
-    fetch.add_argument("--source", required=True, help="s3:// gs:// https:// file:// pvc://...")
+    fetch.add_argument(
+        "--source", required=True, help="s3:// gs:// https:// file:// or a mounted path"
+    )
     fetch.add_argument("--dest", required=True, type=Path, help="destination directory")
     group = fetch.add_mutually_exclusive_group()
     group.add_argument("--sha256", help="expected sha256 of the weights manifest")
     group.add_argument("--manifest", type=Path, help="manifest file listing files and hashes")
+
+    manifest = sub.add_parser(
+        "make-manifest", help="hash a model directory into docparser-manifest.json"
+    )
+    manifest.add_argument("directory", type=Path, help="model directory")
     return parser
 
 
@@ -45,6 +58,7 @@ def _settings_from_args(args: argparse.Namespace):
         for key, value in {
             "engine": args.engine,
             "model_path": args.model_path,
+            "allow_unverified_weights": args.allow_unverified_weights,
             "host": args.host,
             "port": args.port,
             "log_level": args.log_level,
@@ -62,6 +76,14 @@ def serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
+    from docparser_runtime.errors import WeightsError
+    from docparser_runtime.weights.verify import check_serving_weights
+
+    try:
+        check_serving_weights(settings)  # refuse unverified weights unless allowed
+    except WeightsError as exc:
+        print(f"serve: {exc.code}: {exc.message}", file=sys.stderr)
+        return 1
     app = create_app(settings)
     run_server(app, settings)  # SIGTERM: readyz 503 first, then drain (server/drain.py)
     return 0
@@ -71,6 +93,7 @@ def fetch_weights(args: argparse.Namespace) -> int:
     from docparser_runtime.errors import DocParserError
     from docparser_runtime.weights.fetch import fetch_weights as fetch
 
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     try:
         path = fetch(args.source, args.dest, sha256=args.sha256, manifest=args.manifest)
     except DocParserError as exc:
@@ -80,10 +103,26 @@ def fetch_weights(args: argparse.Namespace) -> int:
     return 0
 
 
+def make_manifest(args: argparse.Namespace) -> int:
+    """Write DIR/docparser-manifest.json and print its sha256 (the CRD's weights.sha256)."""
+    from docparser_runtime.errors import DocParserError
+    from docparser_runtime.weights.manifest import write_manifest
+
+    try:
+        manifest = write_manifest(args.directory)
+    except DocParserError as exc:
+        print(f"make-manifest: {exc.code}: {exc.message}", file=sys.stderr)
+        return 1
+    print(manifest.digest())
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _build_parser().parse_args(argv)
     if args.command == "serve":
         return serve(args)
+    if args.command == "make-manifest":
+        return make_manifest(args)
     return fetch_weights(args)
 
 

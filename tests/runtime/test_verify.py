@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import subprocess
+import sys
 
 import pytest
 from docparser_runtime.errors import WeightsError
@@ -80,3 +83,33 @@ def test_serve_gate(model_dir, caplog):
 def test_missing_directory(tmp_path):
     with pytest.raises(WeightsError, match="not found"):
         check_serving_weights(Settings(engine="deepseek-ocr2", model_path=tmp_path / "nope"))
+
+
+CLI = [sys.executable, "-m", "docparser_runtime.cli"]
+
+
+def test_serve_refuses_unverified_weights_via_cli(model_dir):
+    (model_dir / "config.json").write_bytes(b'{"a": 2}')  # changed after the manifest
+    result = subprocess.run(
+        [*CLI, "serve", "--engine", "deepseek-ocr2", "--model-path", str(model_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1
+    assert "weights_error" in result.stderr and "config.json" in result.stderr
+
+
+def test_make_manifest_cli_prints_the_crd_digest(tmp_path):
+    (tmp_path / "w.bin").write_bytes(b"weights")
+    result = subprocess.run(
+        [*CLI, "make-manifest", str(tmp_path)], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    digest = result.stdout.strip()
+    assert digest == hashlib.sha256((tmp_path / MANIFEST_NAME).read_bytes()).hexdigest()
+    assert verify_weights(tmp_path, sha256=digest).files[0].path == "w.bin"
+    missing = subprocess.run(
+        [*CLI, "make-manifest", str(tmp_path / "nope")], capture_output=True, text=True, timeout=120
+    )
+    assert missing.returncode == 1 and "not a directory" in missing.stderr
