@@ -99,6 +99,8 @@ def cel_errors(schema: dict, value: Any, path: str = "") -> list[str]:
     """``path: message`` for every CEL rule that does not evaluate to true."""
     errors: list[str] = []
     for rule in schema.get("x-kubernetes-validations", []):
+        if "oldSelf" in rule["rule"]:
+            continue  # transition rules only run on updates
         try:
             result = _program(rule["rule"]).evaluate({"self": celpy.json_to_cel(value)})
         except Exception as exc:  # an evaluation error rejects the object, as on the server

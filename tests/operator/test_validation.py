@@ -1,0 +1,143 @@
+"""Every rendered object is valid against the official schemas.
+
+Core kinds: kubernetes-validate in strict mode (unknown fields are errors) for Kubernetes
+1.30 and the newest version it ships. HTTPRoute: the Gateway API v1 CRD's openAPIV3Schema
+(made strict the same way) plus its CEL rules, read from DOCPARSER_GATEWAY_CRDS_DIR (default
+../shared/crds/gateway-api-v1.6.1 next to the repository; not copied into the repo).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import os
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+from crd_tools import REPO, apply_defaults, cel_errors, schema_errors
+from docparser_operator.render import render_all
+from golden import CASES, Case, of_kind
+
+VERSIONS = ["1.30.0", kubernetes_validate.latest_version()]
+CORE_KINDS = ["Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget"]
+GATEWAY_CRDS_DIR = Path(
+    os.environ.get("DOCPARSER_GATEWAY_CRDS_DIR")
+    or REPO.parent / "shared" / "crds" / "gateway-api-v1.6.1"
+)
+HTTPROUTE_CRD = GATEWAY_CRDS_DIR / "gateway.networking.k8s.io_httproutes.yaml"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _cached_schemas():
+    """kubernetes-validate re-reads its multi-MB definitions on every call; cache them here."""
+    utils = kubernetes_validate.utils
+    original = utils.schema_contents
+    utils.schema_contents = functools.lru_cache(maxsize=64)(original)
+    yield
+    utils.schema_contents = original
+
+
+def _objects(case: Case) -> list[dict]:
+    return render_all(case.resource(), canary_ready=case.canary_ready)
+
+
+def test_newest_version_is_newer_than_1_30() -> None:
+    major, minor = (int(x) for x in VERSIONS[1].split(".")[:2])
+    assert (major, minor) > (1, 30)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_core_objects_validate_strictly(case: Case, version: str) -> None:
+    objects = [o for o in _objects(case) if o["kind"] in CORE_KINDS]
+    assert objects
+    for obj in objects:
+        try:
+            kubernetes_validate.validate(obj, version, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            path = ".".join(str(p) for p in exc.path)
+            pytest.fail(
+                f"{obj['kind']}/{obj['metadata']['name']} @ {version}: {path}: {exc.message}"
+            )
+
+
+def test_strict_validation_rejects_an_unknown_field() -> None:
+    """The validator really is strict: a misspelt field fails (guards against a no-op check)."""
+    (dep, *_) = of_kind(_objects(Case("rapidocr-minimal")), "Deployment")
+    broken = copy.deepcopy(dep)
+    broken["spec"]["template"]["spec"]["containers"][0]["startupProbes"] = {}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, VERSIONS[0], strict=True)
+
+
+def _strict(schema: dict) -> dict:
+    """Forbid unknown properties where the schema lists properties (kubectl --validate=strict)."""
+    if isinstance(schema, dict):
+        if schema.get("type") == "object" and "properties" in schema:
+            schema.setdefault("additionalProperties", False)
+        for value in schema.values():
+            if isinstance(value, dict):
+                _strict(value)
+            elif isinstance(value, list):
+                for item in value:
+                    _strict(item)
+    return schema
+
+
+@functools.lru_cache(maxsize=1)
+def _httproute_schema() -> dict:
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    crd = yaml.load(HTTPROUTE_CRD.read_text(), Loader=loader)
+    (v1,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+    schema = v1["schema"]["openAPIV3Schema"]
+    return _strict(schema)
+
+
+def _httproute_errors(route: dict) -> list[str]:
+    schema = _httproute_schema()
+    defaulted = apply_defaults(schema, copy.deepcopy(route))
+    return schema_errors(schema, defaulted) + cel_errors(schema, defaulted)
+
+
+needs_gateway_crds = pytest.mark.skipif(
+    not HTTPROUTE_CRD.is_file(),
+    reason=(
+        f"Gateway API CRDs not found at {GATEWAY_CRDS_DIR}: set DOCPARSER_GATEWAY_CRDS_DIR to a "
+        "folder holding gateway.networking.k8s.io_httproutes.yaml (Gateway API v1.6.1 release)"
+    ),
+)
+
+GATEWAY_CASES = [c for c in CASES if c.example == "deepseek-gateway-canary"]
+
+
+@needs_gateway_crds
+@pytest.mark.parametrize("case", GATEWAY_CASES, ids=lambda c: c.id)
+def test_httproute_validates_against_gateway_api_v1(case: Case) -> None:
+    (route,) = of_kind(_objects(case), "HTTPRoute")
+    assert _httproute_errors(route) == []
+
+
+@needs_gateway_crds
+def test_httproute_without_canary_validates() -> None:
+    resource = Case("deepseek-gateway-canary").resource()
+    del resource["spec"]["canary"]
+    resource["spec"]["traffic"] = {"router": "gateway", "gatewayRef": {"name": "web"}}
+    (route,) = of_kind(render_all(resource), "HTTPRoute")
+    assert _httproute_errors(route) == []
+
+
+@needs_gateway_crds
+def test_gateway_schema_and_rules_catch_broken_routes() -> None:
+    """Both layers bite: a schema range and a CEL rule of the real CRD reject bad routes."""
+    (route,) = of_kind(_objects(GATEWAY_CASES[0]), "HTTPRoute")
+    too_heavy = copy.deepcopy(route)
+    too_heavy["spec"]["rules"][0]["backendRefs"][0]["weight"] = 1_000_001
+    assert any("greater than the maximum" in e for e in _httproute_errors(too_heavy))
+    relative = copy.deepcopy(route)
+    relative["spec"]["rules"][0]["matches"][0]["path"]["value"] = "v1"
+    assert any("must be an absolute path" in e for e in _httproute_errors(relative))
+    unknown = copy.deepcopy(route)
+    unknown["spec"]["rules"][0]["backendRefs"][0]["wieght"] = 1
+    assert any("Additional properties" in e for e in _httproute_errors(unknown))
