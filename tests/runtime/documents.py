@@ -189,3 +189,33 @@ def png_bytes(img: Image.Image) -> bytes:
     buf = io.BytesIO()
     img.save(buf, "PNG", optimize=True)
     return buf.getvalue()
+
+
+def edit_distance(a: str, b: str) -> int:
+    """Levenshtein distance (insertions, deletions, substitutions all cost 1)."""
+    if len(a) < len(b):
+        a, b = b, a
+    previous = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        current = [i]
+        for j, cb in enumerate(b, 1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ca != cb)))
+        previous = current
+    return previous[-1]
+
+
+def normalise(text: str) -> str:
+    """Collapse whitespace and drop Markdown heading/table syntax before comparing."""
+    kept = []
+    for raw in text.splitlines():
+        line = raw.strip().lstrip("#").strip()
+        if set(line) <= set("|-: "):
+            continue
+        kept.append(" ".join(line.replace("|", " ").split()))
+    return " ".join(k for k in kept if k)
+
+
+def cer(reference: str, hypothesis: str) -> float:
+    """Character error rate of ``hypothesis`` against ``reference`` (normalised)."""
+    ref, hyp = normalise(reference), normalise(hypothesis)
+    return edit_distance(ref, hyp) / max(len(ref), 1)
