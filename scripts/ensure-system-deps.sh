@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Installs the Debian packages the test suite starts as real servers (redis-server).
+# Installs the Debian packages the test suite needs: real servers (redis-server) and a
+# CJK font (fonts-wqy-microhei) to render the Chinese test page.
 # Idempotent: does nothing when they are present. Needs root (CI runs as root);
 # otherwise prints what to install and lets the dependent tests skip.
 set -uo pipefail
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+# A CJK font for the CPU engine's Chinese test page (tests/runtime/documents.py).
+[ -f /usr/share/fonts/truetype/wqy/wqy-microhei.ttc ] || need+=(fonts-wqy-microhei)
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
   echo "missing ${need[*]} (not root): install them to run the tests that need them" >&2
