@@ -118,7 +118,7 @@ async def _shut_down(app: FastAPI, bring_up: asyncio.Task) -> None:
         await state.batcher.close()
     if state.parse_service is not None:
         state.parse_service.close()
-    if state.engine is not None:
+    if state.engine is not None and state.owns_engine:
         await asyncio.to_thread(state.engine.close)
 
 
@@ -130,7 +130,8 @@ def create_app(
     document_loader: DocumentLoader | None = None,
 ) -> FastAPI:
     """Build the app. ``engine``: use this engine instead of ``settings.engine``
-    (``engine_loaded=True`` skips ``load()``, e.g. a model shared by tests);
+    (``engine_loaded=True`` skips ``load()`` and leaves ``close()`` to the caller, e.g. a
+    model shared by tests or benchmarks);
     ``document_loader``: replaces the preprocessing pipeline (tests only)."""
     settings = settings or Settings()
 
@@ -155,6 +156,7 @@ def create_app(
     app.state.metrics = Metrics()
     app.state.lifecycle = Lifecycle()
     app.state.engine = engine
+    app.state.owns_engine = not engine_loaded
     app.state.batcher = None
     app.state.parse_service = None
     app.state.stream_responder = None
