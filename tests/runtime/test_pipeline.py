@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import pytest
 from docparser_runtime.errors import InvalidInput, PayloadTooLarge, UnsupportedMediaType
@@ -12,6 +13,7 @@ from docparser_runtime.settings import Settings
 from PIL import Image
 
 LIMITS = DecodeLimits(max_pixels=50_000_000, max_pages=10, pdf_dpi=72)
+LIMITS_144 = DecodeLimits(max_pixels=50_000_000, max_pages=10, pdf_dpi=144)
 
 
 def png(size=(1600, 900)) -> bytes:
@@ -82,3 +84,24 @@ def test_limits_are_enforced_through_the_pipeline():
 def test_limits_from_settings():
     limits = DecodeLimits.from_settings(Settings(max_image_pixels=123, max_pages=4, pdf_dpi=100))
     assert limits == DecodeLimits(max_pixels=123, max_pages=4, pdf_dpi=100)
+
+
+SAMPLES = Path(__file__).resolve().parents[2] / "examples" / "documents"
+
+
+@pytest.mark.parametrize(
+    ("name", "pages"),
+    [
+        ("two-columns.png", 1),
+        ("single-column.png", 1),
+        ("ruled-table.png", 1),
+        ("rotated-scan.jpg", 1),
+        ("two-pages.pdf", 2),
+    ],
+)
+def test_checked_in_samples_load(name, pages):
+    data = (SAMPLES / name).read_bytes()
+    assert len(data) < 200_000
+    loaded = load_document(data, tier=6, pages=None, limits=LIMITS_144)
+    assert len(loaded) == pages
+    assert all((p.width, p.height) == (1000, 700) for p in loaded)
