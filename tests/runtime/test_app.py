@@ -211,6 +211,7 @@ async def test_unexpected_error_outside_the_engine_is_a_generic_500(monkeypatch)
 async def test_stream_option_uses_the_installed_responder_or_is_refused():
     async with serving() as (app, client, _engine):
         files = {"file": ("a.png", png_bytes(), "image/png")}
+        app.state.stream_responder = None  # as if the SSE module were not installed
         refused = await client.post(PARSE, files=files, data={"stream": "true"})
         assert refused.status_code == 400
         assert refused.json()["error"]["code"] == "stream_unsupported"
