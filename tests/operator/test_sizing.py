@@ -1,0 +1,110 @@
+"""GPU memory sizing: the documented formula, its monotonicity, and the Degraded verdict."""
+
+from __future__ import annotations
+
+import pytest
+from docparser_operator import sizing
+from docparser_operator.models import DocParser, DocParserSpec
+from golden import Case
+
+GIB = 1024**3
+
+
+def _spec(**changes) -> DocParserSpec:
+    resource = Case("deepseek-gateway-canary").resource()
+    spec = resource["spec"]
+    for key, value in changes.items():
+        section, _, field = key.partition("__")
+        if field:
+            spec[section][field] = value
+        else:
+            spec[section] = value
+    return DocParser.from_resource(resource).spec
+
+
+def test_token_constants_match_the_runtime_tiling() -> None:
+    tiling = pytest.importorskip("docparser_runtime.preprocess.tiling")
+    assert sizing.GLOBAL_VIEW_TOKENS == tiling.GLOBAL_VIEW_TOKENS
+    assert sizing.TILE_TOKENS == tiling.TILE_TOKENS
+    assert sizing.IMAGE_SEPARATOR_TOKENS == tiling.IMAGE_SEPARATOR_TOKENS
+    assert sizing.MIN_TILES == tiling.MIN_TILES
+    for tier in range(7):
+        # The largest page at this tier, planned by the runtime, costs what sizing assumes.
+        worst = max(
+            tiling.plan_tiles(w, h, tier).vision_tokens
+            for w, h in [(4000, 4000), (3000, 4000), (4000, 3000), (2000, 6000), (6000, 2000)]
+        )
+        assert worst <= sizing.vision_tokens(tier)
+    assert [sizing.vision_tokens(t) for t in range(7)] == [256, 256, 544, 688, 832, 976, 1120]
+
+
+def test_formula_by_hand_for_tier6_batch8() -> None:
+    est = sizing.estimate_gpu_memory("deepseek-ocr2", tier=6, max_batch_size=8, max_new_tokens=4096)
+    seq = 1120 + 1 + sizing.PROMPT_TOKENS + 4096
+    assert sizing.KV_BYTES_PER_TOKEN == 2 * 12 * 10 * 128 * 2
+    assert est.kv_cache == 8 * seq * 61_440
+    assert est.vision_activations == 8 * 1120 * 393_216
+    assert est.weights == int(3.39e9 * 2)
+    body = est.weights + est.kv_cache + est.vision_activations
+    assert est.total == body + int(body * 0.10) + int(1.5 * GIB)
+    assert 12 * GIB < est.total < 20 * GIB  # a 3B OCR model with a full batch: one 24Gi GPU
+
+
+@pytest.mark.parametrize("knob", ["tier", "max_batch_size", "max_new_tokens"])
+def test_estimate_grows_with_every_knob(knob: str) -> None:
+    base = {"tier": 2, "max_batch_size": 2, "max_new_tokens": 512}
+    small = sizing.estimate_gpu_memory("deepseek-ocr2", **base).total
+    bigger = sizing.estimate_gpu_memory("deepseek-ocr2", **{**base, knob: base[knob] * 3}).total
+    assert bigger > small
+
+
+def test_cpu_engine_needs_no_gpu_memory() -> None:
+    est = sizing.estimate_gpu_memory("rapidocr", tier=6, max_batch_size=64, max_new_tokens=8192)
+    assert est.total == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("40Gi", 40 * GIB), ("80G", 80 * 10**9), ("1.5Gi", int(1.5 * GIB)), ("512Mi", 512 * 2**20)],
+)
+def test_parse_quantity(text: str, expected: int) -> None:
+    assert sizing.parse_quantity(text) == expected
+
+
+def test_no_problem_when_memory_fits_or_is_unknown() -> None:
+    assert sizing.gpu_memory_problem(_spec()) is None  # 40Gi holds tier 6 x 8
+    spec = _spec(resources={"gpu": 1})  # no gpuMemory declared: nothing to check
+    assert sizing.gpu_memory_problem(spec) is None
+
+
+def test_degraded_reason_when_the_worst_case_does_not_fit() -> None:
+    spec = _spec(resources={"gpu": 1, "gpuMemory": "16Gi"}, runtime__maxBatchSize=16)
+    problem = sizing.gpu_memory_problem(spec)
+    assert problem is not None
+    reason, message = problem
+    assert reason == "InsufficientGPUMemory"
+    assert "16Gi" in message and "tier 6" in message and "maxBatchSize 16" in message
+    fits = sizing.largest_batch_that_fits(spec, 16 * GIB)
+    assert 1 <= fits < 16
+    assert f"lower runtime.maxBatchSize to {fits}" in message
+    # The advice is right: the suggested batch fits, one more does not.
+    ok = sizing.estimate_gpu_memory(
+        "deepseek-ocr2", tier=6, max_batch_size=fits, max_new_tokens=4096
+    )
+    too_big = sizing.estimate_gpu_memory(
+        "deepseek-ocr2", tier=6, max_batch_size=fits + 1, max_new_tokens=4096
+    )
+    assert ok.total <= 16 * GIB < too_big.total
+
+
+def test_gpu_too_small_even_for_one_page() -> None:
+    spec = _spec(resources={"gpu": 1, "gpuMemory": "8Gi"})
+    reason, message = sizing.gpu_memory_problem(spec)
+    assert reason == "InsufficientGPUMemory" and "use a GPU with more memory" in message
+
+
+def test_host_memory_request_is_derived_unless_set() -> None:
+    assert sizing.host_memory_request(_spec()) == "11Gi"  # 6.78 GB x 1.25 + 3 GiB, rounded up
+    assert sizing.host_memory_request(_spec(resources={"memory": "32Gi"})) == "32Gi"
+    minimal = DocParser.from_resource(Case("rapidocr-minimal").resource()).spec
+    assert sizing.host_memory_request(minimal) == "3Gi"
