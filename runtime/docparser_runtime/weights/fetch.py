@@ -26,7 +26,6 @@ from urllib.parse import quote
 
 from docparser_runtime.errors import WeightsError
 from docparser_runtime.weights.manifest import (
-    CHUNK_BYTES,
     MANIFEST_NAME,
     WORK_PREFIX,
     Manifest,
@@ -39,6 +38,9 @@ from docparser_runtime.weights.verify import read_local_manifest, verify_tree
 log = logging.getLogger(__name__)
 
 DOWNLOAD_ATTEMPTS = 3
+# fsspec crosses into its event-loop thread once per read(): 8 MiB reads measured ~2x the
+# throughput of 1 MiB reads on a local HTTP server.
+DOWNLOAD_CHUNK_BYTES = 8 << 20
 PARTIAL_SUFFIX = ".part"
 
 
@@ -166,7 +168,7 @@ def _prepare_partial(partial: Path, manifest: Manifest) -> None:
 def _download(src: Source, entry: ManifestEntry, part: Path) -> tuple[str, int]:
     digest, size = hashlib.sha256(), 0
     with _open_remote(src, entry.path) as fh, open(part, "wb") as out:
-        while chunk := fh.read(CHUNK_BYTES):
+        while chunk := fh.read(DOWNLOAD_CHUNK_BYTES):
             digest.update(chunk)
             size += len(chunk)
             out.write(chunk)
