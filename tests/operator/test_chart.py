@@ -1,0 +1,178 @@
+"""Helm chart: the CRD is an exact copy, RBAC covers exactly what the operator touches.
+
+When a ``helm`` binary is available (``DOCPARSER_HELM``, ``PATH``, or the cached build in
+``~/.cache/docparser/helm/<version>/helm``) the chart is also linted and rendered, and every
+rendered object is validated with kubernetes-validate (strict, Kubernetes 1.30).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+from docparser_operator import __version__
+from docparser_operator.render import render_all
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "docparser-operator"
+HELM_VERSION = "v3.22.0"
+MUTATING = {"get", "list", "watch", "create", "patch", "delete"}
+# Plural and API group of every kind render_all can produce.
+KIND_RESOURCES = {
+    "Deployment": ("apps", "deployments"),
+    "Service": ("", "services"),
+    "HorizontalPodAutoscaler": ("autoscaling", "horizontalpodautoscalers"),
+    "PodDisruptionBudget": ("policy", "poddisruptionbudgets"),
+    "HTTPRoute": ("gateway.networking.k8s.io", "httproutes"),
+}
+
+
+def test_chart_crd_is_an_exact_copy_of_the_single_source() -> None:
+    source = (REPO / "crds" / "docparser.yaml").read_bytes()
+    copy = (CHART / "crds" / "docparser.yaml").read_bytes()
+    assert copy == source, "run: cp crds/docparser.yaml charts/docparser-operator/crds/"
+
+
+def test_chart_metadata() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["apiVersion"] == "v2"
+    assert chart["name"] == "docparser-operator"
+    assert chart["appVersion"] == __version__
+
+
+def _static_documents(template: Path) -> list[dict]:
+    """A template's documents with Go-template lines dropped and inline actions neutralised."""
+    lines = [
+        re.sub(r"\{\{.*?\}\}", "placeholder", line)
+        for line in template.read_text().splitlines()
+        if not re.fullmatch(r"\s*\{\{.*\}\}\s*", line)
+    ]
+    return [d for d in yaml.safe_load_all("\n".join(lines)) if d]
+
+
+def _operator_rules() -> list[dict]:
+    roles = _static_documents(CHART / "templates" / "clusterrole.yaml")
+    (main,) = [r for r in roles if r["metadata"]["name"] == "placeholder"]
+    return main["rules"]
+
+
+def _allowed(rules: list[dict], group: str, resource: str) -> set[str]:
+    verbs: set[str] = set()
+    for rule in rules:
+        if group in rule["apiGroups"] and resource in rule["resources"]:
+            verbs |= set(rule["verbs"])
+    return verbs
+
+
+def _rendered_kinds() -> set[str]:
+    kinds = set()
+    for example in (REPO / "examples").glob("*.yaml"):
+        kinds |= {o["kind"] for o in render_all(yaml.safe_load(example.read_text()))}
+    return kinds
+
+
+def test_rbac_covers_every_rendered_kind() -> None:
+    rules = _operator_rules()
+    kinds = _rendered_kinds()
+    assert kinds == set(KIND_RESOURCES)  # the examples exercise every renderer
+    for kind in kinds:
+        group, resource = KIND_RESOURCES[kind]
+        assert _allowed(rules, group, resource) == MUTATING, kind
+
+
+def test_rbac_is_least_privilege() -> None:
+    rules = _operator_rules()
+    for rule in rules:
+        assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"]
+    assert _allowed(rules, "", "pods") == {"get", "list", "watch"}
+    assert _allowed(rules, "", "secrets") == set()
+    assert _allowed(rules, "docparser.io", "docparsers") == {"get", "list", "watch", "patch"}
+    assert "patch" in _allowed(rules, "docparser.io", "docparsers/status")
+    assert _allowed(rules, "", "events") == {"create", "patch"}
+
+
+def _helm() -> str | None:
+    cached = Path.home() / ".cache" / "docparser" / "helm" / HELM_VERSION / "helm"
+    for candidate in (os.environ.get("DOCPARSER_HELM"), shutil.which("helm"), str(cached)):
+        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+HELM = _helm()
+needs_helm = pytest.mark.skipif(
+    HELM is None,
+    reason=(
+        "helm not found: set DOCPARSER_HELM, put helm on PATH, or build it with "
+        f"`GOBIN=~/.cache/docparser/helm/{HELM_VERSION} go install "
+        f"helm.sh/helm/v3/cmd/helm@{HELM_VERSION}`"
+    ),
+)
+
+
+def _template(*args: str) -> list[dict]:
+    result = subprocess.run(
+        [HELM, "template", "ocr", str(CHART), "--namespace", "docparser-system", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return [d for d in yaml.safe_load_all(result.stdout) if d]
+
+
+@needs_helm
+def test_helm_lint() -> None:
+    result = subprocess.run(
+        [HELM, "lint", "--strict", str(CHART)], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@needs_helm
+def test_helm_template_all_namespaces_is_valid() -> None:
+    objects = _template("--include-crds")
+    kinds = sorted(o["kind"] for o in objects)
+    assert kinds == sorted(
+        [
+            "CustomResourceDefinition",
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "ClusterRoleBinding",
+            "Deployment",
+        ]
+    )
+    for obj in objects:
+        kubernetes_validate.validate(obj, "1.30.0", strict=True)
+    (crd,) = [o for o in objects if o["kind"] == "CustomResourceDefinition"]
+    assert crd == yaml.safe_load((REPO / "crds" / "docparser.yaml").read_text())
+    (dep,) = [o for o in objects if o["kind"] == "Deployment"]
+    container = dep["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"] == ["run"]
+    assert container["image"] == f"ghcr.io/docparser/docparser-operator:{__version__}"
+    (role,) = [
+        o
+        for o in objects
+        if o["kind"] == "ClusterRole" and not o["metadata"]["name"].endswith("-discovery")
+    ]
+    assert role["rules"] == _operator_rules()
+
+
+@needs_helm
+def test_helm_template_watching_namespaces_binds_per_namespace() -> None:
+    objects = _template("--set", "watchNamespaces={ocr,batch}")
+    bindings = [o for o in objects if o["kind"] == "RoleBinding"]
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["batch", "ocr"]
+    cluster_bindings = [o for o in objects if o["kind"] == "ClusterRoleBinding"]
+    assert [b["roleRef"]["name"] for b in cluster_bindings] == ["ocr-docparser-operator-discovery"]
+    (dep,) = [o for o in objects if o["kind"] == "Deployment"]
+    args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args == ["run", "--namespace", "ocr", "--namespace", "batch"]
