@@ -83,13 +83,24 @@ def _leaf_paths(obj: Any, prefix: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
 
 
 def _remove_path(obj: dict[str, Any], path: tuple[str, ...]) -> None:
+    """Remove a released leaf and the maps it leaves empty (as SSA drops a whole owned field)."""
+    if not path:
+        return
+    trail: list[dict[str, Any]] = []
     node: Any = obj
     for part in path[:-1]:
         if not isinstance(node, dict) or part not in node:
             return
+        trail.append(node)
         node = node[part]
-    if isinstance(node, dict):
-        node.pop(path[-1], None)
+    if not isinstance(node, dict):
+        return
+    node.pop(path[-1], None)
+    for parent, part in zip(reversed(trail), reversed(path[:-1]), strict=True):
+        if parent.get(part) == {}:
+            del parent[part]
+        else:
+            break
 
 
 def _deep_merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
