@@ -265,3 +265,42 @@ def test_s3_through_local_s3_server(model_src, tmp_path, monkeypatch):
 def test_digest_is_sha256_of_manifest_file(model_src):
     src, digest = model_src
     assert hashlib.sha256((src / MANIFEST_NAME).read_bytes()).hexdigest() == digest
+
+
+def test_destination_that_is_a_mount_point(model_src, tmp_path, monkeypatch):
+    """An emptyDir/PVC mount point cannot be renamed: files are staged inside it."""
+    src, digest = model_src
+    dest = tmp_path / "mnt"
+    (dest / "lost+found").mkdir(parents=True)
+    (dest / "stale.bin").write_bytes(b"previous model")
+    real_ismount = os.path.ismount
+    monkeypatch.setattr(os.path, "ismount", lambda p: Path(p) == dest or real_ismount(p))
+    fetch_weights(str(src), dest, sha256=digest, manifest=None)
+    assert not (dest / "stale.bin").exists() and (dest / "lost+found").is_dir()
+    assert not (dest / ".docparser-partial").exists()
+    assert (dest / ".docparser-lock").exists() and not (tmp_path / ".mnt.lock").exists()
+    assert verify_weights(dest, sha256=digest).digest() == digest  # work files ignored
+    fetch_weights(str(src), dest, sha256=digest, manifest=None)  # verified: no-op
+
+
+def test_concurrent_fetches_into_one_dest_download_once(http_src, tmp_path):
+    """Two pods sharing a volume: the lock makes the second find verified weights."""
+    url, src, digest, requests = http_src
+    dest = tmp_path / "shared" / "model"
+    errors = []
+
+    def run():
+        try:
+            fetch_weights(url, dest, sha256=digest, manifest=None)
+        except Exception as exc:  # surfaced by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    _assert_same_tree(dest, src)
+    gets = [p for p in requests if p == "/model.safetensors"]
+    assert gets == ["/model.safetensors"], "the weights were downloaded twice"

@@ -223,7 +223,7 @@ def _swap_into_place(dest: Path, work: WorkPaths) -> None:
     if work.in_place:
         # A mount point cannot be renamed: clear it, move entries in, manifest last
         # (serve refuses a directory without a matching manifest, so a crash here is safe).
-        keep = {work.partial.name, work.lock.name}
+        keep = {work.partial.name, work.lock.name, "lost+found"}  # ext4 volumes have one
         for child in dest.iterdir():
             if child.name not in keep:
                 shutil.rmtree(child) if child.is_dir() else child.unlink()
