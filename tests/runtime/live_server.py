@@ -20,20 +20,34 @@ from redis_server import free_port
 
 
 class LiveServer:
-    def __init__(self, *, engine: str = "rapidocr", env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        engine: str = "rapidocr",
+        env: dict[str, object] | None = None,
+        gated_delay_s: float | None = None,
+    ) -> None:
+        """``gated_delay_s``: serve the test engine (``serve_test_engine.py``) whose
+        batches take that long, instead of ``engine``."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.engine = engine
+        self.gated_delay_s = gated_delay_s
         self.env = {k: str(v) for k, v in (env or {}).items()}
         self._log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - lives as long as the server
             prefix="docparser-live-", suffix=".log", delete=False
         )
         self.proc: subprocess.Popen | None = None
+        self._final_log: str | None = None
 
     def start(self) -> LiveServer:
         env = {**os.environ, "DOCPARSER_LOG_LEVEL": "info", "DOCPARSER_DRAIN_GRACE_S": "0.2"}
         env.update(self.env)
-        args = [sys.executable, "-m", "docparser_runtime", "serve", "--engine", self.engine]
+        if self.gated_delay_s is None:
+            args = [sys.executable, "-m", "docparser_runtime", "serve", "--engine", self.engine]
+        else:
+            script = str(Path(__file__).with_name("serve_test_engine.py"))
+            args = [sys.executable, script, "--delay", str(self.gated_delay_s)]
         args += ["--host", "127.0.0.1", "--port", str(self.port)]
         self.proc = subprocess.Popen(args, env=env, stdout=self._log, stderr=subprocess.STDOUT)
         return self
@@ -60,6 +74,8 @@ class LiveServer:
         return self.proc.wait(timeout)
 
     def log(self) -> str:
+        if self._final_log is not None:
+            return self._final_log
         return Path(self._log.name).read_text(errors="replace")[-6000:]
 
     def stop(self) -> None:
@@ -70,8 +86,10 @@ class LiveServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
-        self._log.close()
-        os.unlink(self._log.name)
+        if self._final_log is None:
+            self._final_log = self.log()
+            self._log.close()
+            os.unlink(self._log.name)
 
     def __enter__(self) -> LiveServer:
         return self.start().wait_ready()

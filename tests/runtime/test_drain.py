@@ -1,0 +1,121 @@
+"""SIGTERM on a real server process under load: /readyz turns 503 first, every request
+that was already accepted gets its 200, later ones get 503 or connection refused (never
+a reset or another 5xx), a running job finishes and a queued one stays in Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import signal
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+from docparser_runtime.jobs.redis_store import RedisJobStore
+from engines_for_tests import png_bytes
+from live_server import LiveServer
+from PIL import Image
+
+pytestmark = [pytest.mark.slow, pytest.mark.redis]
+
+IN_FLIGHT = 4
+GRACE_S = 1.5
+PAGE_S = 0.5  # engine time per page (one page per batch)
+
+
+def parse(url: str, data: bytes) -> str:
+    """One request; the outcome as a short label."""
+    try:
+        reply = httpx.post(
+            f"{url}/v1/document/parse",
+            files={"file": ("p.png", data, "image/png")},
+            timeout=120,
+        )
+    except httpx.ConnectError:
+        return "refused"
+    except httpx.HTTPError as exc:
+        return f"broken:{type(exc).__name__}"
+    if reply.status_code == 503:
+        assert reply.json()["error"]["code"] == "draining"
+    return str(reply.status_code)
+
+
+def pdf(pages: int) -> bytes:
+    images = [Image.new("RGB", (300, 200 + i), "white") for i in range(pages)]
+    buf = io.BytesIO()
+    images[0].save(buf, format="PDF", save_all=True, append_images=images[1:])
+    return buf.getvalue()
+
+
+def test_sigterm_drains_in_flight_work(redis_url):
+    sizes = iter(range(100, 10_000))  # distinct pages: no result-cache shortcuts
+    env = {
+        "DOCPARSER_DRAIN_GRACE_S": GRACE_S,
+        "DOCPARSER_DRAIN_TIMEOUT_S": 90,
+        "DOCPARSER_REDIS_URL": redis_url,
+        "DOCPARSER_JOB_WORKERS": 1,
+        "DOCPARSER_DEFAULT_TIER": 0,
+        "DOCPARSER_MAX_BATCH_SIZE": 1,
+        "DOCPARSER_CACHE_MAX_BYTES": 0,
+    }
+    server = LiveServer(env=env, gated_delay_s=PAGE_S).start()
+    try:
+        server.wait_ready()
+        url = server.url
+        running_job = httpx.post(f"{url}/v1/jobs", files={"file": ("d.pdf", pdf(2))}).json()["id"]
+        queued_job = httpx.post(f"{url}/v1/jobs", files={"file": ("e.png", png_bytes())}).json()
+        queued_job = queued_job["id"]
+
+        pool = ThreadPoolExecutor(max_workers=IN_FLIGHT + 2)
+        accepted = [pool.submit(parse, url, png_bytes(next(sizes))) for _ in range(IN_FLIGHT)]
+        deadline = time.monotonic() + 30
+        while httpx.get(f"{url}/readyz").json()["in_flight"] < IN_FLIGHT + 1:  # + the job
+            assert time.monotonic() < deadline, "requests never got in flight"
+            time.sleep(0.02)
+
+        # Late load: keeps arriving through the grace window and after the port closes.
+        late: list[str] = []
+        stop = threading.Event()
+
+        def late_load() -> None:
+            for _ in range(200):
+                if stop.is_set():
+                    return
+                late.append(parse(url, png_bytes(next(sizes))))
+                time.sleep(0.05)
+
+        loader = threading.Thread(target=late_load)
+        t_signal = time.monotonic()
+        server.signal(signal.SIGTERM)
+        ready = httpx.get(f"{url}/readyz", timeout=5)
+        t_readyz = time.monotonic() - t_signal
+        assert ready.status_code == 503 and ready.json()["status"] == "draining"
+        loader.start()
+
+        outcomes = [f.result(timeout=120) for f in accepted]
+        code = server.wait_exit(timeout=120)
+        stop.set()
+        loader.join(30)
+        pool.shutdown()
+    finally:
+        server.stop()
+
+    assert outcomes == ["200"] * IN_FLIGHT, (outcomes, late, server.log())
+    assert t_readyz < GRACE_S  # not ready long before the port closes
+    assert late and set(late) <= {"503", "refused"}, late
+    assert "503" in late  # the grace window answered clearly
+    assert code in (0, -signal.SIGTERM), server.log()
+
+    async def job_states():
+        store = RedisJobStore.from_url(redis_url, ttl_s=60)
+        try:
+            first, second = await store.get(running_job), await store.get(queued_job)
+            return first, second, await store.queue_position(queued_job)
+        finally:
+            await store.close()
+
+    first, second, position = asyncio.run(job_states())
+    assert first.status == "succeeded" and first.pages_done == 2
+    assert second.status == "queued" and position == 0  # left for another replica
