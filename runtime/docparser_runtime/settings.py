@@ -31,6 +31,10 @@ class Settings(BaseSettings):
     model_path: Path | None = None
     model_version: str = "dev"
     device: str = Field("auto", description="auto | cpu | cuda | cuda:N")
+    no_repeat_ngram_size: int = Field(
+        20, ge=0, description="deepseek-ocr2: ban repeating n-grams (repetition loops); 0 off"
+    )
+    no_repeat_ngram_window: int = Field(90, ge=1, description="recent tokens the ban looks at")
     allow_unverified_weights: bool = False
     weights_sha256: str | None = Field(None, description="pinned manifest sha256 for serve")
 
