@@ -7,7 +7,11 @@ import copy
 import pytest
 from docparser_operator.models import DocParser
 from docparser_operator.render import render_all
-from docparser_operator.render.deployment import PRESTOP_SLEEP_S, drain_seconds
+from docparser_operator.render.deployment import (
+    PRESTOP_SLEEP_S,
+    RUNTIME_DRAIN_GRACE_S,
+    drain_seconds,
+)
 from golden import CASES, Case, check_golden, of_kind
 
 GATEWAY = Case("deepseek-gateway-canary")
@@ -148,7 +152,8 @@ def test_grace_period_covers_prestop_and_drain(max_new_tokens: int) -> None:
     assert env["DOCPARSER_DRAIN_TIMEOUT_S"] == str(drain)
     assert runtime["lifecycle"]["preStop"] == {"sleep": {"seconds": PRESTOP_SLEEP_S}}
     grace = dep["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
-    assert grace > PRESTOP_SLEEP_S + drain
+    assert env["DOCPARSER_DRAIN_GRACE_S"] == str(RUNTIME_DRAIN_GRACE_S)
+    assert grace > PRESTOP_SLEEP_S + RUNTIME_DRAIN_GRACE_S + drain
     assert drain >= max_new_tokens / 20  # a slow GPU's decode of the longest page
 
 

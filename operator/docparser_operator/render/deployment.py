@@ -28,6 +28,7 @@ RUNTIME_UID = 10001
 API_KEYS_DIR = "/var/run/secrets/docparser/api-keys"
 PVC_SOURCE_MOUNT = "/weights-source"
 PRESTOP_SLEEP_S = 10
+RUNTIME_DRAIN_GRACE_S = 5  # runtime keeps serving with /readyz 503 after SIGTERM
 STARTUP_PERIOD_S = 10
 MIN_DECODE_TOKENS_PER_S = 20  # a slow GPU decoding one long page; bounds the drain time
 DOWNLOAD_ALLOWANCE_S = 3600  # extra progress deadline for the init container's download
@@ -42,7 +43,7 @@ def drain_seconds(spec: DocParserSpec) -> int:
 
 
 def termination_grace_seconds(spec: DocParserSpec) -> int:
-    return PRESTOP_SLEEP_S + drain_seconds(spec) + 15
+    return PRESTOP_SLEEP_S + RUNTIME_DRAIN_GRACE_S + drain_seconds(spec) + 15
 
 
 def _container_security() -> dict:
@@ -63,6 +64,7 @@ def _env(spec: DocParserSpec, tp: TrackPlan) -> list[dict]:
         "DOCPARSER_DEFAULT_TIER": str(spec.tier),
         "DOCPARSER_MODEL_VERSION": tp.version or "embedded",
         "DOCPARSER_DEVICE": "cuda" if spec.gpus else "cpu",
+        "DOCPARSER_DRAIN_GRACE_S": str(RUNTIME_DRAIN_GRACE_S),
         "DOCPARSER_DRAIN_TIMEOUT_S": str(drain_seconds(spec)),
         # Writable homes on a read-only root; never reach a model hub from a pod.
         "HOME": "/tmp",
