@@ -169,6 +169,8 @@ def test_local_manifest_pins_the_files(model_src, tmp_path):
     _assert_same_tree(tmp_path / "d", src)
     with pytest.raises(WeightsError, match="does not match"):
         fetch_weights(str(src), tmp_path / "e", sha256="cd" * 32, manifest=pinned)
+    with pytest.raises(WeightsError, match="cannot read manifest"):
+        fetch_weights(str(src), tmp_path / "e", sha256=None, manifest=tmp_path / "absent.json")
 
 
 def test_unpinned_fetch_still_checks_files(model_src, tmp_path):

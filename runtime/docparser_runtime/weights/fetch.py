@@ -247,7 +247,10 @@ def _swap_into_place(dest: Path, work: WorkPaths) -> None:
 def _pinned_manifest(manifest: Path | None, expected: str | None) -> Manifest | None:
     if manifest is None:
         return None
-    data = Path(manifest).read_bytes()
+    try:
+        data = Path(manifest).read_bytes()
+    except OSError as exc:
+        raise WeightsError(f"cannot read manifest {manifest}: {exc.strerror or exc}") from exc
     pinned = Manifest.from_bytes(data)
     if expected is not None and hashlib.sha256(data).hexdigest() != expected:
         raise WeightsError(f"sha256 mismatch for {manifest}: does not match --sha256")
@@ -273,6 +276,19 @@ def fetch_weights(
     pinned = _pinned_manifest(manifest, expected)
     if expected is None and pinned is None:
         log.warning("no --sha256 or --manifest: trusting the manifest served by %s", source)
+    try:
+        _fetch_locked(source, dest, expected, pinned, storage_options)
+    except OSError as exc:  # local disk trouble (read-only, full): still a clear message
+        raise WeightsError(f"cannot write weights into {dest}: {exc}") from exc
+
+
+def _fetch_locked(
+    source: str,
+    dest: Path,
+    expected: str | None,
+    pinned: Manifest | None,
+    storage_options: dict | None,
+) -> None:
     dest.parent.mkdir(parents=True, exist_ok=True)
     work = _work_paths(dest)
     with _locked(work.lock):
