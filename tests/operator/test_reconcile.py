@@ -1,0 +1,188 @@
+"""reconcile.py: pure helpers, then single reconcile passes against the `cluster` fixture."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from docparser_operator import events
+from docparser_operator.apply import DOCPARSER, FIELD_MANAGER, KNOWN_KINDS, KubeClient
+from docparser_operator.reconcile import (
+    HASH_ANNOTATION,
+    needs_apply,
+    owned_by,
+    prepare,
+    reconcile,
+)
+from docparser_operator.render import render_all
+from kube_cluster import Cluster, client_for
+from test_integration import CANARY_WEIGHTS, GATEWAY, docparser
+
+DEPLOY, SERVICE, ROUTE = KNOWN_KINDS["Deployment"], KNOWN_KINDS["Service"], KNOWN_KINDS["HTTPRoute"]
+UID = "0b7d3c5e-0000-4000-8000-000000000001"
+
+
+def live_resource(name: str = "inv", **spec: Any) -> dict[str, Any]:
+    dp = docparser(name, **spec)
+    dp["metadata"].update(namespace="ocr", uid=UID, generation=1)
+    return dp
+
+
+def test_prepare_stamps_ownership_and_drops_hpa_replicas() -> None:
+    dp = live_resource(replicas={"min": 1, "max": 4})
+    for child in prepare(render_all(dp), dp):
+        meta = child["metadata"]
+        assert owned_by(child, UID)
+        assert meta["ownerReferences"][0]["blockOwnerDeletion"] is True
+        assert meta["labels"]["app.kubernetes.io/managed-by"] == "docparser-operator"
+        assert meta["labels"]["app.kubernetes.io/instance"] == "inv"
+        assert len(meta["annotations"][HASH_ANNOTATION]) == 16
+        if child["kind"] == "Deployment":
+            assert "replicas" not in child["spec"]
+
+
+def test_owned_by_checks_the_uid_not_the_labels() -> None:
+    other = {"metadata": {"ownerReferences": [{"uid": "someone-else", "controller": True}]}}
+    not_controller = {"metadata": {"ownerReferences": [{"uid": UID, "controller": False}]}}
+    assert not owned_by(other, UID) and not owned_by(not_controller, UID)
+    assert not owned_by({"metadata": {"labels": {"app.kubernetes.io/instance": "inv"}}}, UID)
+
+
+def _as_live(want: dict[str, Any]) -> dict[str, Any]:
+    live = copy.deepcopy(want)
+    live["metadata"]["managedFields"] = [{"manager": FIELD_MANAGER, "operation": "Apply"}]
+    live["metadata"]["resourceVersion"] = "7"
+    live.setdefault("status", {})["observedGeneration"] = 1
+    return live
+
+
+def test_needs_apply() -> None:
+    dp = live_resource()
+    want = next(c for c in prepare(render_all(dp), dp) if c["kind"] == "Deployment")
+    live = _as_live(want)
+    assert needs_apply(want, None)
+    assert not needs_apply(want, live)
+    live["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"] = "Always"
+    assert needs_apply(want, live)  # drift on a field we set
+    live = _as_live(want)
+    live["spec"]["template"]["spec"]["containers"][0]["terminationMessagePath"] = "/dev/x"
+    assert not needs_apply(want, live)  # a server default we never set
+    live = _as_live(want)
+    live["metadata"]["managedFields"] = [{"manager": "kubectl", "operation": "Apply"}]
+    assert needs_apply(want, live)  # our manager lost its fields
+    live = _as_live(want)
+    live["metadata"]["annotations"][HASH_ANNOTATION] = "0" * 16
+    assert needs_apply(want, live)  # desired set changed (e.g. a field to release)
+
+
+def test_quantities_returned_as_strings_are_equal() -> None:
+    dp = live_resource()
+    want = next(c for c in prepare(render_all(dp), dp) if c["kind"] == "Deployment")
+    live = _as_live(want)
+    limits = live["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    limits.update({k: str(v) for k, v in limits.items()})
+    assert not needs_apply(want, live)
+
+
+def operator_client(cluster: Cluster) -> KubeClient:
+    return client_for(cluster.kubeconfig, user_agent="docparser-operator/test")
+
+
+def create(cluster: Cluster, dp: dict[str, Any]) -> dict[str, Any]:
+    dp = copy.deepcopy(dp)
+    dp["metadata"]["namespace"] = cluster.namespace
+    return cluster.client.apply(dp, manager="gitops")
+
+
+def test_second_pass_makes_zero_writes(cluster: Cluster) -> None:
+    api = operator_client(cluster)
+    dp = create(
+        cluster, docparser("inv", traffic=GATEWAY, canary={"weights": CANARY_WEIGHTS, "weight": 10})
+    )
+    first = reconcile(api, dp)
+    kinds = sorted(k for k, _ in first.applied)
+    assert kinds == sorted(
+        [
+            "Deployment",
+            "Deployment",
+            "Service",
+            "Service",
+            "Service",
+            "PodDisruptionBudget",
+            "HTTPRoute",
+        ]
+    )
+    assert first.status_written
+    mark = cluster.mark()
+    second = reconcile(api, cluster.get(DOCPARSER, "inv"))
+    assert second.applied == [] and second.pruned == [] and not second.status_written
+    assert cluster.writes_since(mark) == []
+    assert events.events_for(second) == []
+
+
+def test_prune_only_owned_children(cluster: Cluster) -> None:
+    api = operator_client(cluster)
+    dp = create(
+        cluster, docparser("inv", traffic=GATEWAY, canary={"weights": CANARY_WEIGHTS, "weight": 10})
+    )
+    reconcile(api, dp)
+    labels = {
+        "app.kubernetes.io/managed-by": "docparser-operator",
+        "app.kubernetes.io/instance": "inv",
+    }
+    stray = cluster.client.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "inv-old", "namespace": cluster.namespace, "labels": labels},
+            "spec": {"ports": [{"port": 1}]},
+        }
+    )
+    spec = copy.deepcopy(dp["spec"])
+    del spec["canary"]
+    spec["traffic"] = {"router": "service"}
+    live = cluster.client.apply(
+        {
+            **docparser("inv"),
+            "metadata": {"name": "inv", "namespace": cluster.namespace},
+            "spec": spec,
+        },
+        manager="gitops",
+    )
+    outcome = reconcile(api, live)
+    assert sorted(outcome.pruned) == [
+        ("Deployment", "inv-canary"),
+        ("HTTPRoute", "inv"),
+        ("Service", "inv-canary"),
+    ]
+    assert cluster.get(DEPLOY, "inv-canary") is None and cluster.get(ROUTE, "inv") is None
+    assert cluster.get(SERVICE, "inv-old")["metadata"]["uid"] == stray["metadata"]["uid"]
+    assert {e.reason for e in events.events_for(outcome)} >= {"Pruned"}
+
+
+def test_delete_precondition_spares_a_same_named_newcomer(cluster: Cluster) -> None:
+    api = operator_client(cluster)
+    svc = cluster.client.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "x", "namespace": cluster.namespace},
+            "spec": {"ports": [{"port": 1}]},
+        }
+    )
+    assert api.delete(SERVICE, cluster.namespace, "x", uid="not-" + svc["metadata"]["uid"]) is False
+    assert cluster.get(SERVICE, "x") is not None
+    assert api.delete(SERVICE, cluster.namespace, "x", uid=svc["metadata"]["uid"]) is True
+
+
+def test_weight_change_event() -> None:
+    from docparser_operator.reconcile import Outcome
+
+    old = {"canary": {"version": "v2", "weight": 10, "readyReplicas": 1}}
+    new = {"canary": {"version": "v2", "weight": 30, "readyReplicas": 1}}
+    (event,) = events.events_for(Outcome(name="inv", previous_status=old, status=new))
+    assert (event.type, event.reason, event.message) == (
+        "Normal",
+        "CanaryWeightChanged",
+        "canary traffic 10% -> 30%",
+    )

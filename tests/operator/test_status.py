@@ -1,0 +1,178 @@
+"""Unit tests of status.py: model states from pods, conditions, kstatus shape, transitions."""
+
+from __future__ import annotations
+
+import pytest
+from docparser_operator.status import (
+    DOWNLOADING,
+    FAILED,
+    LOADED,
+    LOADING,
+    PENDING,
+    Problem,
+    TrackObservation,
+    build_status,
+    pod_model_state,
+    status_changed,
+)
+from kube_cluster import pod_status
+
+T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:05:00Z"
+
+
+def pod(state: str, name: str = "p") -> dict:
+    return {"metadata": {"name": name}, "status": pod_status(state)}
+
+
+def deployment(
+    *, want: int = 1, ready: int = 0, generation: int = 1, observed: int = 1, extra=None
+) -> dict:
+    status = {
+        "observedGeneration": observed,
+        "replicas": want,
+        "updatedReplicas": want,
+        "readyReplicas": ready,
+    }
+    status.update(extra or {})
+    return {"metadata": {"generation": generation}, "spec": {"replicas": want}, "status": status}
+
+
+@pytest.mark.parametrize(
+    ("state", "expected"),
+    [("ready", LOADED), ("loading", LOADING), ("downloading", DOWNLOADING), ("failed", FAILED)],
+)
+def test_pod_model_state(state: str, expected: str) -> None:
+    assert pod_model_state(pod(state))[0] == expected
+
+
+def test_crash_looping_runtime_is_failed_to_load() -> None:
+    p = pod("loading")
+    p["status"]["containerStatuses"][0]["state"] = {"waiting": {"reason": "CrashLoopBackOff"}}
+    state, message = pod_model_state(p)
+    assert state == FAILED and "CrashLoopBackOff" in message
+
+
+def test_pod_without_statuses_is_pending() -> None:
+    assert (
+        pod_model_state({"metadata": {"name": "x"}, "status": {"phase": "Pending"}})[0] == PENDING
+    )
+
+
+def status(
+    stable: TrackObservation | None,
+    canary: TrackObservation | None = None,
+    *,
+    problems=(),
+    previous=None,
+    now=T0,
+    weight=0,
+    generation=2,
+) -> dict:
+    return build_status(
+        name="inv",
+        namespace="ocr",
+        generation=generation,
+        stable=stable,
+        canary=canary,
+        routed_weight=weight,
+        problems=list(problems),
+        previous=previous,
+        now=now,
+        selector="app.kubernetes.io/instance=inv,app.kubernetes.io/name=docparser",
+    )
+
+
+def conditions(st: dict) -> dict[str, dict]:
+    return {c["type"]: c for c in st["conditions"]}
+
+
+def test_ready_track_is_ready_and_not_progressing() -> None:
+    st = status(TrackObservation("v1", deployment(want=2, ready=2), [pod("ready"), pod("ready")]))
+    c = conditions(st)
+    assert (c["Ready"]["status"], c["Ready"]["reason"]) == ("True", LOADED)
+    assert (c["Progressing"]["status"], c["Progressing"]["reason"]) == ("False", "Complete")
+    assert c["Degraded"]["status"] == "False" and c["Stalled"]["status"] == "False"
+    assert c["Reconciling"]["status"] == "False"
+    assert all(x["observedGeneration"] == 2 and x["lastTransitionTime"] == T0 for x in c.values())
+    assert st["observedGeneration"] == 2
+    assert st["endpoint"] == "http://inv.ocr.svc:8000"
+    assert st["stable"] == {"version": "v1", "readyReplicas": 2}
+    assert st["replicas"] == 2 and "canary" not in st
+
+
+def test_downloading_weights_is_progressing_with_model_reason() -> None:
+    st = status(TrackObservation("v1", deployment(ready=0), [pod("downloading")]))
+    c = conditions(st)
+    assert (c["Ready"]["status"], c["Ready"]["reason"]) == ("False", DOWNLOADING)
+    assert (c["Progressing"]["status"], c["Progressing"]["reason"]) == ("True", DOWNLOADING)
+    assert c["Reconciling"]["status"] == "True"  # kstatus: InProgress
+
+
+def test_failed_weights_is_degraded_and_stalled() -> None:
+    st = status(TrackObservation("v1", deployment(ready=0), [pod("failed")]))
+    c = conditions(st)
+    assert (c["Degraded"]["status"], c["Degraded"]["reason"]) == ("True", FAILED)
+    assert c["Stalled"]["status"] == "True"  # kstatus: Failed
+    assert c["Progressing"]["status"] == "False" and c["Ready"]["reason"] == FAILED
+
+
+def test_progress_deadline_is_failed() -> None:
+    dep = deployment(
+        ready=0,
+        extra={
+            "conditions": [
+                {"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}
+            ]
+        },
+    )
+    c = conditions(status(TrackObservation("v1", dep, [pod("loading")])))
+    assert c["Degraded"]["reason"] == FAILED and c["Progressing"]["status"] == "False"
+
+
+def test_stale_deployment_generation_is_still_progressing() -> None:
+    dep = deployment(ready=1, generation=3, observed=2)
+    c = conditions(status(TrackObservation("v1", dep, [pod("ready")])))
+    assert c["Progressing"]["status"] == "True" and c["Ready"]["status"] == "False"
+
+
+def test_canary_reports_routed_weight_and_blocks_ready_while_rolling() -> None:
+    stable = TrackObservation("v1", deployment(ready=1), [pod("ready")])
+    canary = TrackObservation("v2", deployment(ready=0), [pod("loading")])
+    st = status(stable, canary, weight=0)
+    assert st["canary"] == {"version": "v2", "weight": 0, "readyReplicas": 0}
+    assert conditions(st)["Ready"]["reason"] == LOADING
+    st = status(stable, TrackObservation("v2", deployment(ready=1), [pod("ready")]), weight=10)
+    assert st["canary"]["weight"] == 10 and conditions(st)["Ready"]["status"] == "True"
+    assert st["replicas"] == 2
+
+
+def test_spec_problem_is_degraded_and_not_ready() -> None:
+    st = status(None, problems=[Problem("SpecInvalid", "invalid spec: weights: Field required")])
+    c = conditions(st)
+    assert (c["Degraded"]["status"], c["Degraded"]["reason"]) == ("True", "SpecInvalid")
+    assert (c["Ready"]["status"], c["Ready"]["reason"]) == ("False", "SpecInvalid")
+    assert c["Progressing"]["status"] == "False"
+
+
+def test_transition_time_changes_only_when_status_flips() -> None:
+    loading = status(TrackObservation("v1", deployment(ready=0), [pod("loading")]), now=T0)
+    still = status(
+        TrackObservation("v1", deployment(ready=0), [pod("loading")]), previous=loading, now=T1
+    )
+    assert not status_changed(loading, still)
+    ready = status(
+        TrackObservation("v1", deployment(ready=1), [pod("ready")]), previous=still, now=T1
+    )
+    c = conditions(ready)
+    assert c["Ready"]["lastTransitionTime"] == T1  # flipped
+    assert c["Degraded"]["lastTransitionTime"] == T0  # stayed False
+    assert status_changed(still, ready)
+
+
+def test_removed_canary_counts_as_a_change() -> None:
+    stable = TrackObservation("v1", deployment(ready=1), [pod("ready")])
+    with_canary = status(
+        stable, TrackObservation("v2", deployment(ready=1), [pod("ready")]), weight=5
+    )
+    without = status(stable, previous=with_canary)
+    assert status_changed(with_canary, without)
