@@ -17,7 +17,6 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
-import aiohttp
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -127,6 +126,8 @@ async def fetch_allowed_image(url: str, settings) -> bytes:
     """GET an allow-listed URL: no redirects (a hop could leave the allow-list), bounded
     time and size; every failure is the caller's input problem (4xx), never a 5xx."""
     check_url_allowed(url, settings.url_fetch_allowlist)
+    import aiohttp  # lazy: costs seconds of import time and is rarely used
+
     limit = settings.max_upload_bytes
     try:
         timeout = aiohttp.ClientTimeout(total=30)
