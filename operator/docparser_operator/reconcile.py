@@ -28,7 +28,7 @@ from typing import Any
 import pydantic
 
 from docparser_operator import labels, naming, sizing
-from docparser_operator.apply import DOCPARSER, FIELD_MANAGER, KubeClient, ref_for
+from docparser_operator.apply import DOCPARSER, FIELD_MANAGER, ApiError, KubeClient, ref_for
 from docparser_operator.render import plan_for, render_plan
 from docparser_operator.status import Problem, TrackObservation, build_status, status_changed
 
@@ -155,6 +155,17 @@ def _problem_from_validation(exc: pydantic.ValidationError) -> Problem:
     return Problem("SpecInvalid", "invalid spec: " + "; ".join(parts))
 
 
+def _apply_problem(key: Key, exc: ApiError) -> Problem:
+    """A child the API server cannot take: its API is missing (the Gateway API CRDs are not
+    installed) or it rejects the object. Reported as Degraded; the other children proceed."""
+    kind, name = key
+    if exc.status == 404:
+        return Problem(
+            "MissingAPI", f"{kind} {name}: the cluster does not serve {kind} ({exc.message})"
+        )
+    return Problem("ChildRejected", f"{kind} {name} rejected by the API server: {exc.message}")
+
+
 # I/O --------------------------------------------------------------------------------------------
 def observe(client: KubeClient, namespace: str, name: str) -> dict[Key, dict[str, Any]]:
     """Every live object labelled as a child of this DocParser (owned or not)."""
@@ -200,7 +211,13 @@ def reconcile(client: KubeClient, resource: dict[str, Any], *, now: str | None =
                 out.conflicts.append(key)
                 continue
             if needs_apply(obj, current):
-                live[key] = client.apply(obj, force=True)
+                try:
+                    live[key] = client.apply(obj, force=True)
+                except ApiError as exc:
+                    if exc.status not in (404, 422):
+                        raise  # transient or unexpected: the caller retries with backoff
+                    out.problems.append(_apply_problem(key, exc))
+                    continue
                 out.applied.append(key)
         for key, obj in list(live.items()):
             if key in wanted or not owned_by(obj, uid):

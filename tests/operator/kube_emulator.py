@@ -178,6 +178,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
         self.applied: dict[tuple[Key, str], dict[str, Any]] = {}
         self.rv = 0
         self.garbage_collect = True
+        self.missing: set[str] = set()  # resource keys to serve as 404 (e.g. CRDs not installed)
         self.watchers: dict[tuple[str, str, str], list[asyncio.Queue[Any]]] = defaultdict(list)
         for key, (kind, namespaced) in RESOURCES.items():
             self.resources[key] = kmock.ResourceInfo(
@@ -193,7 +194,8 @@ class KubeEmulator(kmock.KubernetesEmulator):
         if res is None or not res.plural or request.action == kmock.action.WATCH:
             return await apps.RawHandler._handle(self, request)
         rkey = (res.group, res.version, res.plural)
-        if "/".join(p for p in rkey if p) not in RESOURCES:
+        rname = "/".join(p for p in rkey if p)
+        if rname not in RESOURCES or rname in self.missing:
             raise kmock.KubernetesResourceNotFoundError()
         method = str(request.method.value).upper()
         if request.name is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import pytest
 from docparser_operator import events
 from docparser_operator.apply import DOCPARSER, FIELD_MANAGER, KNOWN_KINDS, KubeClient
 from docparser_operator.reconcile import (
@@ -186,3 +187,16 @@ def test_weight_change_event() -> None:
         "CanaryWeightChanged",
         "canary traffic 10% -> 30%",
     )
+
+
+def test_missing_gateway_api_is_degraded_not_fatal(cluster: Cluster) -> None:
+    if cluster.emulator is None:
+        pytest.skip("needs an API server without the Gateway API CRDs (the emulator can hide them)")
+    cluster.emulator.missing.add("gateway.networking.k8s.io/v1/httproutes")
+    api = operator_client(cluster)
+    outcome = reconcile(api, create(cluster, docparser("inv", traffic=GATEWAY)))
+    assert [p.reason for p in outcome.problems] == ["MissingAPI"]
+    assert ("Deployment", "inv-stable") in outcome.applied
+    degraded = next(c for c in outcome.status["conditions"] if c["type"] == "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "MissingAPI")
+    assert "HTTPRoute" in degraded["message"]
