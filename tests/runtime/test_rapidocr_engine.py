@@ -158,3 +158,23 @@ def test_two_page_pdf_in_text_mode_and_page_ranges(rapidocr_engine):
     (only_second,) = load_document(data, tier=2, pages="2", limits=LIMITS)
     assert only_second.index == 1
     assert np.array_equal(np.asarray(only_second.image), np.asarray(pages[1].image))
+
+
+def test_upside_down_page_is_read_upright_with_boxes_on_the_page_as_sent(rapidocr_engine):
+    doc = documents.single_column()
+    upright = documents.Image.new("RGB", doc.image.size, "white")
+    upright.paste(doc.image.crop((0, 0, 1000, 330)))  # title + 3 lines keep this test quick
+    flipped = upright.transpose(documents.Image.Transpose.ROTATE_180)
+    result = parse(rapidocr_engine, documents.Doc(image=flipped))
+    expected = "\n".join([doc.title, *doc.lines[:3]])
+    assert result.content.startswith("# Quarterly Report")
+    assert documents.cer(expected, result.content) <= 0.05
+    title = result.blocks[0]
+    # upright the title sits at the top left; on the page as sent, at the bottom right
+    assert title.bbox[1] > 550 and title.bbox[0] > 450
+
+
+@pytest.mark.parametrize("size", [(20, 3000), (1, 1)])
+def test_extreme_page_shapes_do_not_fail(rapidocr_engine, size):
+    result = parse(rapidocr_engine, documents.Doc(image=documents.Image.new("RGB", size, "white")))
+    assert result.content == "" and (result.width, result.height) == size

@@ -85,10 +85,23 @@ class RapidOcrEngine(Engine):
         return [self._parse_page(page, options) for page in pages]
 
     def _parse_page(self, page: PageImage, options: ParseOptions) -> PageResult:
-        gray = np.asarray(page.image.convert("L"))
-        lines = self.recognize(page.image, gray)
-        regions = layout_page(lines, detect_tables(gray))
+        image = page.image
+        lines, flipped = self._read(image)
+        upside_down = bool(lines) and flipped > len(lines) / 2
+        if upside_down:
+            # Most lines needed the classifier's 180-degree turn: the page is upside
+            # down. Read it turned, so reading order runs top to bottom, and map the
+            # boxes back to the page as sent.
+            image = image.transpose(Image.Transpose.ROTATE_180)
+            lines, _ = self._read(image)
+        regions = layout_page(lines, detect_tables(np.asarray(image.convert("L"))))
         content = render_text(regions) if options.mode == "text" else render_markdown(regions)
+        blocks = to_blocks(regions)
+        if upside_down:
+            w, h = image.size
+            for block in blocks:
+                x1, y1, x2, y2 = block.bbox
+                block.bbox = (w - x2, h - y2, w - x1, h - y1)
         return PageResult(
             index=page.index,
             content=content,
@@ -96,39 +109,103 @@ class RapidOcrEngine(Engine):
             height=page.height,
             tiles=page.tiles,
             vision_tokens=page.vision_tokens,
-            blocks=to_blocks(regions),
+            blocks=blocks,
             output_tokens=rough_token_count(content),
         )
 
-    def recognize(self, image: Image.Image, gray: np.ndarray | None = None) -> list[OcrLine]:
-        """Text lines of one RGB page, spaces between English words restored."""
+    def recognize(self, image: Image.Image) -> list[OcrLine]:
+        """Text lines of one RGB page (raster order), spaces between words restored."""
+        return self._read(image)[0]
+
+    def _read(self, image: Image.Image) -> tuple[list[OcrLine], int]:
+        """OCR lines and how many of them the angle classifier found upside down."""
         if self._ocr is None:
             raise Unavailable("the rapidocr engine is not loaded")
-        if gray is None:
-            gray = np.asarray(image.convert("L"))
+        image = image.convert("RGB")
+        gray = np.asarray(image.convert("L"))
         try:
             with self._lock:
-                result, _ = self._ocr(image, return_word_box=True)
+                result, _ = self._ocr(_pad_extreme_aspect(image), return_word_box=True)
+                result = result or []
+                flips = self._flipped(np.asarray(image), result)
         except Exception as exc:
             raise EngineFailure(
                 f"RapidOCR failed on a {image.width}x{image.height} page: {exc}"
             ) from exc
-        return [line for item in result or [] if (line := _to_line(item, gray)) is not None]
+        lines = []
+        for item, flipped in zip(result, flips, strict=True):
+            line = _to_line(item, gray, image.size, respace=not flipped)
+            if line is not None:
+                lines.append(line)
+        return lines, sum(flips)
+
+    def _flipped(self, rgb: np.ndarray, result: list) -> list[bool]:
+        """Ask RapidOCR's angle classifier which line crops are upside down.
+
+        RapidOCR turns such crops before recognition but does not say so, and its
+        character boxes are then mirrored; we need to know for spacing and for
+        upside-down pages.
+        """
+        crops, index = [], []
+        for i, item in enumerate(result):
+            x1, y1, x2, y2 = _int_box(item[0], rgb.shape[1], rgb.shape[0])
+            if x2 - x1 >= 2 and y2 - y1 >= 2:
+                crops.append(np.ascontiguousarray(rgb[y1:y2, x1:x2, ::-1]))  # BGR
+                index.append(i)
+        flips = [False] * len(result)
+        if crops:
+            _, labels, _ = self._ocr.text_cls(crops)
+            threshold = self._ocr.text_cls.cls_thresh
+            for i, (label, score) in zip(index, labels, strict=True):
+                flips[i] = "180" in str(label) and float(score) > threshold
+        return flips
 
 
-def _to_line(item: list, gray: np.ndarray) -> OcrLine | None:
+def _pad_extreme_aspect(image: Image.Image) -> Image.Image:
+    """Pad very thin pages with white (right/bottom, so coordinates stay valid).
+
+    RapidOCR rounds resized sides to multiples of 32 and fails on a 20x3000 strip, and
+    its detector scales the *short* side up to 736 px, so a 1:20 strip would become a
+    huge image. Up to 1:4 pages are left alone.
+    """
+    w, h = image.size
+    min_side = max(64, max(w, h) // 4)
+    if min(w, h) >= min_side:
+        return image
+    padded = Image.new("RGB", (max(w, min_side), max(h, min_side)), (255, 255, 255))
+    padded.paste(image, (0, 0))
+    return padded
+
+
+def _int_box(quad, width: int, height: int) -> tuple[int, int, int, int]:
+    xs = [float(p[0]) for p in quad]
+    ys = [float(p[1]) for p in quad]
+    return (
+        max(int(min(xs)), 0),
+        max(int(min(ys)), 0),
+        min(int(np.ceil(max(xs))), width),
+        min(int(np.ceil(max(ys))), height),
+    )
+
+
+def _to_line(
+    item: list, gray: np.ndarray, size: tuple[int, int], *, respace: bool
+) -> OcrLine | None:
     """One RapidOCR result ``[quad, text, score, char_boxes?, chars?, ...]``."""
     quad, text, score = item[0], str(item[1]), float(item[2])
     if not text.strip():
         return None
-    xs = [float(p[0]) for p in quad]
-    ys = [float(p[1]) for p in quad]
+    x1, y1, x2, y2 = _int_box(quad, *size)
+    if x2 <= x1 or y2 <= y1:  # only on the white padding
+        return None
+    xs = [min(float(p[0]), size[0]) for p in quad]
+    ys = [min(float(p[1]), size[1]) for p in quad]
     bbox = (min(xs), min(ys), max(xs), max(ys))
     centers: tuple[float, ...] = ()
     ink = _ink_box(gray, bbox)
     char_boxes = item[3] if len(item) > 3 else None
     horizontal = (bbox[2] - bbox[0]) > (bbox[3] - bbox[1])
-    if horizontal and char_boxes and len(char_boxes) == len(text):
+    if respace and horizontal and char_boxes and len(char_boxes) == len(text):
         centers = tuple(sum(float(p[0]) for p in box) / len(box) for box in char_boxes)
         if ink is not None and list(centers) == sorted(centers):
             text, centers = restore_spaces(text, centers, ink.any(axis=0), bbox_x0(bbox), len(ink))
