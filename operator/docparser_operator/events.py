@@ -84,9 +84,9 @@ def post(client: KubeClient, resource: dict[str, Any], events: list[Event]) -> i
             "type": ev.type,
             "reason": ev.reason,
             "message": ev.message[:1024],
-            "source": {"component": COMPONENT},
-            "reportingComponent": COMPONENT,
-            "reportingInstance": socket.gethostname()[:128],
+            # legacy core/v1 shape (source, not reportingController: that one obliges the
+            # events.k8s.io fields eventTime/action on create)
+            "source": {"component": COMPONENT, "host": socket.gethostname()[:128]},
             "firstTimestamp": stamp,
             "lastTimestamp": stamp,
             "count": 1,
