@@ -74,10 +74,10 @@ def test_pdf_is_sniffed_even_after_leading_junk_but_is_not_an_image():
 def test_empty_input_has_its_own_code():
     with pytest.raises(InvalidInput) as err:
         sniff_format(b"")
-    assert err.value.code == "empty_input"
+    assert err.value.code == "empty_document"
     with pytest.raises(InvalidInput) as err:
         decode_image(b"", max_pixels=LIMIT)
-    assert err.value.code == "empty_input"
+    assert err.value.code == "empty_document"
 
 
 def test_random_bytes_are_unsupported():

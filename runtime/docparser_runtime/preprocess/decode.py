@@ -46,11 +46,11 @@ _TEXT_HINTS = (b"<svg", b"<?xml", b"<!doctype html", b"<html", b"<head", b"<body
 def sniff_format(data: bytes) -> str:
     """Return the container format of ``data`` from its magic bytes.
 
-    Raises ``InvalidInput`` (code ``empty_input``) for no bytes and
+    Raises ``InvalidInput`` (code ``empty_document``) for no bytes and
     ``UnsupportedMediaType`` for anything that is not an accepted format.
     """
     if not data:
-        raise InvalidInput("the document is empty (0 bytes)", code="empty_input")
+        raise InvalidInput("the document is empty (0 bytes)", code="empty_document")
     for magic, fmt in _MAGIC:
         if data.startswith(magic):
             return fmt
