@@ -40,6 +40,7 @@ CHILD_KINDS = (
     "HTTPRoute",
 )
 HASH_ANNOTATION = "docparser.io/desired-hash"
+HANDOFF_MANAGER = "docparser-operator-replicas-handoff"
 
 Key = tuple[str, str]  # (kind, name)
 
@@ -155,6 +156,37 @@ def _problem_from_validation(exc: pydantic.ValidationError) -> Problem:
     return Problem("SpecInvalid", "invalid spec: " + "; ".join(parts))
 
 
+def _releases_replicas(want: dict[str, Any], live: dict[str, Any]) -> bool:
+    """An HPA takes over a Deployment whose replicas we applied so far."""
+    if want["kind"] != "Deployment" or "replicas" in want.get("spec", {}):
+        return False
+    return any(
+        entry.get("manager") == FIELD_MANAGER
+        and entry.get("operation") == "Apply"
+        and "f:replicas" in (entry.get("fieldsV1") or {}).get("f:spec", {})
+        for entry in live["metadata"].get("managedFields") or []
+    )
+
+
+def _hand_off_replicas(client: KubeClient, live: dict[str, Any]) -> None:
+    """Keep the current replicas while we stop applying them.
+
+    Dropping a field we alone own makes server-side apply delete it, and the Deployment would
+    fall back to 1 replica until the HPA reacts. A second manager first co-owns the current
+    value (the documented SSA hand-over), so the release leaves it in place for the HPA."""
+    meta = live["metadata"]
+    client.apply(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+            "spec": {"replicas": live["spec"].get("replicas", 1)},
+        },
+        manager=HANDOFF_MANAGER,
+        force=True,
+    )
+
+
 def _apply_problem(key: Key, exc: ApiError) -> Problem:
     """A child the API server cannot take: its API is missing (the Gateway API CRDs are not
     installed) or it rejects the object. Reported as Degraded; the other children proceed."""
@@ -211,6 +243,8 @@ def reconcile(client: KubeClient, resource: dict[str, Any], *, now: str | None =
                 out.conflicts.append(key)
                 continue
             if needs_apply(obj, current):
+                if current is not None and _releases_replicas(obj, current):
+                    _hand_off_replicas(client, current)
                 try:
                     live[key] = client.apply(obj, force=True)
                 except ApiError as exc:

@@ -357,7 +357,11 @@ class KubeEmulator(kmock.KubernetesEmulator):
         old = self.store[key]
         base = copy.deepcopy(old)
         previous = self.applied.get((key, manager), {})
-        for path in _leaf_paths(previous) - _leaf_paths(body):
+        co_owned: set[tuple[str, ...]] = set()
+        for (other_key, other), applied in self.applied.items():
+            if other_key == key and other != manager:
+                co_owned |= _leaf_paths(applied)
+        for path in _leaf_paths(previous) - _leaf_paths(body) - co_owned:
             _remove_path(base, path)  # released fields disappear (no other owner tracked)
         new = _deep_merge(base, body)
         if new.get("kind") == "Deployment":

@@ -459,3 +459,20 @@ def test_invalid_spec_is_degraded_with_an_event(cluster: Cluster, operator: Any)
     wait_for("warning event", lambda: "SpecInvalid" in event_reasons(cluster, "inv"))
     _quiet(cluster)
     assert cluster.get(DEPLOY, "inv-stable") is None
+
+
+def test_switching_to_autoscaling_keeps_current_replicas(cluster: Cluster, operator: Any) -> None:
+    create(cluster, docparser("inv", replicas={"min": 3, "max": 3}))
+    wait_for(
+        "3 replicas",
+        lambda: (cluster.get(DEPLOY, "inv-stable") or {}).get("spec", {}).get("replicas") == 3,
+    )
+    spec = spec_of(cluster, "inv")
+    spec["replicas"] = {"min": 3, "max": 6}
+    set_spec(cluster, "inv", spec)
+    wait_for("hpa", lambda: cluster.get(HPA, "inv-stable"))
+    wait_for("converged", lambda: converged(cluster, "inv"))
+    dep = cluster.get(DEPLOY, "inv-stable")
+    assert dep["spec"]["replicas"] == 3  # never dropped to the default of 1
+    ours = [m for m in dep["metadata"]["managedFields"] if m["manager"] == "docparser-operator"]
+    assert all("f:replicas" not in m["fieldsV1"].get("f:spec", {}) for m in ours)
