@@ -124,3 +124,37 @@ def test_concurrent_renders_are_serialised_safely():
         t.join(timeout=60)
     assert not errors
     assert results == [3] * 12
+
+
+def encrypted_pdf() -> bytes:
+    """A one-page PDF behind the standard security handler with an unknown password."""
+    objs = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 200 200] >>",
+        b"<< /Filter /Standard /V 1 /R 2 /O <"
+        + b"11" * 32
+        + b"> /U <"
+        + b"22" * 32
+        + b"> /P -4 >>",
+    ]
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for i, body in enumerate(objs, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % i + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objs) + 1)
+    for off in offsets:
+        out += b"%010d 00000 n \n" % off
+    file_id = b"<" + b"ab" * 16 + b">"
+    out += b"trailer\n<< /Size %d /Root 1 0 R /Encrypt 4 0 R " % (len(objs) + 1)
+    out += b"/ID [" + file_id + b" " + file_id + b"] >>\nstartxref\n%d\n%%%%EOF\n" % xref
+    return bytes(out)
+
+
+def test_password_protected_pdf_has_its_own_code():
+    with pytest.raises(InvalidInput) as err:
+        render_pdf(encrypted_pdf(), dpi=72, max_pages=10, pages=None, max_pixels=BIG)
+    assert err.value.code == "encrypted_pdf"
+    assert "password" in err.value.message
