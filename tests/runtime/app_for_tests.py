@@ -12,6 +12,7 @@ from docparser_runtime.engines.base import Engine
 from docparser_runtime.server.app import create_app
 from docparser_runtime.settings import Settings
 from engines_for_tests import GatedEngine
+from prometheus_client.parser import text_string_to_metric_families
 
 
 def make_settings(**overrides) -> Settings:
@@ -46,3 +47,18 @@ async def serving(
             if ready:
                 await wait_ready(client)
             yield app, client, engine
+
+
+async def scrape(client) -> dict[tuple[str, tuple], float]:
+    resp = await client.get("/metrics")
+    assert resp.status_code == 200
+    assert resp.headers["content-type"].startswith("text/plain")
+    samples = {}
+    for family in text_string_to_metric_families(resp.text):
+        for s in family.samples:
+            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return samples
+
+
+def value(samples, name, **labels) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)

@@ -5,11 +5,10 @@ from __future__ import annotations
 import asyncio
 import io
 
-from app_for_tests import make_settings, serving
+from app_for_tests import make_settings, scrape, serving, value
 from docparser_runtime.server.metrics import Metrics
 from engines_for_tests import png_bytes
 from PIL import Image
-from prometheus_client.parser import text_string_to_metric_families
 
 PARSE = "/v1/document/parse"
 
@@ -19,21 +18,6 @@ def pdf_bytes(pages: int) -> bytes:
     buf = io.BytesIO()
     images[0].save(buf, format="PDF", save_all=True, append_images=images[1:], resolution=72)
     return buf.getvalue()
-
-
-async def scrape(client) -> dict[tuple[str, tuple], float]:
-    resp = await client.get("/metrics")
-    assert resp.status_code == 200
-    assert resp.headers["content-type"].startswith("text/plain")
-    samples = {}
-    for family in text_string_to_metric_families(resp.text):
-        for s in family.samples:
-            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return samples
-
-
-def value(samples, name, **labels) -> float:
-    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
 async def test_counters_histograms_and_info_after_a_parse():

@@ -1,0 +1,270 @@
+"""Runtime benchmark: HTTP serving vs the engine in-process, and the batcher's payoff.
+
+Prints one table. Rows:
+- ``in-process``: ``load_document`` + ``engine.infer_batch`` called directly, pages in
+  batches of ``min(concurrency, max_batch)`` (what perfect batching without HTTP gives);
+  latency is per batch (every page of a batch waits for all of it).
+- ``http``: the real app under uvicorn on 127.0.0.1 (in this process, own thread), with
+  ``concurrency`` clients posting one page each; latency per request.
+Engines: ``rapidocr`` (embedded CPU engine) and the tiny random-weight DeepSeek-OCR-2
+(built into a temp dir by ``tests/runtime/tiny_deepseek.build_tiny_model``), plus the tiny
+model at concurrency 8 with ``max_batch_size`` 8 vs 1.
+
+Targets (issue 2): HTTP+queueing cost <= 5% of in-process pages/s at concurrency 1;
+tiny model, concurrency 8: max_batch_size 8 serves >= 2x the pages/s of max_batch_size 1.
+Request counts are bounded (``--pages`` per cell); nothing here asserts timings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import socket
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import uvicorn
+from PIL import Image, ImageDraw, ImageFont
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "runtime"))  # tiny_deepseek
+
+from docparser_runtime.engines.base import Engine, ParseOptions  # noqa: E402
+from docparser_runtime.preprocess.pipeline import DecodeLimits, load_document  # noqa: E402
+from docparser_runtime.server.app import create_app  # noqa: E402
+from docparser_runtime.settings import Settings  # noqa: E402
+
+FONT = Path("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf")
+WORDS = [
+    "invoice", "total", "amount", "due", "payment",
+    "reference", "customer", "order", "shipping", "date",
+]  # fmt: skip
+
+
+@dataclass
+class Cell:
+    engine: str
+    path: str
+    concurrency: int
+    max_batch: int
+    pages: int
+    wall_s: float
+    latencies_s: list[float]
+
+    @property
+    def pages_per_s(self) -> float:
+        return self.pages / self.wall_s
+
+    def pct(self, q: float) -> float:
+        ordered = sorted(self.latencies_s)
+        return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] * 1000
+
+
+def make_pages(count: int, size: tuple[int, int]) -> list[bytes]:
+    """Distinct small text pages (PNG) so no cache or identical-input shortcut applies."""
+    font = ImageFont.truetype(str(FONT), 22) if FONT.exists() else ImageFont.load_default()
+    pages = []
+    for i in range(count):
+        img = Image.new("RGB", size, "white")
+        draw = ImageDraw.Draw(img)
+        for row in range(2):
+            words = [WORDS[(i + row + k) % len(WORDS)] for k in range(4)]
+            draw.text((16, 16 + 40 * row), f"{' '.join(words)} {i:03d}", font=font, fill="black")
+        buf = io.BytesIO()
+        img.save(buf, format="PNG")
+        pages.append(buf.getvalue())
+    return pages
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# -- in-process -----------------------------------------------------------------------
+def run_in_process(engine: Engine, pages: list[bytes], opts: ParseOptions, batch: int, name):
+    limits = DecodeLimits.from_settings(Settings())
+    latencies = []
+    start = time.perf_counter()
+    for i in range(0, len(pages), batch):
+        t0 = time.perf_counter()
+        decoded = [
+            load_document(data, tier=opts.tier, pages=None, limits=limits)[0]
+            for data in pages[i : i + batch]
+        ]
+        engine.infer_batch(decoded, opts)
+        latencies += [time.perf_counter() - t0] * len(decoded)
+    return Cell(
+        name, "in-process", batch, batch, len(pages), time.perf_counter() - start, latencies
+    )
+
+
+# -- HTTP -----------------------------------------------------------------------------
+class InProcessServer:
+    """uvicorn serving the real app on 127.0.0.1 from a background thread."""
+
+    def __init__(self, engine: Engine, settings: Settings) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        app = create_app(settings, engine, engine_loaded=True)
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=self.port, log_level="warning", access_log=False
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> InProcessServer:
+        self.thread.start()
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(self.url + "/readyz", timeout=2).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError("benchmark server did not become ready")
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+
+
+async def _drive(url: str, pages: list[bytes], fields: dict, concurrency: int):
+    latencies: list[float] = []
+    queue = list(enumerate(pages))
+
+    async def worker(client: httpx.AsyncClient) -> None:
+        while queue:
+            _, data = queue.pop(0)
+            t0 = time.perf_counter()
+            resp = await client.post(
+                "/v1/document/parse", files={"file": ("p.png", data, "image/png")}, data=fields
+            )
+            resp.raise_for_status()
+            latencies.append(time.perf_counter() - t0)
+
+    limits = httpx.Limits(max_connections=concurrency)
+    async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as client:
+        await client.post(  # warm the connection pool and code paths (not timed)
+            "/v1/document/parse", files={"file": ("p.png", pages[0], "image/png")}, data=fields
+        )
+        start = time.perf_counter()
+        await asyncio.gather(*(worker(client) for _ in range(concurrency)))
+        return time.perf_counter() - start, latencies
+
+
+def run_http(engine, pages, opts, concurrency, max_batch, name) -> Cell:
+    settings = Settings(
+        max_batch_size=max_batch, max_wait_ms=5.0, default_tier=opts.tier, max_queue_pages=1024
+    )
+    fields = {"tier": str(opts.tier), "mode": opts.mode, "max_new_tokens": str(opts.max_new_tokens)}
+    with InProcessServer(engine, settings) as server:
+        wall, latencies = asyncio.run(_drive(server.url, pages, fields, concurrency))
+    return Cell(name, "http", concurrency, max_batch, len(pages), wall, latencies)
+
+
+# -- engines --------------------------------------------------------------------------
+def rapidocr_engine() -> Engine:
+    from docparser_runtime.engines.rapidocr_engine import RapidOcrEngine
+
+    engine = RapidOcrEngine.from_settings(Settings(engine="rapidocr"))
+    engine.load()
+    engine.warmup()
+    return engine
+
+
+def tiny_deepseek_engine(tmp: Path) -> Engine:
+    from docparser_runtime.engines.deepseek_ocr2 import DeepseekOcr2Engine
+    from tiny_deepseek import build_tiny_model
+
+    model_dir = build_tiny_model(tmp / "tiny-deepseek-ocr2")
+    engine = DeepseekOcr2Engine.from_settings(
+        Settings(engine="deepseek-ocr2", model_path=model_dir, device="cpu")
+    )
+    engine.load()
+    engine.warmup()
+    return engine
+
+
+def bench_engine(name, engine, pages, opts, concurrencies, max_batch) -> list[Cell]:
+    cells = []
+    for c in concurrencies:
+        cells.append(run_in_process(engine, pages, opts, min(c, max_batch), name))
+        cells.append(run_http(engine, pages, opts, c, max_batch, name))
+        print(f"  {name} c={c} done", file=sys.stderr, flush=True)
+    return cells
+
+
+def print_table(cells: list[Cell]) -> None:
+    header = f"{'engine':<14} {'path':<11} {'conc':>4} {'batch':>5} {'pages':>5} "
+    header += f"{'pages/s':>8} {'p50 ms':>8} {'p99 ms':>8}"
+    print(header)
+    print("-" * len(header))
+    for c in cells:
+        print(
+            f"{c.engine:<14} {c.path:<11} {c.concurrency:>4} {c.max_batch:>5} {c.pages:>5} "
+            f"{c.pages_per_s:>8.2f} {c.pct(0.5):>8.1f} {c.pct(0.99):>8.1f}"
+        )
+
+
+def summarize(cells: list[Cell]) -> None:
+    def find(engine, path, conc, batch=None):
+        for c in cells:
+            if (c.engine, c.path, c.concurrency) == (engine, path, conc) and (
+                batch is None or c.max_batch == batch
+            ):
+                return c
+        return None
+
+    print()
+    for engine in sorted({c.engine for c in cells}):
+        direct, http = find(engine, "in-process", 1), find(engine, "http", 1)
+        if direct and http:
+            cost = (1 - http.pages_per_s / direct.pages_per_s) * 100
+            print(f"{engine}: HTTP+queueing cost at concurrency 1: {cost:.1f}% (target <= 5%)")
+    b8, b1 = find("tiny-deepseek", "http", 8, 8), find("tiny-deepseek", "http", 8, 1)
+    if b8 and b1:
+        ratio = b8.pages_per_s / b1.pages_per_s
+        print(f"tiny-deepseek, concurrency 8: max_batch_size 8 / 1 = {ratio:.2f}x (target >= 2x)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="8 pages per cell")
+    parser.add_argument("--pages", type=int, default=24, help="pages per cell (default 24)")
+    parser.add_argument("--engines", default="rapidocr,tiny-deepseek")
+    parser.add_argument("--max-new-tokens", type=int, default=32, help="tiny model output cap")
+    args = parser.parse_args(argv)
+    count = 8 if args.quick else args.pages
+    wanted = set(args.engines.split(","))
+    cells: list[Cell] = []
+    concurrencies = (1, 4, 8)
+    if "rapidocr" in wanted:
+        engine = rapidocr_engine()
+        pages = make_pages(count, (640, 110))
+        opts = ParseOptions(tier=0, mode="markdown", max_new_tokens=args.max_new_tokens)
+        cells += bench_engine("rapidocr", engine, pages, opts, concurrencies, 8)
+        engine.close()
+    if "tiny-deepseek" in wanted:
+        with tempfile.TemporaryDirectory(prefix="bench-tiny-") as tmp:
+            engine = tiny_deepseek_engine(Path(tmp))
+            pages = make_pages(count, (640, 480))
+            opts = ParseOptions(tier=0, mode="markdown", max_new_tokens=args.max_new_tokens)
+            cells += bench_engine("tiny-deepseek", engine, pages, opts, concurrencies, 8)
+            cells.append(run_http(engine, pages, opts, 8, 1, "tiny-deepseek"))
+            engine.close()
+    print_table(cells)
+    summarize(cells)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
