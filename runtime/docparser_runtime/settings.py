@@ -74,3 +74,6 @@ class Settings(BaseSettings):
     drain_grace_s: float = Field(
         5.0, ge=0, description="after SIGTERM: /readyz 503 while still serving (preStop window)"
     )
+    engine_stall_s: float = Field(
+        900.0, ge=0, description="/livez 503 when one engine call runs longer; 0 disables"
+    )

@@ -285,3 +285,32 @@ async def test_client_disconnect_drops_its_queued_pages():
 async def test_open_endpoints_answer(path):
     async with serving() as (_, client, _engine):
         assert (await client.get(path)).status_code == 200
+
+
+async def test_livez_reports_a_wedged_engine_call():
+    async with serving(make_settings(engine_stall_s=0.2)) as (_, client, engine):
+        assert (await client.get("/livez")).status_code == 200
+        engine.gate.clear()
+        engine.entered.clear()
+        held = asyncio.create_task(
+            client.post(PARSE, files={"file": ("a.png", png_bytes(), "image/png")})
+        )
+        await asyncio.to_thread(engine.entered.wait, 5)
+        await asyncio.sleep(0.3)
+        stalled = await client.get("/livez")
+        assert stalled.status_code == 503
+        assert stalled.json()["status"] == "stalled"
+        engine.gate.set()
+        assert (await held).status_code == 200
+        assert (await client.get("/livez")).status_code == 200
+
+
+async def test_large_json_body_is_decoded_off_the_loop_and_parsed():
+    noisy = Image.effect_noise((900, 900), 80).convert("RGB")  # incompressible: ~2.4 MB PNG
+    buf = io.BytesIO()
+    noisy.save(buf, format="PNG")
+    assert buf.tell() > 1024 * 1024
+    async with serving() as (_, client, _engine):
+        resp = await client.post(PARSE, json={"image": base64.b64encode(buf.getvalue()).decode()})
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["pages"][0]["width"] == 900

@@ -93,6 +93,7 @@ class MicroBatcher:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
         self._worker: asyncio.Task | None = None
         self._running: list[_Item] = []
+        self._busy_since: float | None = None
         self._closed = False
         self._ewma_batch_s = 1.0  # for Retry-After; refined by observed batches
 
@@ -100,6 +101,11 @@ class MicroBatcher:
     @property
     def queued_pages(self) -> int:
         return len(self._queue)
+
+    @property
+    def busy_for_s(self) -> float:
+        """Seconds the current engine call has been running (0 when idle)."""
+        return 0.0 if self._busy_since is None else time.monotonic() - self._busy_since
 
     def start(self) -> None:
         if self._worker is None:
@@ -275,6 +281,7 @@ class MicroBatcher:
         if self.metrics:
             self.metrics.batch_size.observe(len(batch))
         self._running = batch
+        self._busy_since = start
         try:
             if batch[0].on_delta is not None:
                 call = (self.engine.stream_page, pages[0], options, batch[0].on_delta)
@@ -297,6 +304,7 @@ class MicroBatcher:
             return
         finally:
             self._running = []
+            self._busy_since = None
         end = time.monotonic()
         self._ewma_batch_s = 0.8 * self._ewma_batch_s + 0.2 * (end - start)
         for it, result in zip(batch, results, strict=True):

@@ -10,6 +10,7 @@ too (``build_parse_request``) so jobs and the OpenAI route reuse it on their own
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
@@ -31,6 +32,7 @@ OPTION_FIELDS = frozenset({"tier", "mode", "max_new_tokens", "pages", "stream"})
 _PAGES_RE = re.compile(r"^\s*\d+\s*(-\s*\d+\s*)?(,\s*\d+\s*(-\s*\d+\s*)?)*$")
 _RAW_TYPES = ("image/", "application/pdf", "application/octet-stream")
 _FORM_OVERHEAD = 1024 * 1024  # multipart boundaries + option fields
+_INLINE_DECODE_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -179,11 +181,7 @@ async def _from_multipart(request: Request, settings: Settings, allowed_extra) -
         await form.close()
 
 
-async def _from_json(request: Request, settings: Settings, allowed_extra) -> ParseRequest:
-    limit = settings.max_upload_bytes * 4 // 3 + _FORM_OVERHEAD
-    body = await read_body(request, limit)
-    if not body.strip():
-        raise InvalidInput("the request body is empty", code="empty_body")
+def _decode_json_document(body: bytes) -> tuple[dict, bytes]:
     try:
         payload = json.loads(body)
     except (ValueError, UnicodeDecodeError):
@@ -192,7 +190,18 @@ async def _from_json(request: Request, settings: Settings, allowed_extra) -> Par
         raise InvalidInput("the JSON body must be an object", code="invalid_json")
     if "image" not in payload:
         raise InvalidInput("JSON field 'image' (base64) is required", code="missing_file")
-    data = decode_base64_document(payload.pop("image"))
+    return payload, decode_base64_document(payload.pop("image"))
+
+
+async def _from_json(request: Request, settings: Settings, allowed_extra) -> ParseRequest:
+    limit = settings.max_upload_bytes * 4 // 3 + _FORM_OVERHEAD
+    body = await read_body(request, limit)
+    if not body.strip():
+        raise InvalidInput("the request body is empty", code="empty_body")
+    if len(body) > _INLINE_DECODE_BYTES:  # tens of MB of JSON + base64: off the event loop
+        payload, data = await asyncio.to_thread(_decode_json_document, body)
+    else:
+        payload, data = _decode_json_document(body)
     _check_size(data, settings)
     return build_parse_request(data, payload, settings, allowed_extra=allowed_extra)
 

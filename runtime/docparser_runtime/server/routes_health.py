@@ -1,6 +1,7 @@
 """Probes and metrics: never authenticated, never blocked by the engine.
 
-``/livez`` answers while the process is alive (the event loop turns); ``/readyz`` is
+``/livez`` answers while the process is alive (the event loop turns) and the engine is not
+stuck in one call for longer than ``engine_stall_s``; ``/readyz`` is
 200 only when the engine is loaded and warmed up and the server is not draining, so
 Kubernetes sends traffic only to replicas that can serve it.
 """
@@ -13,9 +14,23 @@ from fastapi.responses import JSONResponse, Response
 router = APIRouter(tags=["health"])
 
 
-@router.get("/livez", summary="Liveness: the process is alive")
+@router.get(
+    "/livez",
+    summary="Liveness: the process is alive and the engine is not wedged",
+    responses={503: {"description": "one engine call has run longer than engine_stall_s"}},
+)
 async def livez(request: Request) -> JSONResponse:
-    return JSONResponse({"status": "alive", "state": request.app.state.lifecycle.state.value})
+    """A hung GPU call (driver fault, deadlock) never returns and every request would
+    time out; reporting it here lets Kubernetes restart the container."""
+    state = request.app.state
+    body = {"status": "alive", "state": state.lifecycle.state.value}
+    batcher = getattr(state, "batcher", None)
+    limit = state.settings.engine_stall_s
+    if batcher is not None and limit and batcher.busy_for_s > limit:
+        body["status"] = "stalled"
+        body["engine_busy_s"] = round(batcher.busy_for_s, 1)
+        return JSONResponse(body, status_code=503)
+    return JSONResponse(body)
 
 
 @router.get(
