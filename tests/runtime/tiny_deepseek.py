@@ -96,6 +96,9 @@ def _build_config(tokenizer):
         "bos_token_id": tokenizer.bos_token_id,
         "eos_token_id": tokenizer.eos_token_id,
         "pad_token_id": tokenizer.pad_token_id,
+        # Wide random weights: with the default 0.02 a tiny random decoder ignores its
+        # input and emits the same text for every page and prompt.
+        "initializer_range": 0.5,
     }
     return DeepseekOcr2Config(
         vision_config={"sam_config": sam, "encoder_config": encoder},

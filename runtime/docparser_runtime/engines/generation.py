@@ -1,0 +1,159 @@
+"""Generation glue for the DeepSeek-OCR-2 engine: streaming, stopping, repetition guard.
+
+Imports torch/transformers at module level, so only ``deepseek_ocr2`` imports it (the
+``rapidocr`` path never does).
+
+* ``IncrementalDecoder``: token ids -> text deltas whose concatenation equals decoding all
+  ids at once; holds back a delta while it ends inside a multi-byte character.
+* ``TokenQueueStreamer``: a ``BaseStreamer`` that hands generated ids from the generate
+  thread to the caller's thread, so the caller's ``on_delta`` runs in its own thread, in order.
+* ``StopOnEvent``: a ``StoppingCriteria`` that ends generation once the caller sets an event
+  (the client went away): GPU time is not spent on text nobody reads.
+* ``WindowedNoRepeatNGram``: DeepSeek-OCR's own repetition guard (its vLLM
+  ``NoRepeatNGramLogitsProcessor``): ban a token that would repeat an n-gram seen in the
+  last ``window`` generated tokens. Unlike HF ``no_repeat_ngram_size`` it ignores the prompt
+  (1000+ identical ``<image>`` tokens) and distant legitimately repeated text (table rows),
+  and costs O(window) per step instead of O(length).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Iterable, Iterator
+
+import torch
+from transformers import LogitsProcessor, StoppingCriteria
+from transformers.generation.streamers import BaseStreamer
+
+REPLACEMENT_CHAR = "\ufffd"
+
+
+class IncrementalDecoder:
+    """Detokenise a growing id list into deltas (prefix/read offsets, as vLLM does).
+
+    Decoding a window that starts at the last emitted boundary keeps tokenizer quirks
+    (leading-space stripping, byte-level merges) out of the deltas.
+    """
+
+    def __init__(self, decode: Callable[[list[int]], str]) -> None:
+        self._decode = decode
+        self.ids: list[int] = []
+        self._prefix = 0
+        self._read = 0
+
+    def push(self, token_id: int) -> str:
+        self.ids.append(token_id)
+        return self._delta(final=False)
+
+    def flush(self) -> str:
+        """Whatever is still held back (e.g. an incomplete character at the end)."""
+        return self._delta(final=True)
+
+    def _delta(self, *, final: bool) -> str:
+        prefix_text = self._decode(self.ids[self._prefix : self._read])
+        new_text = self._decode(self.ids[self._prefix :])
+        if len(new_text) <= len(prefix_text):
+            return ""
+        if not final and new_text.endswith(REPLACEMENT_CHAR):
+            return ""
+        self._prefix, self._read = self._read, len(self.ids)
+        return new_text[len(prefix_text) :]
+
+
+class TokenQueueStreamer(BaseStreamer):
+    """Receives ids from ``generate`` (batch of one) and queues them for another thread."""
+
+    _END = object()
+
+    def __init__(self, skip_ids: Iterable[int] = ()) -> None:
+        self._queue: queue.Queue = queue.Queue()
+        self._skip = set(skip_ids)
+        self._prompt_seen = False
+
+    def put(self, value: torch.Tensor) -> None:
+        if not self._prompt_seen:  # generate() first puts the whole prompt
+            self._prompt_seen = True
+            return
+        for token_id in value.reshape(-1).tolist():
+            if token_id not in self._skip:
+                self._queue.put(token_id)
+
+    def end(self) -> None:
+        self._queue.put(self._END)
+
+    def __iter__(self) -> Iterator[int]:
+        while True:
+            item = self._queue.get()
+            if item is self._END:
+                return
+            yield item
+
+
+class StopOnEvent(StoppingCriteria):
+    """Stop every sequence once ``event`` is set."""
+
+    def __init__(self, event: threading.Event) -> None:
+        self.event = event
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs):
+        return torch.full(
+            (input_ids.shape[0],), self.event.is_set(), dtype=torch.bool, device=input_ids.device
+        )
+
+
+class WindowedNoRepeatNGram(LogitsProcessor):
+    """Ban the next token of any n-gram already seen in the recent generated window."""
+
+    def __init__(
+        self,
+        ngram_size: int,
+        window: int,
+        prompt_length: int,
+        whitelist_token_ids: Iterable[int] = (),
+    ) -> None:
+        if ngram_size < 1:
+            raise ValueError("ngram_size must be >= 1")
+        self.ngram_size = ngram_size
+        self.window = window
+        self.prompt_length = prompt_length
+        self.whitelist = set(whitelist_token_ids)
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor):
+        n = self.ngram_size
+        generated = input_ids[:, self.prompt_length :]
+        if generated.shape[1] < n:
+            return scores
+        recent = generated[:, -(self.window + n - 1) :].tolist()
+        for row, seq in enumerate(recent):
+            prefix = seq[len(seq) - (n - 1) :] if n > 1 else []
+            banned = {
+                seq[i + n - 1]
+                for i in range(len(seq) - n + 1)
+                if seq[i : i + n - 1] == prefix and seq[i + n - 1] not in self.whitelist
+            }
+            if banned:
+                scores[row, list(banned)] = -float("inf")
+        return scores
+
+
+def run_in_thread(target: Callable[[], object], streamer: TokenQueueStreamer):
+    """Start ``target`` (a generate call) in a thread; always end the streamer.
+
+    Returns ``(thread, outcome)`` where ``outcome`` gets ``"result"`` or ``"error"``
+    once the thread finishes.
+    """
+    outcome: dict[str, object] = {}
+
+    def work() -> None:
+        try:
+            with torch.inference_mode():
+                outcome["result"] = target()
+        except BaseException as exc:  # re-raised in the caller's thread
+            outcome["error"] = exc
+        finally:
+            streamer.end()
+
+    thread = threading.Thread(target=work, name="deepseek-generate", daemon=True)
+    thread.start()
+    return thread, outcome
