@@ -11,7 +11,7 @@ import io
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from PIL import Image, ImageDraw, ImageFont
+from PIL import Image, ImageDraw, ImageFilter, ImageFont  # noqa: F401  (re-exported for tests)
 
 FONT_DIR = Path("/usr/share/fonts/truetype/dejavu")
 SANS = FONT_DIR / "DejaVuSans.ttf"

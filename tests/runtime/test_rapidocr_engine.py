@@ -178,3 +178,22 @@ def test_upside_down_page_is_read_upright_with_boxes_on_the_page_as_sent(rapidoc
 def test_extreme_page_shapes_do_not_fail(rapidocr_engine, size):
     result = parse(rapidocr_engine, documents.Doc(image=documents.Image.new("RGB", size, "white")))
     assert result.content == "" and (result.width, result.height) == size
+
+
+def degraded_scan(img, angle: float = 1.2):
+    """A page as a cheap scanner returns it: turned a little, blurred, grey, noisy."""
+    turned = img.rotate(angle, resample=documents.Image.Resampling.BICUBIC, fillcolor="white")
+    soft = np.asarray(turned.filter(documents.ImageFilter.GaussianBlur(0.8)), dtype=np.float32)
+    noise = np.random.default_rng(0).normal(0, 8, (*soft.shape[:2], 1))
+    return documents.Image.fromarray(np.clip(soft * 0.8 + 30 + noise, 0, 255).astype(np.uint8))
+
+
+def test_skewed_noisy_scan_of_a_table_is_straightened(rapidocr_engine):
+    doc = documents.ruled_table()
+    result = parse(rapidocr_engine, documents.Doc(image=degraded_scan(doc.image)))
+    rows = [ln for ln in result.content.splitlines() if ln.startswith("|")]
+    got = [[c.strip() for c in r.strip("|").split("|")] for r in [rows[0], *rows[2:]]]
+    assert got == doc.table
+    assert result.content.startswith("# Order Summary\n\nThe table below")
+    (table,) = [b for b in result.blocks if b.type == "table"]
+    assert np.allclose(table.bbox, (100, 200, 880, 550), atol=20)  # on the page as sent

@@ -137,7 +137,9 @@ def _group(
     heads = [
         ln
         for ln in free
-        if ln.size >= _HEADING_RATIO * body_size and len(ln.text) <= _MAX_HEADING_CHARS
+        if ln.size >= _HEADING_RATIO * body_size
+        and len(ln.text) <= _MAX_HEADING_CHARS
+        and _wordy(ln.text)
     ]
     tallest = max((ln.size for ln in heads), default=0.0)
     head_ids = {id(ln) for ln in heads}
@@ -176,6 +178,12 @@ def _group(
         if region.kind != "table":
             region.bbox = union_bbox(ln.bbox for ln in region.lines)
     return [r for r in regions if r.kind != "table" or any(any(c) for c in r.cells)]
+
+
+def _wordy(text: str) -> bool:
+    """Headings have words: a big lone digit or symbol (a table cell, a page number)
+    is not one."""
+    return sum(ch.isalpha() for ch in text) >= 2
 
 
 def _typical_gap(lines: list[OcrLine]) -> float:

@@ -1,8 +1,10 @@
 """The embedded CPU engine: RapidOCR (PP-OCRv4 on onnxruntime) plus a layout pass.
 
 WHY this engine: ``make run`` must serve real OCR on a laptop with no GPU and no model
-download; ``rapidocr-onnxruntime`` carries its ONNX models inside the wheel. RapidOCR
-gives text lines; ``spacing``, ``tables`` and ``layout`` turn them into a document
+download; ``rapidocr-onnxruntime`` carries its ONNX models inside the wheel. Slightly
+rotated scans are straightened first (``deskew``), upside-down pages turned (RapidOCR's
+angle classifier). RapidOCR gives text lines; ``spacing``, ``tables`` and ``layout``
+turn them into a document
 (reading order by columns, headings, ruled tables as Markdown) so the reply has the
 same shape as DeepSeek-OCR-2's.
 
@@ -21,6 +23,7 @@ import numpy as np
 from PIL import Image
 
 from docparser_runtime.engines.base import Engine, PageImage, PageResult, ParseOptions
+from docparser_runtime.engines.deskew import MIN_SKEW_DEG, Rotation, estimate_skew
 from docparser_runtime.engines.layout import (
     OcrLine,
     layout_page,
@@ -85,7 +88,12 @@ class RapidOcrEngine(Engine):
         return [self._parse_page(page, options) for page in pages]
 
     def _parse_page(self, page: PageImage, options: ParseOptions) -> PageResult:
-        image = page.image
+        image = page.image.convert("RGB")
+        rotation = None
+        angle = estimate_skew(np.asarray(image.convert("L")))
+        if abs(angle) >= MIN_SKEW_DEG:
+            rotation = Rotation(image.size, angle)
+            image = rotation.apply(image)
         lines, flipped = self._read(image)
         upside_down = bool(lines) and flipped > len(lines) / 2
         if upside_down:
@@ -97,11 +105,13 @@ class RapidOcrEngine(Engine):
         regions = layout_page(lines, detect_tables(np.asarray(image.convert("L"))))
         content = render_text(regions) if options.mode == "text" else render_markdown(regions)
         blocks = to_blocks(regions)
-        if upside_down:
-            w, h = image.size
-            for block in blocks:
+        w, h = image.size
+        for block in blocks:
+            if upside_down:
                 x1, y1, x2, y2 = block.bbox
                 block.bbox = (w - x2, h - y2, w - x1, h - y1)
+            if rotation is not None:
+                block.bbox = rotation.bbox_to_original(block.bbox)
         return PageResult(
             index=page.index,
             content=content,
@@ -230,5 +240,18 @@ def _ink_box(gray: np.ndarray, bbox) -> np.ndarray | None:
 
 
 def _ink_height(ink: np.ndarray) -> float:
-    rows = np.flatnonzero(ink.any(axis=1))
-    return float(rows[-1] - rows[0] + 1) if len(rows) else 0.0
+    """Glyph height of a line, robust to slight skew and to table rules in the box.
+
+    Rows that are nearly all ink are rules, not letters. The extent is measured in
+    strips about one box-height wide and a high percentile is taken, so a skewed line
+    does not look taller than it is and strips of x-height-only letters don't count.
+    """
+    h, w = ink.shape
+    ink = ink & ~(ink.mean(axis=1) > 0.85)[:, None]
+    strip = max(8, h)
+    extents = []
+    for x in range(0, w, strip):
+        rows = np.flatnonzero(ink[:, x : x + strip].any(axis=1))
+        if len(rows):
+            extents.append(rows[-1] - rows[0] + 1)
+    return float(np.percentile(extents, 80)) if extents else 0.0
