@@ -226,3 +226,22 @@ def test_animated_or_multi_frame_images_take_the_first_frame(fmt):
     assert img.size == (32, 32)
     r, _, b = img.getpixel((16, 16))
     assert r > 200 and b < 60
+
+
+@pytest.mark.parametrize("compression", ["group4", "tiff_lzw", "jpeg"])
+def test_scanner_tiffs_decode(compression):
+    page = Image.new("1", (200, 100), 1)
+    page.paste(0, (0, 0, 50, 100))
+    src = page.convert("RGB") if compression == "jpeg" else page
+    img = decode_image(encode(src, "TIFF", compression=compression), max_pixels=LIMIT)
+    assert img.mode == "RGB"
+    assert img.getpixel((10, 10)) == (0, 0, 0)
+    assert img.getpixel((150, 10)) == (255, 255, 255)
+
+
+def test_multi_picture_jpeg_from_a_camera_takes_the_first_picture():
+    first, second = Image.new("RGB", (50, 50), "red"), Image.new("RGB", (50, 50), "blue")
+    data = encode(first, "MPO", save_all=True, append_images=[second])
+    assert sniff_format(data) == "jpeg"
+    r, _, b = decode_image(data, max_pixels=LIMIT).getpixel((5, 5))
+    assert r > 200 and b < 50
