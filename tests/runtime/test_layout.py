@@ -183,3 +183,9 @@ def test_no_lines_no_regions():
     assert layout_page([]) == []
     assert layout_page([line("   ", 0, 0)]) == []
     assert render_markdown([]) == "" and render_text([]) == "" and to_blocks([]) == []
+
+
+def test_degenerate_zero_height_lines_are_text_not_headings():
+    lines = [OcrLine("flat one", (10, 10, 200, 10)), OcrLine("flat two", (10, 40, 200, 40))]
+    assert [r.kind for r in layout_page(lines)] == ["text"] * len(layout_page(lines))
+    assert "#" not in render_markdown(layout_page(lines))

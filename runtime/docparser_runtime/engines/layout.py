@@ -137,7 +137,8 @@ def _group(
     heads = [
         ln
         for ln in free
-        if ln.size >= _HEADING_RATIO * body_size
+        if body_size > 0
+        and ln.size >= _HEADING_RATIO * body_size
         and len(ln.text) <= _MAX_HEADING_CHARS
         and _wordy(ln.text)
     ]
