@@ -105,3 +105,37 @@ def test_checked_in_samples_load(name, pages):
     loaded = load_document(data, tier=6, pages=None, limits=LIMITS_144)
     assert len(loaded) == pages
     assert all((p.width, p.height) == (1000, 700) for p in loaded)
+
+
+def _png_bomb() -> bytes:
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, payload: bytes) -> bytes:
+        crc = zlib.crc32(kind + payload) & 0xFFFFFFFF
+        return struct.pack(">I", len(payload)) + kind + payload + struct.pack(">I", crc)
+
+    ihdr = struct.pack(">IIBBBBB", 50_000, 50_000, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IEND", b"")
+
+
+@pytest.mark.parametrize(
+    ("data", "tier", "error", "code"),
+    [
+        (b"", 0, InvalidInput, "empty_document"),
+        (bytes(range(256)) * 4, 0, UnsupportedMediaType, "unsupported_media_type"),
+        (png()[:300], 0, InvalidInput, "corrupt_image"),
+        (_png_bomb(), 0, PayloadTooLarge, "image_too_large"),
+        (b"just some text, not an image\n", 0, UnsupportedMediaType, "unsupported_media_type"),
+        (b"<svg xmlns='http://www.w3.org/2000/svg'/>", 0, UnsupportedMediaType, None),
+        (b"<!doctype html><p>hi</p>", 0, UnsupportedMediaType, "unsupported_media_type"),
+        (b"%PDF-1.7\n1 0 obj <<>> garbage", 0, InvalidInput, "corrupt_pdf"),
+        (png(), 9, InvalidInput, "invalid_tier"),
+    ],
+    ids=["empty", "random", "truncated-png", "bomb", "text", "svg", "html", "corrupt-pdf", "tier"],
+)
+def test_every_bad_input_is_a_typed_error(data, tier, error, code):
+    with pytest.raises(error) as err:
+        load_document(data, tier=tier, pages=None, limits=LIMITS)
+    assert err.value.code == (code or "unsupported_media_type")
+    assert err.value.message
