@@ -96,3 +96,44 @@ class LiveServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class ThreadedServer:
+    """The production uvicorn server for an app built in this process, on a thread.
+
+    For engines that are expensive to load (the tiny DeepSeek model shares the test
+    process's torch import and fixture) while still giving clients a real socket: only a
+    real connection can be dropped mid-stream.
+    """
+
+    def __init__(self, app, *, ready_timeout: float = 120.0) -> None:
+        import uvicorn
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
+        self.server = uvicorn.Server(config)
+        self._ready_timeout = ready_timeout
+        self._thread = None
+
+    def __enter__(self) -> ThreadedServer:
+        import threading
+
+        self._thread = threading.Thread(target=self.server.run, daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + self._ready_timeout
+        while True:
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                self.__exit__()
+                raise AssertionError("threaded server did not become ready")
+            time.sleep(0.05)
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(60)
