@@ -98,7 +98,8 @@ def test_rbac_is_least_privilege() -> None:
 
 
 def _helm() -> str | None:
-    cached = Path.home() / ".cache" / "docparser" / "helm" / HELM_VERSION / "helm"
+    cache_root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    cached = cache_root / "docparser" / "helm" / HELM_VERSION / "helm"
     for candidate in (os.environ.get("DOCPARSER_HELM"), shutil.which("helm"), str(cached)):
         if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
             return candidate
@@ -109,16 +110,25 @@ HELM = _helm()
 needs_helm = pytest.mark.skipif(
     HELM is None,
     reason=(
-        "helm not found: set DOCPARSER_HELM, put helm on PATH, or build it with "
-        f"`GOBIN=~/.cache/docparser/helm/{HELM_VERSION} go install "
-        f"helm.sh/helm/v3/cmd/helm@{HELM_VERSION}`"
+        "helm not found: run scripts/build-helm.sh (builds the pinned helm into "
+        f"~/.cache/docparser/helm/{HELM_VERSION}), put helm on PATH, or set DOCPARSER_HELM"
     ),
 )
 
 
 def _template(*args: str) -> list[dict]:
     result = subprocess.run(
-        [HELM, "template", "ocr", str(CHART), "--namespace", "docparser-system", *args],
+        [
+            HELM,
+            "template",
+            "ocr",
+            str(CHART),
+            "--namespace",
+            "docparser-system",
+            "--kube-version",
+            "1.30.0",
+            *args,
+        ],
         capture_output=True,
         text=True,
         timeout=120,
