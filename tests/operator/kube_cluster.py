@@ -210,7 +210,9 @@ def proxied_cluster(
     finally:
         with contextlib.suppress(Exception):
             client.request("DELETE", f"/api/v1/namespaces/{namespace}")
-        lt.run(proxy.stop(), timeout=10)
+        client._rest.pool_manager.clear()
+        with contextlib.suppress(TimeoutError):
+            lt.run(proxy.stop(), timeout=10)
         lt.stop()
 
 
@@ -293,7 +295,7 @@ def simulate_pods(
     dep_ref, pod_ref = KNOWN_KINDS["Deployment"], KNOWN_KINDS["Pod"]
     dep = wait_for(f"deployment {deployment}", lambda: cluster.get(dep_ref, deployment))
     want = dep["spec"].get("replicas", 1)
-    if cluster.emulator is not None:
+    if not cluster.has_controllers:
         for pod in cluster.list(pod_ref, _selector(dep)):
             cluster.client.delete(
                 pod_ref, cluster.namespace, pod["metadata"]["name"], uid=pod["metadata"]["uid"]

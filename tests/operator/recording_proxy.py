@@ -51,7 +51,7 @@ class RecordingProxy:
         )
         app = aiohttp.web.Application()
         app.router.add_route("*", "/{tail:.*}", self._forward)
-        self._runner = aiohttp.web.AppRunner(app)
+        self._runner = aiohttp.web.AppRunner(app, shutdown_timeout=1.0)
         await self._runner.setup()
         site = aiohttp.web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
