@@ -34,7 +34,7 @@ async def submit(store, data=b"doc", key=None, params=PARAMS):
 
 
 def test_job_round_trips_through_flat_fields():
-    job = Job(id="job_x", params=PARAMS, pages_total=3, result={"content": "é"}, attempts=2)
+    job = Job(id="job_x", params=PARAMS, pages_total=3, result={"content": "é"}, owner="k1")
     job.error = {"code": "c", "message": "m"}
     assert Job.from_fields(job.to_fields()) == job
 

@@ -175,3 +175,21 @@ async def test_any_replica_answers_for_any_job_with_redis(redis_url):
         assert done["progress"] == {"pages_done": 2, "pages_total": 2}
         cancel_elsewhere = await client_b.delete(f"{JOBS}/{job['id']}")
         assert cancel_elsewhere.status_code == 409
+
+
+async def test_jobs_are_private_to_the_api_key_that_submitted_them(tmp_path):
+    keys = tmp_path / "keys"
+    keys.write_text("key-alice-0123456789\nkey-bob-0123456789\n")
+    alice = {"Authorization": "Bearer key-alice-0123456789", "Idempotency-Key": "same"}
+    bob = {"Authorization": "Bearer key-bob-0123456789", "Idempotency-Key": "same"}
+    async with serving(make_settings(api_keys_file=keys)) as (_app, client, _engine):
+        assert (await client.post(JOBS, **upload(png_bytes(), "a.png"))).status_code == 401
+        job = (await client.post(JOBS, headers=alice, **upload(png_bytes(), "a.png"))).json()
+        # Bob's identical key and body make his own job: key spaces are per API key.
+        bobs = (await client.post(JOBS, headers=bob, **upload(png_bytes(), "a.png"))).json()
+        assert bobs["id"] != job["id"]
+        for method in ("GET", "DELETE"):
+            hidden = await client.request(method, f"{JOBS}/{job['id']}", headers=bob)
+            assert hidden.status_code == 404
+        seen = await client.get(f"{JOBS}/{job['id']}", headers=alice)
+        assert seen.status_code == 200 and seen.json()["id"] == job["id"]

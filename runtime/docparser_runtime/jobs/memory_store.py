@@ -49,6 +49,7 @@ class MemoryJobStore(JobStore):
         params: dict[str, Any],
         fingerprint: str,
         idempotency_key: str | None = None,
+        owner: str | None = None,
     ) -> tuple[Job, bool]:
         async with self._cond:
             self._sweep()
@@ -62,6 +63,7 @@ class MemoryJobStore(JobStore):
                 params=dict(params),
                 idempotency_key=idempotency_key,
                 fingerprint=fingerprint,
+                owner=owner,
             )
             self._jobs[job.id] = job
             self._inputs[job.id] = data

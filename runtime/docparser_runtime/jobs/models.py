@@ -57,6 +57,7 @@ class Job:
     error: dict[str, str] | None = None
     idempotency_key: str | None = None
     fingerprint: str | None = None
+    owner: str | None = None  # API key id of the submitter; other keys get 404
     cancel_requested: bool = False
     worker: str | None = None
     attempts: int = 0
@@ -95,6 +96,7 @@ class Job:
             "error": "" if self.error is None else json.dumps(self.error),
             "idempotency_key": self.idempotency_key or "",
             "fingerprint": self.fingerprint or "",
+            "owner": self.owner or "",
             "cancel_requested": "1" if self.cancel_requested else "0",
             "worker": self.worker or "",
             "attempts": str(self.attempts),
@@ -118,6 +120,7 @@ class Job:
             error=opt_json("error"),
             idempotency_key=f.get("idempotency_key") or None,
             fingerprint=f.get("fingerprint") or None,
+            owner=f.get("owner") or None,
             cancel_requested=f.get("cancel_requested") == "1",
             worker=f.get("worker") or None,
             attempts=int(f.get("attempts") or 0),

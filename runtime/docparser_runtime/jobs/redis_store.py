@@ -194,12 +194,14 @@ class RedisJobStore(JobStore):
         params: dict[str, Any],
         fingerprint: str,
         idempotency_key: str | None = None,
+        owner: str | None = None,
     ) -> tuple[Job, bool]:
         job = Job(
             id=new_job_id(),
             params=dict(params),
             idempotency_key=idempotency_key,
             fingerprint=fingerprint,
+            owner=owner,
         )
         keys = [self._job(job.id), self._input(job.id), self._queue]
         if idempotency_key is not None:

@@ -41,10 +41,12 @@ class JobStore(abc.ABC):
         params: dict[str, Any],
         fingerprint: str,
         idempotency_key: str | None = None,
+        owner: str | None = None,
     ) -> tuple[Job, bool]:
         """Queue a new job; returns ``(job, created)``. ``created`` is False when the
         idempotency key already names a job with the same fingerprint. Raises
-        ``Conflict`` when the key names a job with another fingerprint."""
+        ``Conflict`` when the key names a job with another fingerprint. Callers scope
+        ``idempotency_key`` per owner (two API keys never share a key space)."""
 
     @abc.abstractmethod
     async def get(self, job_id: str) -> Job:

@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse
 
 from ..errors import InvalidInput
 from ..jobs import JobStatus, JobStore, request_fingerprint
+from ..jobs.store import not_found
 from .request_input import read_parse_request
 from .routes_parse import _REQUEST_BODY
 
@@ -64,6 +65,20 @@ def _store(request: Request) -> JobStore:
     return request.app.state.job_store
 
 
+def _owner(request: Request) -> str | None:
+    """The caller's API key id when keys are configured (jobs are private to it)."""
+    principal = getattr(request.state, "principal", None)
+    return principal.key_id if principal is not None and principal.authenticated else None
+
+
+async def _owned_job(request: Request, job_id: str):
+    """The job, or 404 also when another API key submitted it (no existence oracle)."""
+    job = await _store(request).get(job_id)
+    if job.owner is not None and job.owner != _owner(request):
+        raise not_found(job_id)
+    return job
+
+
 async def _public(store: JobStore, job) -> dict:
     position = await store.queue_position(job.id) if job.status is JobStatus.QUEUED else None
     return job.to_public(queue_position=position)
@@ -102,11 +117,15 @@ async def create_job(
             "pages": parsed.pages,
         }
         store = _store(request)
+        owner = _owner(request)
+        if idempotency_key is not None and owner is not None:
+            idempotency_key = f"{owner}/{idempotency_key}"  # one key space per API key
         job, created = await store.submit(
             data=parsed.data,
             params=params,
             fingerprint=request_fingerprint(parsed.data, params),
             idempotency_key=idempotency_key,
+            owner=owner,
         )
         headers = {"Location": f"/v1/jobs/{job.id}"}
         if not created:
@@ -120,9 +139,8 @@ async def create_job(
     responses={200: _JOB_REPLY, 404: _ERROR},
 )
 async def get_job(request: Request, job_id: str = _JOB_ID) -> JSONResponse:
-    store = _store(request)
-    job = await store.get(job_id)
-    return JSONResponse(await _public(store, job))
+    job = await _owned_job(request, job_id)
+    return JSONResponse(await _public(_store(request), job))
 
 
 @router.delete(
@@ -131,6 +149,7 @@ async def get_job(request: Request, job_id: str = _JOB_ID) -> JSONResponse:
     responses={200: _JOB_REPLY, 404: _ERROR, 409: _ERROR},
 )
 async def cancel_job(request: Request, job_id: str = _JOB_ID) -> JSONResponse:
+    await _owned_job(request, job_id)
     store = _store(request)
     job = await store.cancel(job_id)
     return JSONResponse(await _public(store, job))
