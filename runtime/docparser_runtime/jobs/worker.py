@@ -142,9 +142,14 @@ class JobWorker:
             self._running[claimed.job.id] = task
             try:
                 await asyncio.shield(task)
-            finally:
-                if task.done():
-                    self._running.pop(claimed.job.id, None)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # The store failed while recording the outcome: give the job back so it
+                # runs again rather than staying "running" under our live lease.
+                log.exception("job %s could not be completed; requeueing", claimed.job.id)
+                with contextlib.suppress(Exception):
+                    await self.store.release(claimed.job.id, self.worker_id)
 
     async def _run(self, claimed: ClaimedJob) -> None:
         job_id = claimed.job.id

@@ -21,6 +21,7 @@ from ..errors import Overloaded
 from ..jobs import JobStopped, JobWorker, create_job_store
 from ..jobs.worker import ProgressFn
 from ..settings import Settings
+from .lifecycle import State
 from .request_input import build_parse_request
 
 log = logging.getLogger("docparser.jobs")
@@ -104,7 +105,7 @@ async def start_jobs(app: FastAPI) -> None:
         return
 
     async def start_when_ready() -> None:
-        while app.state.lifecycle.state.value == "starting":
+        while app.state.lifecycle.state is State.STARTING:
             await asyncio.sleep(0.05)
         if not app.state.lifecycle.is_ready:
             return
