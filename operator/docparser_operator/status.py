@@ -215,18 +215,18 @@ def build_status(
         "selector": selector,
         "replicas": sum(s[2]["ready"] for s in states.values()),
     }
+    # null is not a string to the CRD's structural schema: leave unknown versions out
     if stable is not None:
-        status["stable"] = {
-            "version": stable.version,
-            "readyReplicas": states["stable"][2]["ready"],
-        }
+        status["stable"] = _track(stable.version, readyReplicas=states["stable"][2]["ready"])
     if canary is not None:
-        status["canary"] = {
-            "version": canary.version,
-            "weight": routed_weight,
-            "readyReplicas": states["canary"][2]["ready"],
-        }
+        status["canary"] = _track(
+            canary.version, weight=routed_weight, readyReplicas=states["canary"][2]["ready"]
+        )
     return status
+
+
+def _track(version: str | None, **fields: int) -> dict[str, Any]:
+    return {**({"version": version} if version else {}), **fields}
 
 
 def endpoint(name: str, namespace: str) -> str:

@@ -200,3 +200,16 @@ def test_missing_gateway_api_is_degraded_not_fatal(cluster: Cluster) -> None:
     degraded = next(c for c in outcome.status["conditions"] if c["type"] == "Degraded")
     assert (degraded["status"], degraded["reason"]) == ("True", "MissingAPI")
     assert "HTTPRoute" in degraded["message"]
+
+
+def test_rapidocr_without_weights_reconciles_and_settles(cluster: Cluster) -> None:
+    api = operator_client(cluster)
+    dp = docparser("cpu", engine="rapidocr", resources={"gpu": 0})
+    del dp["spec"]["weights"]
+    first = reconcile(api, create(cluster, dp))
+    assert first.problems == [] and ("Deployment", "cpu-stable") in first.applied
+    assert "version" not in first.status["stable"]
+    mark = cluster.mark()
+    second = reconcile(api, cluster.get(DOCPARSER, "cpu"))
+    assert not second.applied and not second.status_written
+    assert cluster.writes_since(mark) == []

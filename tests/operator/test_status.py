@@ -176,3 +176,9 @@ def test_removed_canary_counts_as_a_change() -> None:
     )
     without = status(stable, previous=with_canary)
     assert status_changed(with_canary, without)
+
+
+def test_track_without_weights_version_omits_it() -> None:
+    """rapidocr has no weights: no version, and never a null the CRD schema would reject."""
+    st = status(TrackObservation(None, deployment(ready=1), [pod("ready")]))
+    assert st["stable"] == {"readyReplicas": 1}
