@@ -65,22 +65,17 @@ def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]
 
 
 @contextmanager
-def running_operator(cluster: Cluster) -> Iterator[object]:
-    """The real operator (kopf `run` of docparser_operator.handlers) against ``cluster``."""
+def running_operator(cluster: Cluster, *, clusterwide: bool = False) -> Iterator[object]:
+    """The real operator (kopf `run` of docparser_operator.handlers) against ``cluster``,
+    limited to the test namespace unless ``clusterwide`` (the production default)."""
     from docparser_operator import handlers
     from kopf.testing import KopfRunner
 
     old = os.environ.get("KUBECONFIG")
     os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
     handlers.reset_client()
-    args = [
-        "run",
-        "--standalone",
-        "--namespace",
-        cluster.namespace,
-        "-m",
-        "docparser_operator.handlers",
-    ]
+    scope = ["--all-namespaces"] if clusterwide else ["--namespace", cluster.namespace]
+    args = ["run", "--standalone", *scope, "-m", "docparser_operator.handlers"]
     try:
         with KopfRunner(args, timeout=30) as runner:
             yield runner

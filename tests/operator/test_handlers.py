@@ -59,3 +59,12 @@ def test_operator_ignores_other_namespaces(cluster: Cluster, operator: object) -
     create(cluster, docparser("mine"))
     wait_for("own namespace reconciled", lambda: cluster.get(DEPLOY, "mine-stable"))
     assert cluster.client.get(DEPLOY, "elsewhere", "other-stable") is None
+
+
+def test_clusterwide_operator_reconciles_any_namespace(cluster: Cluster) -> None:
+    from conftest import running_operator
+
+    with running_operator(cluster, clusterwide=True):
+        create(cluster, docparser("wide"))
+        wait_for("reconciled", lambda: condition(cluster, "wide", "Progressing"))
+        assert cluster.get(DEPLOY, "wide-stable") is not None
