@@ -108,3 +108,39 @@ def test_host_memory_request_is_derived_unless_set() -> None:
     assert sizing.host_memory_request(_spec(resources={"memory": "32Gi"})) == "32Gi"
     minimal = DocParser.from_resource(Case("rapidocr-minimal").resource()).spec
     assert sizing.host_memory_request(minimal) == "3Gi"
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_kv_bytes_per_token_match_the_real_decoder_attention() -> None:
+    """Run the transformers DeepSeek-OCR-2 decoder (real widths: hidden 1280, 10 KV heads of 128,
+    no MLA; 2 layers and a tiny vocab to stay cheap) and weigh the cache it really keeps."""
+    torch = pytest.importorskip("torch")
+    config_mod = pytest.importorskip(
+        "transformers.models.deepseek_ocr2.configuration_deepseek_ocr2"
+    )
+    modeling = pytest.importorskip("transformers.models.deepseek_ocr2.modeling_deepseek_ocr2")
+    layers, batch, tokens = 2, 3, 7
+    config = config_mod.DeepseekOcr2TextConfig(
+        hidden_size=1280,
+        num_attention_heads=sizing.DECODER_KV_HEADS,
+        num_key_value_heads=sizing.DECODER_KV_HEADS,
+        num_hidden_layers=layers,
+        intermediate_size=256,
+        moe_intermediate_size=64,
+        n_routed_experts=2,
+        num_experts_per_tok=1,
+        n_shared_experts=1,
+        mlp_layer_types=["dense", "sparse"],
+        vocab_size=512,
+    )
+    assert config.head_dim == sizing.DECODER_HEAD_DIM
+    model = modeling.DeepseekOcr2TextModel(config).to(torch.bfloat16).eval()
+    with torch.no_grad():
+        out = model(input_ids=torch.randint(0, 512, (batch, tokens)), use_cache=True)
+    cache = out.past_key_values
+    cached = sum(
+        t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values)
+    )
+    per_token_per_layer = cached / (batch * tokens * layers)
+    assert per_token_per_layer * sizing.DECODER_LAYERS == sizing.KV_BYTES_PER_TOKEN
