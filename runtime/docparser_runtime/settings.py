@@ -29,7 +29,11 @@ class Settings(BaseSettings):
     # Engine
     engine: EngineName = "rapidocr"
     model_path: Path | None = None
-    model_version: str = "dev"
+    model_version: str | None = Field(
+        None,
+        description="version reported in replies and metrics (the operator sets the weights "
+        "version); default: the engine's own (rapidocr wheel) or 'dev'",
+    )
     device: str = Field("auto", description="auto | cpu | cuda | cuda:N")
     no_repeat_ngram_size: int = Field(
         20, ge=0, description="deepseek-ocr2: ban repeating n-grams (repetition loops); 0 off"

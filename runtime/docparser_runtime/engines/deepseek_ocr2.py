@@ -79,7 +79,7 @@ class DeepseekOcr2Engine(Engine):
         return cls(
             settings.model_path,
             device=settings.device,
-            version=settings.model_version,
+            version=settings.model_version or "dev",
             no_repeat_ngram_size=settings.no_repeat_ngram_size,
             no_repeat_ngram_window=settings.no_repeat_ngram_window,
         )

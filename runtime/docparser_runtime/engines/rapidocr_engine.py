@@ -51,10 +51,13 @@ class RapidOcrEngine(Engine):
 
     name = "rapidocr"
 
-    def __init__(self, *, threads: int = -1) -> None:
+    def __init__(self, *, threads: int = -1, version: str | None = None) -> None:
         self._threads = threads
         self._ocr = None
         self._lock = threading.Lock()
+        if version:
+            self._version = version
+            return
         try:
             self._version = f"{_DIST}-{importlib.metadata.version(_DIST)}"
         except importlib.metadata.PackageNotFoundError:
@@ -62,8 +65,10 @@ class RapidOcrEngine(Engine):
 
     @classmethod
     def from_settings(cls, settings) -> RapidOcrEngine:
-        """Nothing to configure: the models ship inside the wheel."""
-        return cls()
+        """The models ship inside the wheel; the reported version is the one the operator
+        deployed (``DOCPARSER_MODEL_VERSION``) when set, so replies match the DocParser's
+        status, else the wheel's own version."""
+        return cls(version=settings.model_version)
 
     @property
     def version(self) -> str:
