@@ -44,8 +44,10 @@ run: install
 system-deps:
 	@bash scripts/ensure-system-deps.sh
 
+# Built from Go modules into ~/.cache/docparser (skipped in seconds once cached).
 controlplane:
 	@bash tests/controlplane/build.sh || echo "control plane build failed: realcluster tests will be skipped"
+	@bash scripts/build-helm.sh || echo "helm build failed: chart tests will be skipped"
 
 test: install-test system-deps controlplane
 	$(BIN)/ruff check .
