@@ -30,6 +30,10 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
             f"{missing} is not importable: install the deepseek extra "
             "(pip install -e './runtime[deepseek]', or `make install-test`) to run tiny-model tests"
         )
+    import torch
     from tiny_deepseek import build_tiny_model
 
+    # The tiny model's ops are microseconds long: intra-op threads only add spin-wait and
+    # hand-off cost (4x slower measured on a shared 2-core box), so tests run it on one.
+    torch.set_num_threads(1)
     return build_tiny_model(tmp_path_factory.mktemp("tiny-deepseek-ocr2"))
