@@ -18,7 +18,7 @@ from schemathesis.checks import not_a_server_error
 
 pytestmark = pytest.mark.slow
 
-MAX_EXAMPLES = 20  # per operation and generation mode
+MAX_EXAMPLES = 15  # per operation and generation mode
 TIME_BUDGET_S = 240.0  # wall-clock cap on the whole run
 
 
