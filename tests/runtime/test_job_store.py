@@ -231,3 +231,15 @@ async def test_redis_deregister_gives_back_moved_but_unstarted_jobs(rstore):
     await rstore.deregister("w1")
     assert await rstore.queue_position(job.id) == 0
     assert (await rstore.get(job.id)).attempts == 0
+
+
+async def test_redis_unstarted_jobs_go_back_at_once_running_ones_stay(rstore):
+    running, _ = await submit(rstore, b"a")
+    moved, _ = await submit(rstore, b"b")
+    await rstore.heartbeat("w1", lease_s=30)
+    await rstore.claim("w1", timeout_s=1)
+    await rstore.r.lmove(rstore._queue, rstore._processing("w1"), "RIGHT", "LEFT")
+    assert await rstore.return_unstarted("w1") == 1
+    assert await rstore.queue_position(moved.id) == 0
+    assert await rstore.r.lrange(rstore._processing("w1"), 0, -1) == [running.id.encode()]
+    assert (await rstore.get(running.id)).status is JobStatus.RUNNING

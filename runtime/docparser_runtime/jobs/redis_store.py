@@ -137,6 +137,20 @@ return n
 """
 
 
+_RETURN_UNSTARTED = """
+-- KEYS: processing, queue; ARGV: job prefix -> ids moved back (still 'queued')
+local n = 0
+for _, id in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do
+  if redis.call('HGET', ARGV[1] .. id, 'status') == 'queued' then
+    redis.call('LREM', KEYS[1], 0, id)
+    redis.call('RPUSH', KEYS[2], id)
+    n = n + 1
+  end
+end
+return n
+"""
+
+
 class RedisJobStore(JobStore):
     def __init__(
         self,
@@ -157,6 +171,7 @@ class RedisJobStore(JobStore):
         self._finish = client.register_script(_FINISH)
         self._release = client.register_script(_RELEASE)
         self._requeue_dead = client.register_script(_REQUEUE_DEAD)
+        self._return_unstarted = client.register_script(_RETURN_UNSTARTED)
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RedisJobStore:
@@ -331,6 +346,10 @@ class RedisJobStore(JobStore):
             error,
         ]
         return int(await self._requeue_dead(keys=keys, args=args))
+
+    async def return_unstarted(self, worker_id: str) -> int:
+        keys = [self._processing(worker_id), self._queue]
+        return int(await self._return_unstarted(keys=keys, args=[f"{self.p}job:"]))
 
     async def deregister(self, worker_id: str) -> None:
         await self.r.delete(self._lease(worker_id))

@@ -101,6 +101,10 @@ class JobStore(abc.ABC):
         """Requeue jobs of workers whose lease expired; returns how many."""
         return 0
 
+    async def return_unstarted(self, worker_id: str) -> int:
+        """Requeue jobs this worker took but never started (a claim cut short)."""
+        return 0
+
     async def deregister(self, worker_id: str) -> None:  # noqa: B027
         """The worker stops for good: give back whatever it still holds."""
 

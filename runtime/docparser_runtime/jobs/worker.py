@@ -61,6 +61,7 @@ class JobWorker:
         self._loops: list[asyncio.Task] = []
         self._background: list[asyncio.Task] = []
         self._running: dict[str, asyncio.Task] = {}
+        self._stopped_claiming: asyncio.Future | None = None
 
     @property
     def running_jobs(self) -> int:
@@ -79,17 +80,30 @@ class JobWorker:
         ]
 
     def stop_claiming(self) -> None:
-        """Take no new jobs (first step of a drain); running jobs go on."""
+        """Take no new jobs (first step of a drain); running jobs go on. A claim cut
+        short mid-flight may have moved a job to us without starting it: hand such
+        jobs straight back so other replicas need not wait for this drain."""
+        if self._stopped_claiming is not None:
+            return
         self._accepting.clear()
         for task in self._loops:
             task.cancel()
+
+        async def settle() -> None:
+            await asyncio.gather(*self._loops, return_exceptions=True)
+            try:
+                await self.store.return_unstarted(self.worker_id)
+            except Exception:
+                log.exception("could not return unstarted jobs (the reaper will)")
+
+        self._stopped_claiming = asyncio.ensure_future(settle())
 
     async def drain(self, timeout_s: float) -> None:
         """Stop taking jobs, let running ones finish within ``timeout_s``, give the
         rest back to the queue, then leave (a shared store keeps queued jobs for
         other replicas; the memory store fails them clearly)."""
         self.stop_claiming()
-        await asyncio.gather(*self._loops, return_exceptions=True)
+        await self._stopped_claiming
         running = list(self._running.values())
         if running:
             _, pending = await asyncio.wait(running, timeout=max(timeout_s, 0.001))
