@@ -45,6 +45,8 @@ async def test_submit_poll_result_and_progress():
         assert reply.headers["location"] == f"/v1/jobs/{job['id']}"
         assert job["status"] in ("queued", "running") and job["object"] == "job"
         done = await wait_status(client, job["id"], {"succeeded"})
+        metrics = (await client.get("/metrics")).text
+    assert 'docparser_jobs_finished_total{status="succeeded"} 1.0' in metrics
     assert done["progress"] == {"pages_done": 3, "pages_total": 3}
     result = done["result"]
     assert [p["index"] for p in result["pages"]] == [0, 1, 2]
@@ -63,6 +65,10 @@ async def test_queue_positions_and_cancel_of_a_queued_job():
         third = (await client.post(JOBS, **upload(png_bytes(), "c.png", tier="2"))).json()
         assert (second["status"], second["queue_position"]) == ("queued", 0)
         assert third["queue_position"] == 1
+        deadline = time.monotonic() + 10
+        while "docparser_jobs_queued 2.0" not in (await client.get("/metrics")).text:
+            assert time.monotonic() < deadline, "queued-jobs gauge never showed 2"
+            await asyncio.sleep(0.1)
         running = (await client.get(f"{JOBS}/{first['id']}")).json()
         assert running["status"] == "running" and running["progress"]["pages_total"] == 1
 

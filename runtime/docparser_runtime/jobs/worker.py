@@ -50,6 +50,7 @@ class JobWorker:
         lease_s: float = 15.0,
         worker_id: str | None = None,
         poll_s: float = 1.0,
+        on_finished: Callable[[JobStatus], None] = lambda status: None,
     ) -> None:
         self.store = store
         self.runner = runner
@@ -57,6 +58,7 @@ class JobWorker:
         self.lease_s = lease_s
         self.worker_id = worker_id or default_worker_id()
         self.poll_s = poll_s
+        self.on_finished = on_finished  # metrics hook
         self._accepting = asyncio.Event()
         self._loops: list[asyncio.Task] = []
         self._background: list[asyncio.Task] = []
@@ -187,25 +189,26 @@ class JobWorker:
             if stop:
                 raise JobStopped(job_id)
 
+        result, error = None, None
         try:
             await progress(0, claimed.job.pages_total or 0)
             result = await self.runner(claimed.data, claimed.job.params, progress)
+            status = JobStatus.SUCCEEDED
         except JobStopped:
-            job = await self.store.get(job_id)
-            if job.cancel_requested:
-                await self.store.finish(job_id, wid, status=JobStatus.CANCELLED)
-            return
+            if not (await self.store.get(job_id)).cancel_requested:
+                return  # another replica owns the job now: it reports the outcome
+            status = JobStatus.CANCELLED
         except DocParserError as exc:
-            error = {"code": exc.code, "message": exc.message}
-            await self.store.finish(job_id, wid, status=JobStatus.FAILED, error=error)
-            return
+            status, error = JobStatus.FAILED, {"code": exc.code, "message": exc.message}
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             log.exception("job %s failed", job_id)
-            error = {"code": "internal_error", "message": f"{type(exc).__name__}: {exc}"}
-            await self.store.finish(job_id, wid, status=JobStatus.FAILED, error=error)
-            return
-        total = len(result.get("pages") or []) or claimed.job.pages_total or 0
-        await self.store.progress(job_id, wid, pages_done=total, pages_total=total)
-        await self.store.finish(job_id, wid, status=JobStatus.SUCCEEDED, result=result)
+            # Like the HTTP layer: no internals (tracebacks, paths) in what clients see.
+            message = f"internal error ({type(exc).__name__})"
+            status, error = JobStatus.FAILED, {"code": "internal_error", "message": message}
+        if result is not None:
+            total = len(result.get("pages") or []) or claimed.job.pages_total or 0
+            await self.store.progress(job_id, wid, pages_done=total, pages_total=total)
+        if await self.store.finish(job_id, wid, status=status, result=result, error=error):
+            self.on_finished(status)

@@ -94,6 +94,35 @@ def make_runner(app: FastAPI):
     return run
 
 
+class JobMetrics:
+    """Job metrics in the app's registry. ``docparser_jobs_queued`` is the shared queue
+    as this replica sees it (the same on every replica when Redis is used)."""
+
+    def __init__(self, registry) -> None:
+        from prometheus_client import Counter, Gauge
+
+        self.queued = Gauge(
+            "docparser_jobs_queued", "Jobs waiting in the job queue.", registry=registry
+        )
+        self.running = Gauge(
+            "docparser_jobs_running", "Jobs running on this replica.", registry=registry
+        )
+        self.finished = Counter(
+            "docparser_jobs_finished",
+            "Jobs this replica finished, by outcome.",
+            ["status"],
+            registry=registry,
+        )
+
+    async def refresh(self, app: FastAPI, *, every_s: float = 2.0) -> None:
+        while True:
+            worker = getattr(app.state, "job_worker", None)
+            self.running.set(worker.running_jobs if worker is not None else 0)
+            with contextlib.suppress(Exception):
+                self.queued.set(await app.state.job_store.queue_depth())
+            await asyncio.sleep(every_s)
+
+
 async def start_jobs(app: FastAPI) -> None:
     """Create the store (routes need it at once) and start workers once the engine is
     ready; a replica whose engine failed never takes jobs (other replicas will)."""
@@ -101,6 +130,8 @@ async def start_jobs(app: FastAPI) -> None:
     store = create_job_store(settings)
     app.state.job_store = store
     app.state.job_worker = None
+    metrics = JobMetrics(app.state.metrics.registry)
+    app.state.job_metrics_task = asyncio.create_task(metrics.refresh(app), name="jobs-metrics")
     if settings.job_workers <= 0:
         return
 
@@ -114,6 +145,7 @@ async def start_jobs(app: FastAPI) -> None:
             make_runner(app),
             concurrency=settings.job_workers,
             lease_s=settings.job_lease_s,
+            on_finished=lambda status: metrics.finished.labels(status=str(status)).inc(),
         )
         await worker.start()
         app.state.job_worker = worker
@@ -132,11 +164,12 @@ def stop_taking_jobs(app: FastAPI) -> None:
 async def stop_jobs(app: FastAPI, *, deadline: float | None = None) -> None:
     """Let running jobs finish until ``deadline`` (monotonic), then close the store."""
     state = app.state
-    starter = getattr(state, "job_starter", None)
-    if starter is not None:
-        starter.cancel()
-        with contextlib.suppress(BaseException):
-            await starter
+    for name in ("job_starter", "job_metrics_task"):
+        task = getattr(state, name, None)
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
     if deadline is None:
         deadline = time.monotonic() + state.settings.drain_timeout_s
     worker: JobWorker | None = getattr(state, "job_worker", None)
