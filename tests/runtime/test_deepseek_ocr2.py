@@ -245,3 +245,29 @@ def test_modes_use_different_prompts(engine):
 @pytest.mark.torch
 def test_warmup_runs(engine):
     engine.warmup()
+
+
+@pytest.mark.torch
+def test_grounding_output_becomes_blocks_in_page_pixels(engine):
+    """Decoding keeps the grounding tags (they may be special tokens), parsing maps boxes."""
+    tokenizer = engine._processor.tokenizer
+    raw = "<|ref|>title<|/ref|><|det|>[[0, 0, 499, 99]]<|/det|>\n# Report 表\n"
+    ids = tokenizer(raw, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    page = make_page(0, 2000, 1000, 0)
+    result = engine._finish(page, ids + [tokenizer.pad_token_id] * 3)
+    assert result.content == "# Report 表"
+    assert result.output_tokens == len(ids)
+    assert result.truncated is False
+    [block] = result.blocks
+    assert block.type == "title" and block.text == "# Report 表"
+    assert block.bbox == pytest.approx((0.0, 0.0, 2000 * 499 / 999, 1000 * 99 / 999))
+
+
+@pytest.mark.torch
+def test_tiling_mismatch_is_logged(engine, caplog):
+    page = make_page(0, 500, 400, 0)
+    wrong = PageImage(page.index, page.image, tiles=2, vision_tokens=544)
+    with caplog.at_level("WARNING", logger="docparser_runtime.engines.deepseek_ocr2"):
+        result = engine.infer_batch([wrong], ParseOptions(tier=0, max_new_tokens=1))[0]
+    assert "processor inserted 257" in caplog.text
+    assert result.vision_tokens == 544  # reported as given; the log points at the bug
