@@ -17,138 +17,9 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from . import redis_scripts as scripts
 from .models import Job, JobStatus, new_job_id
 from .store import ClaimedJob, JobStore, already_finished, conflict_for_key, not_found
-
-_SUBMIT = """
--- KEYS: job, input, queue, [idem]; ARGV: id, fingerprint, ttl, job prefix, input, fields...
-if #KEYS == 4 then
-  local existing = redis.call('GET', KEYS[4])
-  if existing then
-    local sep = string.find(existing, ' ', 1, true)
-    local fp, id = string.sub(existing, 1, sep - 1), string.sub(existing, sep + 1)
-    if fp ~= ARGV[2] then return {'conflict', id} end
-    if redis.call('EXISTS', ARGV[4] .. id) == 1 then return {'existing', id} end
-  end
-  redis.call('SET', KEYS[4], ARGV[2] .. ' ' .. ARGV[1], 'EX', ARGV[3])
-end
-redis.call('HSET', KEYS[1], unpack(ARGV, 6))
-redis.call('SET', KEYS[2], ARGV[5])
-redis.call('LPUSH', KEYS[3], ARGV[1])
-return {'created', ARGV[1]}
-"""
-
-_START = """
--- KEYS: job, processing; ARGV: id, worker, now
-if redis.call('HGET', KEYS[1], 'status') == 'queued' then
-  redis.call('HSET', KEYS[1], 'status', 'running', 'worker', ARGV[2], 'updated_at', ARGV[3])
-  redis.call('HINCRBY', KEYS[1], 'attempts', 1)
-  return 1
-end
-redis.call('LREM', KEYS[2], 0, ARGV[1])
-return 0
-"""
-
-_CANCEL = """
--- KEYS: job, queue, input; ARGV: id, now, ttl
-local st = redis.call('HGET', KEYS[1], 'status')
-if not st then return 'missing' end
-if st == 'queued' then
-  redis.call('LREM', KEYS[2], 0, ARGV[1])
-  redis.call('HSET', KEYS[1], 'status', 'cancelled', 'updated_at', ARGV[2], 'worker', '')
-  redis.call('DEL', KEYS[3])
-  redis.call('EXPIRE', KEYS[1], ARGV[3])
-  return 'cancelled'
-end
-if st == 'running' then
-  redis.call('HSET', KEYS[1], 'cancel_requested', '1', 'updated_at', ARGV[2])
-  return 'running'
-end
-return st
-"""
-
-_PROGRESS = """
--- KEYS: job; ARGV: worker, now, pages_done, pages_total -> 1 = stop, 0 = go on
-if redis.call('HGET', KEYS[1], 'status') ~= 'running' then return 1 end
-if redis.call('HGET', KEYS[1], 'worker') ~= ARGV[1] then return 1 end
-redis.call('HSET', KEYS[1], 'updated_at', ARGV[2], 'pages_done', ARGV[3], 'pages_total', ARGV[4])
-if redis.call('HGET', KEYS[1], 'cancel_requested') == '1' then return 1 end
-return 0
-"""
-
-_FINISH = """
--- KEYS: job, processing, input, [idem]; ARGV: id, worker, now, ttl, status, result, error
-redis.call('LREM', KEYS[2], 0, ARGV[1])
-if redis.call('HGET', KEYS[1], 'status') ~= 'running' then return 0 end
-if redis.call('HGET', KEYS[1], 'worker') ~= ARGV[2] then return 0 end
-redis.call('HSET', KEYS[1], 'status', ARGV[5], 'updated_at', ARGV[3], 'result', ARGV[6],
-           'error', ARGV[7], 'worker', '')
-redis.call('DEL', KEYS[3])
-redis.call('EXPIRE', KEYS[1], ARGV[4])
-if #KEYS == 4 then redis.call('EXPIRE', KEYS[4], ARGV[4]) end
-return 1
-"""
-
-_RELEASE = """
--- KEYS: job, processing, queue; ARGV: id, worker, now
-redis.call('LREM', KEYS[2], 0, ARGV[1])
-if redis.call('HGET', KEYS[1], 'status') ~= 'running' then return 0 end
-if redis.call('HGET', KEYS[1], 'worker') ~= ARGV[2] then return 0 end
-redis.call('HSET', KEYS[1], 'status', 'queued', 'worker', '', 'pages_done', '0',
-           'updated_at', ARGV[3])
-redis.call('RPUSH', KEYS[3], ARGV[1])
-return 1
-"""
-
-_REQUEUE_DEAD = """
--- KEYS: lease, processing, queue, workers
--- ARGV: worker, job prefix, input prefix, now, ttl, max attempts, error json
-if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
-local n = 0
-while true do
-  local id = redis.call('RPOP', KEYS[2])
-  if not id then break end
-  local jk = ARGV[2] .. id
-  local st = redis.call('HGET', jk, 'status')
-  local running_here = st == 'running' and redis.call('HGET', jk, 'worker') == ARGV[1]
-  if st == 'queued' or running_here then
-    local attempts = tonumber(redis.call('HGET', jk, 'attempts') or '0')
-    local final = nil
-    if running_here and redis.call('HGET', jk, 'cancel_requested') == '1' then
-      final = 'cancelled'
-    elseif running_here and attempts >= tonumber(ARGV[6]) then
-      final = 'failed'
-      redis.call('HSET', jk, 'error', ARGV[7])
-    end
-    if final then
-      redis.call('HSET', jk, 'status', final, 'worker', '', 'updated_at', ARGV[4])
-      redis.call('DEL', ARGV[3] .. id)
-      redis.call('EXPIRE', jk, ARGV[5])
-    else
-      redis.call('HSET', jk, 'status', 'queued', 'worker', '', 'pages_done', '0',
-                 'updated_at', ARGV[4])
-      redis.call('RPUSH', KEYS[3], id)
-      n = n + 1
-    end
-  end
-end
-redis.call('SREM', KEYS[4], ARGV[1])
-return n
-"""
-
-
-_RETURN_UNSTARTED = """
--- KEYS: processing, queue; ARGV: job prefix -> ids moved back (still 'queued')
-local n = 0
-for _, id in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do
-  if redis.call('HGET', ARGV[1] .. id, 'status') == 'queued' then
-    redis.call('LREM', KEYS[1], 0, id)
-    redis.call('RPUSH', KEYS[2], id)
-    n = n + 1
-  end
-end
-return n
-"""
 
 
 class RedisJobStore(JobStore):
@@ -164,14 +35,14 @@ class RedisJobStore(JobStore):
         self.ttl_s = int(ttl_s)
         self.max_attempts = max_attempts
         self.p = prefix
-        self._submit = client.register_script(_SUBMIT)
-        self._start = client.register_script(_START)
-        self._cancel = client.register_script(_CANCEL)
-        self._progress = client.register_script(_PROGRESS)
-        self._finish = client.register_script(_FINISH)
-        self._release = client.register_script(_RELEASE)
-        self._requeue_dead = client.register_script(_REQUEUE_DEAD)
-        self._return_unstarted = client.register_script(_RETURN_UNSTARTED)
+        self._submit = client.register_script(scripts.SUBMIT)
+        self._start = client.register_script(scripts.START)
+        self._cancel = client.register_script(scripts.CANCEL)
+        self._progress = client.register_script(scripts.PROGRESS)
+        self._finish = client.register_script(scripts.FINISH)
+        self._release = client.register_script(scripts.RELEASE)
+        self._requeue_dead = client.register_script(scripts.REQUEUE_DEAD)
+        self._return_unstarted = client.register_script(scripts.RETURN_UNSTARTED)
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RedisJobStore:
