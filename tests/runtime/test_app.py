@@ -314,3 +314,29 @@ async def test_large_json_body_is_decoded_off_the_loop_and_parsed():
         resp = await client.post(PARSE, json={"image": base64.b64encode(buf.getvalue()).decode()})
     assert resp.status_code == 200, resp.text
     assert resp.json()["pages"][0]["width"] == 900
+
+
+async def test_client_gone_during_upload_is_499_not_500():
+    async with serving() as (app, _client, engine):
+        messages = []
+
+        async def receive():
+            if not messages:
+                messages.append("first")
+                return {"type": "http.request", "body": b'{"image": "iVBO', "more_body": True}
+            return {"type": "http.disconnect"}
+
+        sent = []
+
+        async def send(message):
+            sent.append(message)
+
+        scope = {
+            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+            "method": "POST", "scheme": "http", "path": PARSE, "raw_path": PARSE.encode(),
+            "query_string": b"", "root_path": "", "client": ("127.0.0.1", 5), "server": None,
+            "headers": [(b"content-type", b"application/json")], "state": {},
+        }  # fmt: skip
+        await app(scope, receive, send)
+    assert sent[0]["status"] == 499
+    assert engine.batches == []

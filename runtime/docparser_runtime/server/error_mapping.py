@@ -14,8 +14,9 @@ import math
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from docparser_runtime import errors
 
@@ -112,6 +113,11 @@ async def _on_http_exception(_: Request, exc: Exception) -> JSONResponse:
     )
 
 
+async def _on_client_disconnect(_: Request, exc: Exception) -> Response:
+    # The client hung up while sending the body: nobody to answer, nothing went wrong here.
+    return Response(status_code=CLIENT_CLOSED_STATUS)
+
+
 async def _on_unexpected(_: Request, exc: Exception) -> JSONResponse:
     log.error("unexpected error", exc_info=exc)
     return JSONResponse(error_body("engine_failure", "internal server error"), 500)
@@ -121,4 +127,5 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(errors.DocParserError, _on_docparser_error)
     app.add_exception_handler(RequestValidationError, _on_validation_error)
     app.add_exception_handler(StarletteHTTPException, _on_http_exception)
+    app.add_exception_handler(ClientDisconnect, _on_client_disconnect)
     app.add_exception_handler(Exception, _on_unexpected)
