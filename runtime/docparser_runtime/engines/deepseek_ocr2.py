@@ -73,6 +73,9 @@ class DeepseekOcr2Engine(Engine):
         self._eos_ids: set[int] = set()
         self._pad_id: int | None = None
         self._whitelist_ids: set[int] = set()
+        # One generate at a time per model: concurrent calls would only compete for the
+        # same device and multiply activation memory; batching is the batcher's job.
+        self._lock = threading.Lock()
 
     @classmethod
     def from_settings(cls, settings) -> DeepseekOcr2Engine:
@@ -144,19 +147,26 @@ class DeepseekOcr2Engine(Engine):
     def infer_batch(self, pages: Sequence[PageImage], options: ParseOptions) -> list[PageResult]:
         if not pages:
             return []
-        inputs = self._prepare(pages, options)
-        prompt_length = inputs["input_ids"].shape[1]
-        try:
-            import torch
+        import torch
 
-            with torch.inference_mode():
-                output = self._model.generate(**self._generate_kwargs(inputs, options))
-        except Exception as exc:
-            raise EngineFailure(f"generation failed: {exc}") from exc
+        with self._lock:
+            inputs = self._prepare(pages, options)
+            prompt_length = inputs["input_ids"].shape[1]
+            try:
+                with torch.inference_mode():
+                    output = self._model.generate(**self._generate_kwargs(inputs, options))
+            except Exception as exc:
+                raise EngineFailure(f"generation failed: {exc}") from exc
         generated = output[:, prompt_length:].tolist()
         return [self._finish(page, ids) for page, ids in zip(pages, generated, strict=True)]
 
     def stream_page(
+        self, page: PageImage, options: ParseOptions, on_delta: DeltaCallback
+    ) -> PageResult:
+        with self._lock:
+            return self._stream_locked(page, options, on_delta)
+
+    def _stream_locked(
         self, page: PageImage, options: ParseOptions, on_delta: DeltaCallback
     ) -> PageResult:
         from docparser_runtime.engines.generation import (
@@ -196,13 +206,16 @@ class DeepseekOcr2Engine(Engine):
         if self._model is None:
             raise Unavailable("deepseek-ocr2 engine is not loaded")
         prompt = prompt_for(options.mode)
-        inputs = self._processor(
-            images=[page.image for page in pages],
-            text=[prompt] * len(pages),
-            padding=True,
-            return_tensors="pt",
-            **processor_image_kwargs(options.tier),
-        )
+        try:
+            inputs = self._processor(
+                images=[page.image for page in pages],
+                text=[prompt] * len(pages),
+                padding=True,
+                return_tensors="pt",
+                **processor_image_kwargs(options.tier),
+            )
+        except Exception as exc:  # pages are decoded RGB images: this is our failure
+            raise EngineFailure(f"DeepSeek-OCR-2 preprocessing failed: {exc}") from exc
         self._check_vision_tokens(pages, options, inputs)
         inputs = inputs.to(self.device)
         for key in ("pixel_values", "pixel_values_local"):
