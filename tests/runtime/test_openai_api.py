@@ -4,14 +4,17 @@ chat completion with a data-URL image, streaming, models.list, and its error pat
 from __future__ import annotations
 
 import base64
+import http.server
 import io
+import threading
 
 import openai
 import pytest
+from app_for_tests import make_settings, serving
+from docparser_runtime.server.routes_openai import mode_from_prompt
+from engines_for_tests import png_bytes
 from live_server import LiveServer
 from PIL import Image, ImageDraw, ImageFont
-
-pytestmark = pytest.mark.slow
 
 FONT = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"
 WORDS = "Invoice 2026"
@@ -45,12 +48,14 @@ def client():
         )
 
 
+@pytest.mark.slow
 def test_models_list_names_the_loaded_engine(client):
     models = client.models.list()
     ids = [m.id for m in models.data]
     assert ids[0] == "rapidocr" and ids[1].startswith("rapidocr:rapidocr-onnxruntime")
 
 
+@pytest.mark.slow
 def test_chat_completion_with_a_data_url_image(client):
     reply = client.chat.completions.create(
         model="rapidocr", messages=messages("Free OCR.", data_url()), max_tokens=256
@@ -63,6 +68,7 @@ def test_chat_completion_with_a_data_url_image(client):
     assert reply.usage.total_tokens == reply.usage.prompt_tokens + reply.usage.completion_tokens
 
 
+@pytest.mark.slow
 def test_streaming_chat_completion_deltas_add_up_to_the_answer(client):
     url = data_url()
     stream = client.chat.completions.create(
@@ -85,6 +91,7 @@ def test_streaming_chat_completion_deltas_add_up_to_the_answer(client):
     assert text == whole.choices[0].message.content and "Invoice" in text
 
 
+@pytest.mark.slow
 def test_errors_reach_the_client_as_api_errors(client):
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(model="gpt-4o", messages=messages("Free OCR.", data_url()))
@@ -97,3 +104,62 @@ def test_errors_reach_the_client_as_api_errors(client):
         client.chat.completions.create(
             model="rapidocr", messages=[{"role": "user", "content": "no image here"}]
         )
+
+
+# -- in-process: prompt -> mode, and the allow-listed URL fetch (SSRF guard) -------------
+@pytest.mark.parametrize(
+    ("prompt", "mode"),
+    [
+        ("<image>\nFree OCR.", "text"),
+        ("<image>\n<|grounding|>Convert the document to markdown.", "grounding"),
+        ("<image>\nConvert the document to markdown.", "markdown"),
+        ("", "markdown"),
+    ],
+)
+def test_prompt_selects_the_mode(prompt, mode):
+    assert mode_from_prompt(prompt) == mode
+
+
+class _Files(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        if self.path == "/img.png":
+            body = png_bytes()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        else:  # anything else redirects to the image: must not be followed
+            self.send_response(302)
+            self.send_header("Location", "/img.png")
+            self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def file_server():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Files)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+async def test_remote_image_urls_only_from_the_allow_list_and_without_redirects(file_server):
+    settings = make_settings(url_fetch_allowlist=[file_server])
+
+    def chat(url: str) -> dict:
+        return {"model": "gated-test", "messages": messages("Free OCR.", url)}
+
+    async with serving(settings) as (_app, client, _engine):
+        ok = await client.post("/v1/chat/completions", json=chat(f"{file_server}/img.png"))
+        assert ok.status_code == 200, ok.text
+        assert ok.json()["choices"][0]["message"]["content"].startswith("# page 0 200x120 text")
+        redirect = await client.post("/v1/chat/completions", json=chat(f"{file_server}/go"))
+        assert redirect.status_code == 400
+        assert redirect.json()["error"]["code"] == "url_fetch_failed"
+        other = file_server.rsplit(":", 1)[0] + ":9/img.png"  # same host, other port
+        refused = await client.post("/v1/chat/completions", json=chat(other))
+        assert refused.json()["error"]["code"] == "url_not_allowed"

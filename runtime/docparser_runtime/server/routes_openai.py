@@ -15,14 +15,15 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator
-from typing import Annotated, Any, Literal
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from ..errors import InvalidInput, NotFound, PayloadTooLarge, UnsupportedMediaType
 from .error_mapping import CLIENT_CLOSED_STATUS
+from .openai_schema import BODY_SCHEMA, ChatCompletionRequest, TextPart
 from .parse_service import PAGE_SEPARATOR
 from .request_input import ParseRequest, build_parse_request, decode_base64_document, read_body
 from .routes_parse import ClientDisconnected, run_until_disconnect
@@ -33,68 +34,6 @@ router = APIRouter(tags=["openai"])
 _STARTED = int(time.time())
 
 
-# -- request model (validated by hand after a size-limited read) -------------------------
-class ImageURL(BaseModel):
-    url: str = Field(description="data:image/png;base64,... (or an allow-listed URL)")
-    detail: str | None = None
-
-
-class TextPart(BaseModel):
-    type: Literal["text"]
-    text: str
-
-
-class ImagePart(BaseModel):
-    type: Literal["image_url"]
-    image_url: ImageURL
-
-
-ContentPart = Annotated[TextPart | ImagePart, Field(discriminator="type")]
-
-
-class Message(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[ContentPart] | None = None
-
-
-class StreamOptions(BaseModel):
-    include_usage: bool = False
-
-
-class ChatCompletionRequest(BaseModel):
-    """Unknown OpenAI fields (temperature, top_p, ...) are accepted and ignored:
-    OCR decoding is greedy."""
-
-    model_config = ConfigDict(extra="ignore")
-    model: str = Field(description="an id from GET /v1/models")
-    messages: list[Message] = Field(min_length=1)
-    max_tokens: int | None = Field(None, ge=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
-    stream: bool = False
-    stream_options: StreamOptions | None = None
-    n: int = Field(1, ge=1, le=1)
-    tier: int | None = Field(None, ge=0, le=6, description="docparser: most local tiles")
-
-
-def _inline_refs(schema: dict) -> dict:
-    """OpenAPI cannot resolve pydantic's local ``#/$defs`` refs inside a request body."""
-    defs = schema.pop("$defs", {})
-
-    def walk(node: Any) -> Any:
-        if isinstance(node, dict):
-            ref = node.get("$ref")
-            if isinstance(ref, str) and ref.startswith("#/$defs/"):
-                return walk(defs[ref.rsplit("/", 1)[1]])
-            return {k: walk(v) for k, v in node.items()}
-        if isinstance(node, list):
-            return [walk(v) for v in node]
-        return node
-
-    return walk(schema)
-
-
-_BODY_SCHEMA = _inline_refs(ChatCompletionRequest.model_json_schema())
 _ERROR = {"description": "error", "content": {"application/json": {}}}
 
 
@@ -214,7 +153,7 @@ def _data(obj: Any) -> bytes:
     "/v1/chat/completions",
     summary="OpenAI-compatible chat completion over one image",
     openapi_extra={
-        "requestBody": {"required": True, "content": {"application/json": {"schema": _BODY_SCHEMA}}}
+        "requestBody": {"required": True, "content": {"application/json": {"schema": BODY_SCHEMA}}}
     },
     responses={s: _ERROR for s in (400, 401, 403, 404, 413, 415, 429, 503, 504)},
 )
