@@ -271,3 +271,16 @@ def test_tiling_mismatch_is_logged(engine, caplog):
         result = engine.infer_batch([wrong], ParseOptions(tier=0, max_new_tokens=1))[0]
     assert "processor inserted 257" in caplog.text
     assert result.vision_tokens == 544  # reported as given; the log points at the bug
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("tier", [0, 1])
+def test_large_page_at_tier_below_two_runs_on_the_global_view_only(engine, tier):
+    """Tiers 0/1 switch cropping off; the model must still get a 1024px view (256 + 1)."""
+    page = make_page(0, 1654, 2339, tier)
+    assert (page.tiles, page.vision_tokens) == (0, 256)
+    inputs = engine._prepare([page], ParseOptions(tier=tier))
+    assert tuple(inputs["pixel_values"].shape) == (1, 3, 1024, 1024)
+    assert "pixel_values_local" not in inputs
+    result = engine.infer_batch([page], ParseOptions(tier=tier, max_new_tokens=2))[0]
+    assert (result.tiles, result.vision_tokens, result.output_tokens) == (0, 256, 2)
