@@ -340,3 +340,29 @@ async def test_client_gone_during_upload_is_499_not_500():
         await app(scope, receive, send)
     assert sent[0]["status"] == 499
     assert engine.batches == []
+
+
+async def test_documents_waiting_for_decode_are_bounded():
+    import threading
+
+    from docparser_runtime.preprocess.pipeline import DecodeLimits, load_document
+
+    release = threading.Event()
+    entered = threading.Event()
+    limits = DecodeLimits(max_pixels=10**7, max_pages=10, pdf_dpi=72)
+
+    def slow_loader(data, tier, pages):
+        entered.set()
+        release.wait(10)
+        return load_document(data, tier=tier, pages=pages, limits=limits)
+
+    settings = make_settings(max_queue_pages=1)
+    async with serving(settings, document_loader=slow_loader) as (_, client, _engine):
+        files = {"file": ("a.png", png_bytes(), "image/png")}
+        first = asyncio.create_task(client.post(PARSE, files=files))
+        await asyncio.to_thread(entered.wait, 5)
+        refused = await client.post(PARSE, files=files)
+        release.set()
+        assert (await first).status_code == 200
+    assert refused.status_code == 429
+    assert refused.json()["error"]["code"] == "overloaded"

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from docparser_runtime.engines.base import Engine, PageImage, PageResult
-from docparser_runtime.errors import DeadlineExceeded, DocParserError, InvalidInput
+from docparser_runtime.errors import DeadlineExceeded, DocParserError, InvalidInput, Overloaded
 from docparser_runtime.server.batcher import MicroBatcher, SubmitTimings
 from docparser_runtime.server.metrics import Metrics
 from docparser_runtime.server.request_input import ParseRequest
@@ -71,6 +71,7 @@ class ParseService:
         self._loader = loader
         workers = preprocess_workers or max(1, min(4, os.cpu_count() or 1))
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="preprocess")
+        self._decoding = 0  # documents handed to the decode pool and not back yet
 
     @property
     def loader(self) -> DocumentLoader:
@@ -128,14 +129,25 @@ class ParseService:
         return self._reply(results, tokens, output_tokens, t0, t1, t2, timings)
 
     async def _preprocess(self, request: ParseRequest, deadline: float) -> list[PageImage]:
+        # Documents waiting for the decode pool hold their upload in memory: bound them
+        # like the page queue, so a burst of large uploads gets 429s instead of an OOM.
+        if self._decoding >= self.settings.max_queue_pages:
+            self.metrics.rejected.labels(code="overloaded").inc()
+            raise Overloaded(
+                f"{self._decoding} documents are being decoded; retry shortly",
+                retry_after_s=1.0,
+            )
         loop = asyncio.get_running_loop()
         call = (self._load, request.data, request.options.tier, request.pages)
+        self._decoding += 1
         try:
             pages = await asyncio.wait_for(
                 loop.run_in_executor(self._pool, *call), max(0.0, deadline - time.monotonic())
             )
         except TimeoutError:
             raise DeadlineExceeded("the deadline passed while decoding the document") from None
+        finally:
+            self._decoding -= 1
         if not pages:
             raise InvalidInput("the document has no pages to parse", code="no_pages")
         return pages
