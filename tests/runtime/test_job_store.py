@@ -6,10 +6,11 @@ import asyncio
 import time
 
 import pytest
-from docparser_runtime.errors import Conflict, NotFound
+from docparser_runtime.errors import Conflict, NotFound, Unavailable
 from docparser_runtime.jobs.memory_store import MemoryJobStore
 from docparser_runtime.jobs.models import Job, JobStatus, request_fingerprint
 from docparser_runtime.jobs.redis_store import RedisJobStore
+from redis_server import RedisServer
 
 PARAMS = {"tier": 0, "mode": "markdown", "max_new_tokens": 64, "pages": None}
 
@@ -243,3 +244,16 @@ async def test_redis_unstarted_jobs_go_back_at_once_running_ones_stay(rstore):
     assert await rstore.queue_position(moved.id) == 0
     assert await rstore.r.lrange(rstore._processing("w1"), 0, -1) == [running.id.encode()]
     assert (await rstore.get(running.id)).status is JobStatus.RUNNING
+
+
+async def test_redis_unreachable_is_unavailable_not_a_crash():
+    with RedisServer() as server:
+        store = RedisJobStore.from_url(server.url, ttl_s=60)
+        job, _ = await submit(store)
+    try:  # the server is gone now
+        for call in (store.get(job.id), submit(store), store.cancel(job.id)):
+            with pytest.raises(Unavailable) as exc:
+                await call
+            assert exc.value.code == "job_store_unavailable"
+    finally:
+        await store.close()

@@ -11,15 +11,36 @@ replicas (and the reaper) never see half an update.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from ..errors import Unavailable
 from . import redis_scripts as scripts
 from .models import Job, JobStatus, new_job_id
 from .store import ClaimedJob, JobStore, already_finished, conflict_for_key, not_found
+
+
+def _unavailable_when_unreachable(method):
+    """Clients of the API get a 503 (retry elsewhere/later), not a 500, when Redis is
+    down; worker-side calls handle their own failures."""
+
+    @functools.wraps(method)
+    async def wrapper(*args, **kwargs):
+        try:
+            return await method(*args, **kwargs)
+        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            raise Unavailable(
+                "the job store (Redis) is unreachable; retry shortly",
+                code="job_store_unavailable",
+            ) from exc
+
+    return wrapper
 
 
 class RedisJobStore(JobStore):
@@ -73,6 +94,7 @@ class RedisJobStore(JobStore):
         return f"{self.p}workers"
 
     # interface -------------------------------------------------------------------
+    @_unavailable_when_unreachable
     async def submit(
         self,
         *,
@@ -101,20 +123,24 @@ class RedisJobStore(JobStore):
             return await self.get(job_id.decode()), False
         return job, True
 
+    @_unavailable_when_unreachable
     async def get(self, job_id: str) -> Job:
         raw = await self.r.hgetall(self._job(job_id))
         if not raw:
             raise not_found(job_id)
         return Job.from_fields({k.decode(): v.decode() for k, v in raw.items()})
 
+    @_unavailable_when_unreachable
     async def queue_position(self, job_id: str) -> int | None:
         async with self.r.pipeline(transaction=True) as pipe:
             index, length = await pipe.lpos(self._queue, job_id).llen(self._queue).execute()
         return None if index is None else length - 1 - index
 
+    @_unavailable_when_unreachable
     async def queue_depth(self) -> int:
         return await self.r.llen(self._queue)
 
+    @_unavailable_when_unreachable
     async def cancel(self, job_id: str) -> Job:
         keys = [self._job(job_id), self._queue, self._input(job_id)]
         outcome = await self._cancel(keys=keys, args=[job_id, time.time(), self.ttl_s])

@@ -147,7 +147,13 @@ async def start_jobs(app: FastAPI) -> None:
             lease_s=settings.job_lease_s,
             on_finished=lambda status: metrics.finished.labels(status=str(status)).inc(),
         )
-        await worker.start()
+        while True:  # the shared store may not be up yet (pods start in any order)
+            try:
+                await worker.start()
+                break
+            except Exception as exc:
+                log.warning("job store unreachable (%s); retrying in 2s", type(exc).__name__)
+                await asyncio.sleep(2.0)
         app.state.job_worker = worker
         log.info("job worker %s started (%d slots)", worker.worker_id, settings.job_workers)
 
