@@ -53,6 +53,9 @@ def test_models_list_names_the_loaded_engine(client):
     models = client.models.list()
     ids = [m.id for m in models.data]
     assert ids[0] == "rapidocr" and ids[1].startswith("rapidocr:rapidocr-onnxruntime")
+    assert client.models.retrieve("rapidocr").id == "rapidocr"
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("gpt-4o")
 
 
 @pytest.mark.slow

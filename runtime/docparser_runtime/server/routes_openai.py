@@ -249,12 +249,10 @@ async def _stream(
     return StreamingResponse(body(), media_type="text/event-stream", headers=SSE_HEADERS)
 
 
-@router.get("/v1/models", summary="OpenAI-compatible list of served models")
-async def list_models(request: Request) -> JSONResponse:
-    state = request.app.state
+def _model_objects(state) -> list[dict]:
     engine = state.engine
     version = engine.version if engine is not None and state.lifecycle.is_ready else None
-    data = [
+    return [
         {
             "id": mid,
             "object": "model",
@@ -264,4 +262,20 @@ async def list_models(request: Request) -> JSONResponse:
         }
         for mid in _model_ids(state)
     ]
-    return JSONResponse({"object": "list", "data": data})
+
+
+@router.get("/v1/models", summary="OpenAI-compatible list of served models")
+async def list_models(request: Request) -> JSONResponse:
+    return JSONResponse({"object": "list", "data": _model_objects(request.app.state)})
+
+
+@router.get(
+    "/v1/models/{model_id}",
+    summary="OpenAI-compatible model lookup",
+    responses={404: _ERROR},
+)
+async def get_model(request: Request, model_id: str) -> JSONResponse:
+    for model in _model_objects(request.app.state):
+        if model["id"] == model_id:
+            return JSONResponse(model)
+    raise NotFound(f"model {model_id!r} is not served here", code="model_not_found")
