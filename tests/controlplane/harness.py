@@ -16,6 +16,7 @@ import contextlib
 import os
 import shutil
 import socket
+import ssl
 import tempfile
 import time
 from collections.abc import Iterator
@@ -194,6 +195,8 @@ def _start_apiserver(
             "--service-cluster-ip-range=10.0.0.0/24",
             # No token controller signs into pods here; ServiceAccount admission would reject pods.
             "--disable-admission-plugins=ServiceAccount",
+            # The "kubernetes" Service endpoint may not be loopback; nothing here needs it.
+            "--endpoint-reconciler-type=none",
             "--profiling=false",
         ],
         workdir / "kube-apiserver.log",
@@ -208,7 +211,7 @@ def _start_apiserver(
         reply = httpx.get(
             f"{server}/readyz",
             headers={"Authorization": f"Bearer {admin_token}"},
-            verify=str(ca_file),
+            verify=ssl.create_default_context(cafile=str(ca_file)),
             timeout=5,
         )
         return reply.status_code == 200

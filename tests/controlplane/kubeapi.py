@@ -9,6 +9,7 @@ hide an operator bug.
 from __future__ import annotations
 
 import json
+import ssl
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -43,7 +44,7 @@ class KubeApi:
         self._client = httpx.Client(
             base_url=server,
             headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
-            verify=str(ca_file),
+            verify=ssl.create_default_context(cafile=str(ca_file)),
             timeout=timeout,
         )
 
