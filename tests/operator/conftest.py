@@ -5,7 +5,8 @@
 - a real kube-apiserver + etcd + kube-controller-manager from tests/controlplane (marked
   realcluster; skipped with the harness's reason when the binaries are not built),
 - an existing cluster when ``DOCPARSER_TEST_KUBECONFIG`` names its kubeconfig (opt-in; the
-  tests create and delete their own namespace and need the DocParser CRD installed).
+  tests create and delete their own namespace and need the DocParser CRD installed; set
+  ``DOCPARSER_TEST_KUBECONFIG_CONTROLLERS=0`` for a bare API server without controllers).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ os.environ.setdefault("DOCPARSER_OPERATOR_RETRY_DELAY_S", "0.5")
 from kube_cluster import Cluster, emulator_cluster, proxied_cluster
 
 REAL_KUBECONFIG_ENV = "DOCPARSER_TEST_KUBECONFIG"
+REAL_CONTROLLERS_ENV = "DOCPARSER_TEST_KUBECONFIG_CONTROLLERS"
 logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
 
 
@@ -58,8 +60,10 @@ def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]
         return
     gen = proxied_cluster(backend, Path(os.environ[REAL_KUBECONFIG_ENV]), tmp_path, namespace)
     first = next(gen)
-    first.has_garbage_collector = True
-    first.has_controllers = True
+    # a real cluster runs its controllers; a bare API server can say so (=0)
+    controllers = os.environ.get(REAL_CONTROLLERS_ENV, "1") != "0"
+    first.has_garbage_collector = controllers
+    first.has_controllers = controllers
     yield first
     yield from gen
 
