@@ -54,6 +54,9 @@ class Settings(BaseSettings):
     max_pages: int = Field(200, ge=1)
     pdf_dpi: int = Field(144, ge=36, le=600)
     default_tier: int = Field(6, ge=0, le=6)
+    max_tier: int = Field(
+        6, ge=0, le=6, description="most tiles this deployment serves (GPU memory is sized for it)"
+    )
     default_max_new_tokens: int = Field(4096, ge=1)
     max_new_tokens_limit: int = Field(8192, ge=1)
 

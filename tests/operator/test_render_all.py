@@ -91,6 +91,7 @@ def test_golden_check_fails_on_a_real_change_even_in_update_mode(monkeypatch, tm
         return objects
 
     monkeypatch.setattr(Case, "render", changed)
+    monkeypatch.setattr(golden, "UPDATE", False)  # even when the run regenerates goldens
     with pytest.raises(AssertionError):
         golden.check_golden(case, "Deployment")
     scratch = tmp_path / "golden"

@@ -80,3 +80,13 @@ def test_bad_base64(value):
     with pytest.raises(InvalidInput) as info:
         decode_base64_document(value)
     assert info.value.code == "invalid_base64"
+
+
+def test_tier_above_the_deployments_max_tier_is_refused_and_default_is_capped():
+    settings = Settings(default_tier=6, max_tier=3)
+    assert build_parse_request(b"x", {}, settings).options.tier == 3
+    assert build_parse_request(b"x", {"tier": 2}, settings).options.tier == 2
+    with pytest.raises(InvalidInput) as err:
+        build_parse_request(b"x", {"tier": 4}, settings)
+    assert err.value.code == "invalid_tier"
+    assert "0..3" in err.value.message

@@ -62,6 +62,7 @@ def _env(spec: DocParserSpec, tp: TrackPlan) -> list[dict]:
         "DOCPARSER_DEFAULT_MAX_NEW_TOKENS": str(spec.runtime.max_new_tokens),
         "DOCPARSER_MAX_NEW_TOKENS_LIMIT": str(spec.runtime.max_new_tokens),
         "DOCPARSER_DEFAULT_TIER": str(spec.tier),
+        "DOCPARSER_MAX_TIER": str(spec.tier),
         "DOCPARSER_MODEL_VERSION": tp.version or "embedded",
         "DOCPARSER_DEVICE": "cuda" if spec.gpus else "cpu",
         "DOCPARSER_DRAIN_GRACE_S": str(RUNTIME_DRAIN_GRACE_S),
@@ -71,6 +72,9 @@ def _env(spec: DocParserSpec, tp: TrackPlan) -> list[dict]:
         "HF_HOME": "/tmp/hf-home",
         "HF_HUB_OFFLINE": "1",
     }
+    if tp.weights is not None and tp.weights.sha256:
+        # serve re-checks the fetched files against the digest the DocParser pins.
+        env["DOCPARSER_WEIGHTS_SHA256"] = tp.weights.sha256
     if spec.auth and spec.auth.api_key_secret_ref:
         env["DOCPARSER_API_KEYS_FILE"] = API_KEYS_DIR
     return [{"name": k, "value": v} for k, v in env.items()]

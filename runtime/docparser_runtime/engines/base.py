@@ -129,5 +129,5 @@ class Engine(abc.ABC):
         on_delta(result.content)
         return result
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook, most engines hold nothing
         """Release resources (GPU memory, sessions)."""

@@ -87,8 +87,12 @@ def build_parse_request(
     if not data:
         raise InvalidInput("the document is empty", code="empty_document")
     tier = fields.get("tier")
+    # The deployment's GPU memory is sized for max_tier: a higher tier is refused, not run.
+    max_tier = settings.max_tier
     tier = (
-        settings.default_tier if tier in (None, "") else _as_int(tier, "tier", 0, 6, "invalid_tier")
+        min(settings.default_tier, max_tier)
+        if tier in (None, "")
+        else _as_int(tier, "tier", 0, max_tier, "invalid_tier")
     )
     mode = fields.get("mode") or "markdown"
     if mode not in MODES:
