@@ -93,7 +93,10 @@ def rendered_runtime(tmp_path):
     # Bind to loopback on a free port; everything else is exactly what the pod runs.
     argv[argv.index("--host") + 1] = "127.0.0.1"
     argv[argv.index("--port") + 1] = str(port)
-    env = {**os.environ, **{e["name"]: e["value"] for e in container.get("env", []) if "value" in e}}
+    env = {
+        **os.environ,
+        **{e["name"]: e["value"] for e in container.get("env", []) if "value" in e},
+    }
     env["HOME"] = str(tmp_path)
     env["HF_HOME"] = str(tmp_path / "hf")
     log = (tmp_path / "runtime.log").open("w")
@@ -154,9 +157,9 @@ def test_rendered_pod_spec_serves_and_exposes_the_hpa_metric(rendered_runtime):
     # SIGTERM drains: readiness flips to 503 at once (the pod leaves the Service while it
     # still answers), then the process ends within the rendered grace period. uvicorn
     # re-raises the signal after a clean shutdown, so -SIGTERM is a normal exit here.
-    grace = next(
-        c for c in children if c["kind"] == "Deployment"
-    )["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    grace = next(c for c in children if c["kind"] == "Deployment")["spec"]["template"]["spec"][
+        "terminationGracePeriodSeconds"
+    ]
     proc.send_signal(signal.SIGTERM)
     deadline = time.monotonic() + 10
     status = 200
