@@ -84,14 +84,20 @@ def test_every_rendered_child_is_accepted_and_reapply_is_a_no_op(
         assert live["metadata"]["ownerReferences"][0]["uid"] == owner_uid
         assert FIELD_MANAGER in {m["manager"] for m in live["metadata"]["managedFields"]}
 
-    writes = operator_client.writes
-    again = [
-        operator_client.apply(child)
-        for child in render_all(real_api.get(path(real_namespace, case)))
-    ]
-    assert operator_client.writes == writes + len(children)  # the requests were sent...
-    for before, after in zip(applied, again, strict=True):  # ...and the server changed nothing
-        assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    # Re-apply what a resync renders: the server must record no change (no new resourceVersion,
+    # no new managedFields time). Deployments are also written by the deployment controller
+    # (status), so for them only the operator's own managedFields entry is compared.
+    live = real_api.get(path(real_namespace, case))
+    for child in render_all(live):
+        before = real_api.get(object_path(child))
+        after = operator_client.apply(child)
+        assert operator_entry(after) == operator_entry(before), child["metadata"]["name"]
+        if child["kind"] != "Deployment":
+            assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+
+
+def operator_entry(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    return [m for m in obj["metadata"]["managedFields"] if m["manager"] == FIELD_MANAGER]
 
 
 def test_conflicting_field_manager_is_overridden_and_other_fields_kept(
