@@ -1,7 +1,8 @@
 """Runtime benchmark: HTTP serving vs the engine in-process, and the batcher's payoff.
 
 Prints one table. Rows:
-- ``in-process``: ``load_document`` + ``engine.infer_batch`` called directly, pages in
+- ``in-process``: ``load_document`` + ``engine.infer_batch`` called directly (on one
+  worker thread, as in the server), pages in
   batches of ``min(concurrency, max_batch)`` (what perfect batching without HTTP gives);
   latency is per batch (every page of a batch waits for all of it).
 - ``http``: the real app under uvicorn on 127.0.0.1 (in this process, own thread), with
@@ -25,6 +26,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,6 +92,13 @@ def free_port() -> int:
 
 # -- in-process -----------------------------------------------------------------------
 def run_in_process(engine: Engine, pages: list[bytes], opts: ParseOptions, batch: int, name):
+    """On one worker thread, like the server's engine thread (torch/onnxruntime thread
+    pools behave differently on the main thread, which would skew the comparison)."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(_in_process, engine, pages, opts, batch, name).result()
+
+
+def _in_process(engine: Engine, pages: list[bytes], opts: ParseOptions, batch: int, name):
     limits = DecodeLimits.from_settings(Settings())
     warm = load_document(pages[0], tier=opts.tier, pages=None, limits=limits)
     engine.infer_batch(warm * batch, opts)  # untimed, like the HTTP path's first request
