@@ -1,6 +1,6 @@
 """kopf wiring: every trigger calls the one level-triggered ``reconcile``.
 
-Triggers: create / update / resume of a DocParser, a drift timer, and events of the
+Triggers: create / update / resume of a DocParser, a drift resync loop, and events of the
 Deployments we own (rollout progress and canary readiness change the status and the routed
 weight). kopf only delivers triggers and retries; desired state, apply and status live in
 ``reconcile``.
@@ -15,11 +15,14 @@ Error policy:
 
 kopf's own writes are kept off the no-op path: it posts Events only for warnings, keeps its
 bookkeeping in annotations (not in ``status``, which the CRD schema owns), and registers no
-deletion handler (so no finalizer: children go with their owner through garbage collection).
+deletion handler and no kopf timer (so no finalizer: children go with their owner through
+garbage collection, and deleting a DocParser never waits for the operator).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import copy
 import logging
 import threading
@@ -135,18 +138,66 @@ def on_change(body: kopf.Body, **_: Any) -> None:
     run_reconcile(_plain(body), strict=True)
 
 
-@kopf.timer(
-    API_GROUP,
-    VERSION,
-    PLURAL,
-    interval=SETTINGS.resync_interval_s,
-    initial_delay=SETTINGS.resync_initial_delay_s,
-)
-def resync(body: kopf.Body, **_: Any) -> None:
-    """Drift correction: a pass with nothing to do performs no writes at all."""
-    if body.get("metadata", {}).get("deletionTimestamp"):
+# Drift timer. Not a kopf.timer: kopf puts a finalizer on every object with a timer (to stop
+# it before deletion), which costs a write per DocParser and blocks `kubectl delete` (and
+# namespace deletion) whenever the operator is down. Instead an event handler (no finalizer)
+# keeps the latest body of every DocParser in scope, and one background task resyncs them.
+_known: dict[str, dict[str, Any]] = {}
+_resync_task: asyncio.Task[None] | None = None
+
+
+@kopf.on.event(API_GROUP, VERSION, PLURAL)
+def track(event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None:
+    uid = body.get("metadata", {}).get("uid")
+    if not uid:
         return
-    run_reconcile(_plain(body), strict=False)
+    if event.get("type") == "DELETED" or body.get("metadata", {}).get("deletionTimestamp"):
+        _known.pop(uid, None)
+    else:
+        _known[uid] = _plain(body)
+
+
+def resync_all() -> int:
+    """Drift correction over every known DocParser; a pass with nothing to do writes nothing."""
+    done = 0
+    for uid, body in list(_known.items()):
+        if _known.get(uid) is not body:
+            continue  # changed or deleted meanwhile: the newer event's handlers cover it
+        try:
+            run_reconcile(body, strict=False)
+            done += 1
+        except (kopf.TemporaryError, kopf.PermanentError) as exc:
+            log.warning(
+                "resync of %s/%s failed: %s",
+                body["metadata"].get("namespace"),
+                body["metadata"].get("name"),
+                exc,
+            )
+        except Exception:  # never let one object stop the loop for the others
+            log.exception("resync of %s failed", body["metadata"].get("name"))
+    return done
+
+
+async def _resync_loop() -> None:
+    await asyncio.sleep(SETTINGS.resync_initial_delay_s)
+    while True:
+        await asyncio.to_thread(resync_all)
+        await asyncio.sleep(SETTINGS.resync_interval_s)
+
+
+@kopf.on.startup()
+async def start_resync(**_: Any) -> None:
+    global _resync_task
+    _known.clear()
+    _resync_task = asyncio.get_running_loop().create_task(_resync_loop())
+
+
+@kopf.on.cleanup()
+async def stop_resync(**_: Any) -> None:
+    if _resync_task is not None:
+        _resync_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await _resync_task
 
 
 def _deployment_signature(body: Mapping[str, Any]) -> tuple[Any, ...]:

@@ -332,21 +332,21 @@ def simulate_pods(
         )
         return
 
-    # real controllers: patch the pods the ReplicaSet controller made for the newest template
-    def current_pods() -> list[dict[str, Any]] | None:
+    # real controllers: patch the pods the ReplicaSet controller made for the newest template;
+    # a maxSurge-0 rollout creates them one by one as earlier ones become ready, so loop
+    def current_pods() -> list[dict[str, Any]]:
         d = cluster.get(dep_ref, deployment) or {}
-        pods = [
+        version = d["spec"]["template"]["metadata"]["labels"].get("docparser.io/version")
+        return [
             p
             for p in cluster.list(pod_ref, _selector(d))
             if not p["metadata"].get("deletionTimestamp")
-            and p["metadata"]["labels"].get("docparser.io/version")
-            == d["spec"]["template"]["metadata"]["labels"].get("docparser.io/version")
+            and p["metadata"]["labels"].get("docparser.io/version") == version
         ]
-        return pods if len(pods) >= max(1, d["spec"].get("replicas", 1)) else None
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        pods = wait_for(f"pods of {deployment}", current_pods, timeout=timeout)
+        pods = current_pods()
         for pod in pods:
             # a pod replaced meanwhile by the rollout fails here; the next round patches the new one
             with contextlib.suppress(Exception):
@@ -355,10 +355,14 @@ def simulate_pods(
                 )
         d = cluster.get(dep_ref, deployment) or {}
         st = d.get("status") or {}
-        if state != "ready" or (
-            st.get("observedGeneration", 0) >= d["metadata"]["generation"]
+        if state != "ready" and pods:
+            return
+        if (
+            state == "ready"
+            and st.get("observedGeneration", 0) >= d["metadata"]["generation"]
             and st.get("readyReplicas", 0) >= want
             and st.get("updatedReplicas", 0) >= want
+            and st.get("replicas", 0) <= want
         ):
             return
         time.sleep(0.3)

@@ -289,8 +289,9 @@ def test_delete_leaves_children_to_garbage_collection(cluster: Cluster, operator
     ]
     for child in children:
         assert child["metadata"]["ownerReferences"][0]["uid"] == dp["metadata"]["uid"]
+    assert not cluster.get(DOCPARSER, "inv")["metadata"].get("finalizers")  # none added
     cluster.client.delete(DOCPARSER, cluster.namespace, "inv", uid=dp["metadata"]["uid"])
-    wait_for("docparser gone (no finalizer)", lambda: cluster.get(DOCPARSER, "inv") is None)
+    wait_for("docparser gone at once", lambda: cluster.get(DOCPARSER, "inv") is None, timeout=5)
     if cluster.has_garbage_collector:
         wait_for(
             "children collected",
