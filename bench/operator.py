@@ -50,8 +50,8 @@ def main() -> int:
 def run_one(n: int, timeout: float) -> tuple[int, float, float, float, int]:
     from conftest import running_operator
     from docparser_operator.apply import DOCPARSER, KNOWN_KINDS
+    from dp_helpers import GATEWAY, docparser
     from kube_cluster import emulator_cluster, wait_for
-    from test_integration import GATEWAY, docparser
 
     with tempfile.TemporaryDirectory() as tmp:
         gen = emulator_cluster(Path(tmp), "bench")

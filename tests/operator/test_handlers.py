@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 from docparser_operator.apply import KNOWN_KINDS
+from dp_helpers import condition, create, docparser
 from kube_cluster import Cluster, wait_for
-from test_integration import condition, create, docparser
 
 DEPLOY = KNOWN_KINDS["Deployment"]
 

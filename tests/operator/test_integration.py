@@ -3,71 +3,33 @@
 from __future__ import annotations
 
 import copy
-import time
 from typing import Any
 
 import pytest
 from conftest import running_operator
-from docparser_operator.apply import DOCPARSER, KNOWN_KINDS
-from docparser_operator.render import render_all
+from docparser_operator.apply import DOCPARSER
+from dp_helpers import (
+    CANARY_WEIGHTS,
+    DEPLOY,
+    GATEWAY,
+    HPA,
+    PDB,
+    ROUTE,
+    SERVICE,
+    SHA_C,
+    condition,
+    converged,
+    covers,
+    create,
+    docparser,
+    event_reasons,
+    quiet,
+    resyncs_since,
+    route_weights,
+    set_spec,
+    spec_of,
+)
 from kube_cluster import Cluster, simulate_pods, wait_for
-
-DEPLOY = KNOWN_KINDS["Deployment"]
-SERVICE = KNOWN_KINDS["Service"]
-HPA = KNOWN_KINDS["HorizontalPodAutoscaler"]
-PDB = KNOWN_KINDS["PodDisruptionBudget"]
-ROUTE = KNOWN_KINDS["HTTPRoute"]
-SHA_A = "a" * 64
-SHA_B = "b" * 64
-SHA_C = "c" * 64
-
-
-def docparser(name: str, **spec: Any) -> dict[str, Any]:
-    base: dict[str, Any] = {
-        "engine": "deepseek-ocr2",
-        "weights": {"uri": "s3://models/deepseek-ocr-2", "version": "2026-01-27", "sha256": SHA_A},
-        "tier": 2,
-        "replicas": {"min": 1, "max": 1},
-        "resources": {"gpu": 1, "gpuMemory": "80Gi"},
-        "runtime": {"image": "ghcr.io/example/docparser-runtime:0.1.0"},
-        "traffic": {"router": "service"},
-    }
-    base.update(spec)
-    return {
-        "apiVersion": "docparser.io/v1alpha1",
-        "kind": "DocParser",
-        "metadata": {"name": name},
-        "spec": base,
-    }
-
-
-def create(cluster: Cluster, obj: dict[str, Any]) -> dict[str, Any]:
-    """Create as a user would: DocParsers by server-side apply (a GitOps tool's manager, so a
-    later apply without a field removes it), other objects with a plain POST."""
-    obj = copy.deepcopy(obj)
-    obj["metadata"]["namespace"] = cluster.namespace
-    if obj["kind"] == "DocParser":
-        return cluster.client.apply(obj, manager="gitops")
-    return cluster.client.create(obj)
-
-
-def set_spec(cluster: Cluster, name: str, spec: dict[str, Any]) -> None:
-    """Replace the whole spec, as `kubectl apply` of an edited manifest (or a git revert) does."""
-    cluster.client.apply(
-        {
-            "apiVersion": "docparser.io/v1alpha1",
-            "kind": "DocParser",
-            "metadata": {"name": name, "namespace": cluster.namespace},
-            "spec": spec,
-        },
-        manager="gitops",
-    )
-
-
-def condition(cluster: Cluster, name: str, ctype: str) -> dict[str, Any]:
-    obj = cluster.get(DOCPARSER, name) or {}
-    conds = (obj.get("status") or {}).get("conditions") or []
-    return next((c for c in conds if c["type"] == ctype), {})
 
 
 def test_create_reconciles_children_and_status(cluster: Cluster, operator: Any) -> None:
@@ -99,78 +61,6 @@ def test_create_reconciles_children_and_status(cluster: Cluster, operator: Any) 
     assert status["stable"] == {"version": "2026-01-27", "readyReplicas": 1}
     assert condition(cluster, "inv", "Progressing")["status"] == "False"
     assert condition(cluster, "inv", "Degraded")["status"] == "False"
-
-
-GATEWAY = {"router": "gateway", "gatewayRef": {"name": "web", "namespace": "infra"}}
-CANARY_WEIGHTS = {
-    "uri": "s3://models/deepseek-ocr-2-next",
-    "version": "2026-03-01",
-    "sha256": SHA_B,
-}
-EVENT = KNOWN_KINDS["Event"]
-
-
-def spec_of(cluster: Cluster, name: str) -> dict[str, Any]:
-    return copy.deepcopy(cluster.get(DOCPARSER, name)["spec"])
-
-
-def covers(live: Any, want: Any) -> bool:
-    """``live`` holds every value of ``want`` (the server may add defaults)."""
-    if isinstance(want, dict):
-        return isinstance(live, dict) and all(covers(live.get(k), v) for k, v in want.items())
-    if isinstance(want, list):
-        return isinstance(live, list) and len(live) == len(want) and all(map(covers, live, want))
-    return live == want or (
-        isinstance(live, str) and not isinstance(want, bool) and live == str(want)
-    )
-
-
-def converged(cluster: Cluster, name: str) -> bool:
-    """Every child the renderer wants for the live spec is live with those values, and the
-    set of children labelled for this instance is exactly that set."""
-    dp = cluster.get(DOCPARSER, name)
-    if dp is None or (dp.get("status") or {}).get("observedGeneration") != dp["metadata"].get(
-        "generation", 1
-    ):
-        return False
-    canary = cluster.get(DEPLOY, f"{name}-canary")
-    ready = bool(canary and (canary.get("status") or {}).get("readyReplicas"))
-    wanted = render_all(dp, canary_ready=ready)
-    for child in wanted:
-        live = cluster.get(KNOWN_KINDS[child["kind"]], child["metadata"]["name"])
-        if live is None or not covers(live["spec"], child["spec"]):
-            return False
-    selector = f"app.kubernetes.io/instance={name},app.kubernetes.io/managed-by=docparser-operator"
-    live_keys = {
-        (kind, o["metadata"]["name"])
-        for kind in (
-            "Deployment",
-            "Service",
-            "HorizontalPodAutoscaler",
-            "PodDisruptionBudget",
-            "HTTPRoute",
-        )
-        for o in cluster.list(KNOWN_KINDS[kind], selector)
-        if any(
-            r.get("uid") == dp["metadata"]["uid"]
-            for r in o["metadata"].get("ownerReferences") or []
-        )
-    }
-    return live_keys == {(c["kind"], c["metadata"]["name"]) for c in wanted}
-
-
-def route_weights(cluster: Cluster, name: str) -> dict[str, int]:
-    route = cluster.get(ROUTE, name) or {"spec": {"rules": [{"backendRefs": []}]}}
-    return {b["name"]: b.get("weight", 1) for b in route["spec"]["rules"][0]["backendRefs"]}
-
-
-def event_reasons(cluster: Cluster, name: str) -> set[str]:
-    return {
-        e["reason"]
-        for e in cluster.list(EVENT)
-        if e.get("involvedObject", {}).get("name") == name
-        and e.get("source", {}).get("component") == "docparser-operator"
-    }
 
 
 def test_spec_changes_converge(cluster: Cluster, operator: Any) -> None:
@@ -314,28 +204,6 @@ def test_restart_mid_reconcile_converges(cluster: Cluster) -> None:
         assert cluster.get(DEPLOY, "inv-canary") is not None
 
 
-def _quiet(cluster: Cluster, seconds: float = 1.5, timeout: float = 20) -> None:
-    """Wait until nobody but the test has written for ``seconds``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        mark = cluster.mark()
-        time.sleep(seconds)
-        if not cluster.writes_since(mark):
-            return
-    raise AssertionError("the operator never stopped writing")
-
-
-def _resyncs_since(cluster: Cluster, mark: int, name: str) -> int:
-    """Reconcile passes seen since ``mark`` (each lists the instance's Deployments once)."""
-    return sum(
-        1
-        for r in cluster.requests_since(mark)
-        if r.method == "GET"
-        and r.path.endswith("/deployments")
-        and f"app.kubernetes.io/instance={name}" in r.query.get("labelSelector", "")
-    )
-
-
 def test_noop_resync_performs_zero_writes(cluster: Cluster, operator: Any) -> None:
     create(
         cluster,
@@ -351,9 +219,9 @@ def test_noop_resync_performs_zero_writes(cluster: Cluster, operator: Any) -> No
     simulate_pods(cluster, "inv-canary", "ready")
     wait_for("ready", lambda: condition(cluster, "inv", "Ready").get("status") == "True")
     wait_for("converged", lambda: converged(cluster, "inv"))
-    _quiet(cluster)
+    quiet(cluster)
     mark = cluster.mark()
-    wait_for("3 resyncs", lambda: _resyncs_since(cluster, mark, "inv") >= 3, timeout=15)
+    wait_for("3 resyncs", lambda: resyncs_since(cluster, mark, "inv") >= 3, timeout=15)
     assert cluster.writes_since(mark) == []
 
 
@@ -391,7 +259,7 @@ def test_objects_not_owned_are_never_touched(cluster: Cluster, operator: Any) ->
         ),
     )
     assert "Service inv" in degraded["message"]
-    _quiet(cluster)
+    quiet(cluster)
     for original in (squatter, stray):
         live = cluster.get(SERVICE, original["metadata"]["name"])
         assert live["metadata"]["resourceVersion"] == original["metadata"]["resourceVersion"]
@@ -418,9 +286,9 @@ def test_hpa_owns_replicas_without_a_fight(cluster: Cluster, operator: Any) -> N
         body={"spec": {"replicas": 3}},
         content_type="application/merge-patch+json",
     )
-    _quiet(cluster)
+    quiet(cluster)
     mark = cluster.mark()
-    wait_for("2 resyncs", lambda: _resyncs_since(cluster, mark, "inv") >= 2, timeout=15)
+    wait_for("2 resyncs", lambda: resyncs_since(cluster, mark, "inv") >= 2, timeout=15)
     assert cluster.get(DEPLOY, "inv-stable")["spec"]["replicas"] == 3
     assert cluster.writes_since(mark) == []
 
@@ -439,7 +307,7 @@ def test_insufficient_gpu_memory_is_degraded_not_a_crash_loop(
     assert degraded["reason"] == "InsufficientGPUMemory"
     assert condition(cluster, "inv", "Stalled")["status"] == "True"  # kstatus: Failed
     wait_for("warning event", lambda: "InsufficientGPUMemory" in event_reasons(cluster, "inv"))
-    _quiet(cluster)  # stable: no retry storm
+    quiet(cluster)  # stable: no retry storm
 
 
 def test_invalid_spec_is_degraded_with_an_event(cluster: Cluster, operator: Any) -> None:
@@ -458,7 +326,7 @@ def test_invalid_spec_is_degraded_with_an_event(cluster: Cluster, operator: Any)
     assert "weights" in degraded["message"]
     assert condition(cluster, "inv", "Ready")["status"] == "False"
     wait_for("warning event", lambda: "SpecInvalid" in event_reasons(cluster, "inv"))
-    _quiet(cluster)
+    quiet(cluster)
     assert cluster.get(DEPLOY, "inv-stable") is None
 
 

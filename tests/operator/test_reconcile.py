@@ -16,8 +16,8 @@ from docparser_operator.reconcile import (
     reconcile,
 )
 from docparser_operator.render import render_all
+from dp_helpers import CANARY_WEIGHTS, GATEWAY, docparser
 from kube_cluster import Cluster, client_for
-from test_integration import CANARY_WEIGHTS, GATEWAY, docparser
 
 DEPLOY, SERVICE, ROUTE = KNOWN_KINDS["Deployment"], KNOWN_KINDS["Service"], KNOWN_KINDS["HTTPRoute"]
 UID = "0b7d3c5e-0000-4000-8000-000000000001"
