@@ -30,6 +30,15 @@ class _Model(BaseModel):
     )
 
 
+class SecretRef(_Model):
+    name: Annotated[str, Field(min_length=1, max_length=253)]
+
+
+class SecretKeyRef(_Model):
+    name: Annotated[str, Field(min_length=1, max_length=253)]
+    key: Annotated[str, Field(min_length=1, max_length=253)] = "url"
+
+
 class Weights(_Model):
     uri: Annotated[
         str, Field(min_length=1, max_length=2048, pattern=r"^(s3|gs|https|file|pvc)://.+$")
@@ -39,6 +48,7 @@ class Weights(_Model):
         Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"),
     ]
     sha256: Annotated[str, Field(max_length=64)]
+    credentials_secret_ref: SecretRef | None = None
 
     @model_validator(mode="after")
     def _cel_rules(self) -> Weights:
@@ -89,6 +99,7 @@ class Runtime(_Model):
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
     max_batch_size: Annotated[int, Field(ge=1, le=256)] = 8
     max_new_tokens: Annotated[int, Field(ge=1, le=8192)] = 4096
+    redis_url_secret_ref: SecretKeyRef | None = None
     startup_timeout_seconds: Annotated[int, Field(ge=60, le=86400)] = 1800
 
 
@@ -115,10 +126,6 @@ class Traffic(_Model):
 class Canary(_Model):
     weights: Weights
     weight: Annotated[int, Field(ge=0, le=100)] = 0
-
-
-class SecretRef(_Model):
-    name: Annotated[str, Field(min_length=1, max_length=253)]
 
 
 class Auth(_Model):

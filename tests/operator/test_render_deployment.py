@@ -89,7 +89,7 @@ def test_init_container_fetches_and_verifies_each_tracks_weights() -> None:
         assert runtime["args"][runtime["args"].index("--model-path") + 1] == (
             f"/models/{weights['version']}"
         )
-        env = {e["name"]: e["value"] for e in runtime["env"]}
+        env = {e["name"]: e.get("value", e.get("valueFrom")) for e in runtime["env"]}
         assert env["DOCPARSER_MODEL_VERSION"] == weights["version"]
         assert dep["metadata"]["labels"]["docparser.io/version"] == weights["version"]
         assert "docparser.io/version" not in dep["spec"]["selector"]["matchLabels"]
@@ -148,7 +148,7 @@ def test_grace_period_covers_prestop_and_drain(max_new_tokens: int) -> None:
     dep = _deployments(resource)["invoices-stable"]
     runtime = _container(dep)
     drain = drain_seconds(DocParser.from_resource(resource).spec)
-    env = {e["name"]: e["value"] for e in runtime["env"]}
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in runtime["env"]}
     assert env["DOCPARSER_DRAIN_TIMEOUT_S"] == str(drain)
     assert runtime["lifecycle"]["preStop"] == {"sleep": {"seconds": PRESTOP_SLEEP_S}}
     grace = dep["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
@@ -162,12 +162,39 @@ def test_runtime_settings_reach_the_pod_as_env() -> None:
     resource["spec"]["runtime"].update(maxBatchSize=3, maxNewTokens=1234)
     resource["spec"]["tier"] = 2
     env = {
-        e["name"]: e["value"] for e in _container(_deployments(resource)["invoices-stable"])["env"]
+        e["name"]: e.get("value", e.get("valueFrom"))
+        for e in _container(_deployments(resource)["invoices-stable"])["env"]
     }
     assert env["DOCPARSER_MAX_BATCH_SIZE"] == "3"
     assert env["DOCPARSER_DEFAULT_MAX_NEW_TOKENS"] == "1234"
     assert env["DOCPARSER_DEFAULT_TIER"] == "2"
     assert env["DOCPARSER_API_KEYS_FILE"] == "/var/run/secrets/docparser/api-keys"
+    assert env["DOCPARSER_MAX_TIER"] == "2"
+    assert env["DOCPARSER_WEIGHTS_SHA256"] == resource["spec"]["weights"]["sha256"]
+    assert env["DOCPARSER_REDIS_URL"] == {"secretKeyRef": {"name": "ocr-redis", "key": "url"}}
+
+
+def test_redis_url_comes_only_from_its_secret_and_only_when_configured() -> None:
+    bare = _container(_deployments(SERVICE.resource())["contracts-stable"])
+    assert "DOCPARSER_REDIS_URL" not in {e["name"] for e in bare["env"]}
+    resource = SERVICE.resource()
+    resource["spec"]["runtime"]["redisUrlSecretRef"] = {"name": "r", "key": "dsn"}
+    env = _container(_deployments(resource)["contracts-stable"])["env"]
+    (entry,) = [e for e in env if e["name"] == "DOCPARSER_REDIS_URL"]
+    assert entry == {
+        "name": "DOCPARSER_REDIS_URL",
+        "valueFrom": {"secretKeyRef": {"name": "r", "key": "dsn"}},
+    }
+
+
+def test_weights_credentials_reach_only_the_fetch_init_container() -> None:
+    dep = _deployments(GATEWAY.resource())["invoices-canary"]
+    pod = dep["spec"]["template"]["spec"]
+    (fetch,) = pod["initContainers"]
+    assert fetch["envFrom"] == [{"secretRef": {"name": "model-store"}}]
+    assert all("envFrom" not in c for c in pod["containers"])
+    bare = _deployments(SERVICE.resource())["contracts-stable"]["spec"]["template"]["spec"]
+    assert all("envFrom" not in c for c in bare["initContainers"])
 
 
 def test_api_keys_secret_is_mounted_only_when_configured() -> None:

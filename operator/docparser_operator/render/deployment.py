@@ -77,7 +77,13 @@ def _env(spec: DocParserSpec, tp: TrackPlan) -> list[dict]:
         env["DOCPARSER_WEIGHTS_SHA256"] = tp.weights.sha256
     if spec.auth and spec.auth.api_key_secret_ref:
         env["DOCPARSER_API_KEYS_FILE"] = API_KEYS_DIR
-    return [{"name": k, "value": v} for k, v in env.items()]
+    rendered = [{"name": k, "value": v} for k, v in env.items()]
+    redis = spec.runtime.redis_url_secret_ref
+    if redis is not None:
+        # Jobs and the result cache in Redis: any replica answers for any job.
+        ref = {"name": redis.name, "key": redis.key}
+        rendered.append({"name": "DOCPARSER_REDIS_URL", "valueFrom": {"secretKeyRef": ref}})
+    return rendered
 
 
 def _probe(path: str, *, period: int, failures: int, timeout: int) -> dict:
@@ -158,6 +164,12 @@ def _fetch_container(spec: DocParserSpec, tp: TrackPlan) -> dict:
             weights.sha256,
         ],
         "env": [{"name": "HOME", "value": "/tmp"}],
+        # Object-store credentials reach the init container only, never the server.
+        **(
+            {"envFrom": [{"secretRef": {"name": weights.credentials_secret_ref.name}}]}
+            if weights.credentials_secret_ref is not None
+            else {}
+        ),
         "resources": {
             "requests": {"cpu": "500m", "memory": "1Gi"},
             "limits": {"memory": "2Gi"},
