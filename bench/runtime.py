@@ -5,8 +5,8 @@ Prints one table. Rows:
   worker thread, as in the server), pages in
   batches of ``min(concurrency, max_batch)`` (what perfect batching without HTTP gives);
   latency is per batch (every page of a batch waits for all of it).
-- ``http``: the real app under uvicorn on 127.0.0.1 (in this process, own thread), with
-  ``concurrency`` clients posting one page each; latency per request.
+- ``http``: ``docparser-runtime serve`` as a separate process on 127.0.0.1 (result cache
+  off), with ``concurrency`` clients posting one page each; latency per request.
 Engines: ``rapidocr`` (embedded CPU engine) and the tiny random-weight DeepSeek-OCR-2
 (built into a temp dir by ``tests/runtime/tiny_deepseek.build_tiny_model``), plus the tiny
 model at concurrency 8 with ``max_batch_size`` 8 vs 1.
@@ -21,17 +21,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import io
+import os
+import signal
 import socket
+import subprocess
 import sys
 import tempfile
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-import uvicorn
 from PIL import Image, ImageDraw, ImageFont
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,7 +40,6 @@ sys.path.insert(0, str(ROOT / "tests" / "runtime"))  # tiny_deepseek
 
 from docparser_runtime.engines.base import Engine, ParseOptions  # noqa: E402
 from docparser_runtime.preprocess.pipeline import DecodeLimits, load_document  # noqa: E402
-from docparser_runtime.server.app import create_app  # noqa: E402
 from docparser_runtime.settings import Settings  # noqa: E402
 
 FONT = Path("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf")
@@ -118,34 +118,56 @@ def _in_process(engine: Engine, pages: list[bytes], opts: ParseOptions, batch: i
 
 
 # -- HTTP -----------------------------------------------------------------------------
-class InProcessServer:
-    """uvicorn serving the real app on 127.0.0.1 from a background thread."""
+class ProcessServer:
+    """``docparser-runtime serve`` as a separate process on 127.0.0.1 (own GIL, as deployed)."""
 
-    def __init__(self, engine: Engine, settings: Settings) -> None:
+    def __init__(self, engine: str, *, max_batch: int, model_path: Path | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        app = create_app(settings, engine, engine_loaded=True)
-        config = uvicorn.Config(
-            app, host="127.0.0.1", port=self.port, log_level="warning", access_log=False
-        )
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.args = [sys.executable, "-m", "docparser_runtime", "serve", "--engine", engine]
+        self.args += ["--host", "127.0.0.1", "--port", str(self.port)]
+        if model_path is not None:
+            self.args += ["--model-path", str(model_path)]
+        self.env = {
+            **os.environ,
+            "DOCPARSER_MAX_BATCH_SIZE": str(max_batch),
+            "DOCPARSER_MAX_WAIT_MS": "5",
+            "DOCPARSER_MAX_QUEUE_PAGES": "1024",
+            "DOCPARSER_DEVICE": "cpu",
+            "DOCPARSER_DRAIN_GRACE_S": "0",
+            "DOCPARSER_LOG_LEVEL": "warning",
+            "DOCPARSER_CACHE_MAX_BYTES": "0",  # every page really parsed
+            "DOCPARSER_ALLOW_UNVERIFIED_WEIGHTS": "true",  # the tiny model has no manifest
+        }
+        self.log = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the server
+        self.proc: subprocess.Popen | None = None
 
-    def __enter__(self) -> InProcessServer:
-        self.thread.start()
-        deadline = time.monotonic() + 120
+    def __enter__(self) -> ProcessServer:
+        self.proc = subprocess.Popen(
+            self.args, env=self.env, stdout=self.log, stderr=subprocess.STDOUT
+        )
+        deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                self.log.seek(0)
+                raise RuntimeError("benchmark server exited:\n" + self.log.read().decode())
             try:
                 if httpx.get(self.url + "/readyz", timeout=2).status_code == 200:
                     return self
             except httpx.TransportError:
                 pass
-            time.sleep(0.05)
+            time.sleep(0.1)
         raise RuntimeError("benchmark server did not become ready")
 
     def __exit__(self, *exc) -> None:
-        self.server.should_exit = True
-        self.thread.join(30)
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
 
 
 async def _drive(url: str, pages: list[bytes], fields: dict, concurrency: int):
@@ -172,13 +194,9 @@ async def _drive(url: str, pages: list[bytes], fields: dict, concurrency: int):
         return time.perf_counter() - start, latencies
 
 
-def run_http(engine, pages, opts, concurrency, max_batch, name) -> Cell:
-    settings = Settings(
-        max_batch_size=max_batch, max_wait_ms=5.0, default_tier=opts.tier, max_queue_pages=1024
-    )
+def run_http(server: ProcessServer, pages, opts, concurrency, max_batch, name) -> Cell:
     fields = {"tier": str(opts.tier), "mode": opts.mode, "max_new_tokens": str(opts.max_new_tokens)}
-    with InProcessServer(engine, settings) as server:
-        wall, latencies = asyncio.run(_drive(server.url, pages, fields, concurrency))
+    wall, latencies = asyncio.run(_drive(server.url, pages, fields, concurrency))
     return Cell(name, "http", concurrency, max_batch, len(pages), wall, latencies)
 
 
@@ -192,11 +210,9 @@ def rapidocr_engine() -> Engine:
     return engine
 
 
-def tiny_deepseek_engine(tmp: Path) -> Engine:
+def tiny_deepseek_engine(model_dir: Path) -> Engine:
     from docparser_runtime.engines.deepseek_ocr2 import DeepseekOcr2Engine
-    from tiny_deepseek import build_tiny_model
 
-    model_dir = build_tiny_model(tmp / "tiny-deepseek-ocr2")
     engine = DeepseekOcr2Engine.from_settings(
         Settings(engine="deepseek-ocr2", model_path=model_dir, device="cpu")
     )
@@ -205,11 +221,11 @@ def tiny_deepseek_engine(tmp: Path) -> Engine:
     return engine
 
 
-def bench_engine(name, engine, pages, opts, concurrencies, max_batch) -> list[Cell]:
+def bench_engine(name, engine, server, pages, opts, concurrencies, max_batch) -> list[Cell]:
     cells = []
     for c in concurrencies:
         cells.append(run_in_process(engine, pages, opts, min(c, max_batch), name))
-        cells.append(run_http(engine, pages, opts, c, max_batch, name))
+        cells.append(run_http(server, pages, opts, c, max_batch, name))
         print(f"  {name} c={c} done", file=sys.stderr, flush=True)
     return cells
 
@@ -262,15 +278,22 @@ def main(argv: list[str] | None = None) -> int:
         engine = rapidocr_engine()
         pages = make_pages(count, (640, 110))
         opts = ParseOptions(tier=0, mode="markdown", max_new_tokens=args.max_new_tokens)
-        cells += bench_engine("rapidocr", engine, pages, opts, concurrencies, 8)
+        with ProcessServer("rapidocr", max_batch=8) as server:
+            cells += bench_engine("rapidocr", engine, server, pages, opts, concurrencies, 8)
         engine.close()
     if "tiny-deepseek" in wanted:
+        from tiny_deepseek import build_tiny_model
+
         with tempfile.TemporaryDirectory(prefix="bench-tiny-") as tmp:
-            engine = tiny_deepseek_engine(Path(tmp))
+            model_dir = build_tiny_model(Path(tmp) / "tiny-deepseek-ocr2")
+            engine = tiny_deepseek_engine(model_dir)
             pages = make_pages(count, (640, 480))
             opts = ParseOptions(tier=0, mode="markdown", max_new_tokens=args.max_new_tokens)
-            cells += bench_engine("tiny-deepseek", engine, pages, opts, concurrencies, 8)
-            cells.append(run_http(engine, pages, opts, 8, 1, "tiny-deepseek"))
+            name = "tiny-deepseek"
+            with ProcessServer("deepseek-ocr2", max_batch=8, model_path=model_dir) as server:
+                cells += bench_engine(name, engine, server, pages, opts, concurrencies, 8)
+            with ProcessServer("deepseek-ocr2", max_batch=1, model_path=model_dir) as server:
+                cells.append(run_http(server, pages, opts, 8, 1, name))
             engine.close()
     print_table(cells)
     summarize(cells)
