@@ -31,6 +31,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "runtime"))  # tiny_deepseek: tokenizer + tiny config
+# A GPU machine may have torch + transformers but no installed docparser-runtime: fall back
+# to the working tree's copy (appended, so an installed one wins).
+sys.path.append(str(ROOT / "runtime"))
 
 import numpy as np  # noqa: E402
 from docparser_runtime.engines.base import PageImage, ParseOptions  # noqa: E402
