@@ -15,7 +15,6 @@ import logging
 import os
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -26,6 +25,7 @@ os.environ.setdefault("DOCPARSER_OPERATOR_RESYNC_INITIAL_DELAY_S", "0.5")
 os.environ.setdefault("DOCPARSER_OPERATOR_RETRY_DELAY_S", "0.5")
 
 from kube_cluster import Cluster, emulator_cluster, proxied_cluster
+from operator_runner import running_operator
 
 REAL_KUBECONFIG_ENV = "DOCPARSER_TEST_KUBECONFIG"
 REAL_CONTROLLERS_ENV = "DOCPARSER_TEST_KUBECONFIG_CONTROLLERS"
@@ -66,31 +66,6 @@ def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]
     first.has_controllers = controllers
     yield first
     yield from gen
-
-
-@contextmanager
-def running_operator(cluster: Cluster, *, clusterwide: bool = False) -> Iterator[object]:
-    """The real operator (kopf `run` of docparser_operator.handlers) against ``cluster``,
-    limited to the test namespace unless ``clusterwide`` (the production default)."""
-    from docparser_operator import handlers
-    from kopf.testing import KopfRunner
-
-    old = os.environ.get("KUBECONFIG")
-    os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
-    handlers.reset_client()
-    scope = ["--all-namespaces"] if clusterwide else ["--namespace", cluster.namespace]
-    args = ["run", "--standalone", *scope, "-m", "docparser_operator.handlers"]
-    try:
-        with KopfRunner(args, timeout=30) as runner:
-            yield runner
-    finally:
-        handlers.reset_client()
-        if old is None:
-            os.environ.pop("KUBECONFIG", None)
-        else:
-            os.environ["KUBECONFIG"] = old
-    if runner.exception is not None:
-        raise runner.exception
 
 
 @pytest.fixture

@@ -62,7 +62,7 @@ def test_operator_ignores_other_namespaces(cluster: Cluster, operator: object) -
 
 
 def test_clusterwide_operator_reconciles_any_namespace(cluster: Cluster) -> None:
-    from conftest import running_operator
+    from operator_runner import running_operator
 
     with running_operator(cluster, clusterwide=True):
         create(cluster, docparser("wide"))

@@ -6,7 +6,6 @@ import copy
 from typing import Any
 
 import pytest
-from conftest import running_operator
 from docparser_operator.apply import DOCPARSER
 from dp_helpers import (
     CANARY_WEIGHTS,
@@ -30,6 +29,7 @@ from dp_helpers import (
     spec_of,
 )
 from kube_cluster import Cluster, simulate_pods, wait_for
+from operator_runner import running_operator
 
 
 def test_create_reconciles_children_and_status(cluster: Cluster, operator: Any) -> None:
