@@ -35,6 +35,12 @@ class Settings(BaseSettings):
         "version); default: the engine's own (rapidocr wheel) or 'dev'",
     )
     device: str = Field("auto", description="auto | cpu | cuda | cuda:N")
+    engine_threads: int = Field(
+        0,
+        ge=0,
+        description="rapidocr: onnxruntime threads per model call; 0 = the CPUs this process "
+        "may use (affinity and cgroup quota), not the host's cores",
+    )
     no_repeat_ngram_size: int = Field(
         20, ge=0, description="deepseek-ocr2: ban repeating n-grams (repetition loops); 0 off"
     )

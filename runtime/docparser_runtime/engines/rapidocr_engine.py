@@ -15,6 +15,8 @@ server already runs the engine on one worker thread, the lock makes that a guara
 from __future__ import annotations
 
 import importlib.metadata
+import math
+import os
 import re
 import threading
 from collections.abc import Sequence
@@ -51,8 +53,8 @@ class RapidOcrEngine(Engine):
 
     name = "rapidocr"
 
-    def __init__(self, *, threads: int = -1, version: str | None = None) -> None:
-        self._threads = threads
+    def __init__(self, *, threads: int = 0, version: str | None = None) -> None:
+        self._threads = threads if threads > 0 else usable_cpus()
         self._ocr = None
         self._lock = threading.Lock()
         if version:
@@ -68,7 +70,7 @@ class RapidOcrEngine(Engine):
         """The models ship inside the wheel; the reported version is the one the operator
         deployed (``DOCPARSER_MODEL_VERSION``) when set, so replies match the DocParser's
         status, else the wheel's own version."""
-        return cls(version=settings.model_version)
+        return cls(threads=settings.engine_threads, version=settings.model_version)
 
     @property
     def version(self) -> str:
@@ -80,9 +82,10 @@ class RapidOcrEngine(Engine):
         except ImportError as exc:
             raise WeightsError(f"{_DIST} is not installed: {exc}") from exc
         try:
-            self._ocr = RapidOCR(
-                intra_op_num_threads=self._threads, inter_op_num_threads=self._threads
-            )
+            # Explicit counts: onnxruntime's default is the host's physical cores, which
+            # in a container with a CPU quota oversubscribes (and gets throttled).
+            # inter-op threads only serve parallel graph execution, which is off.
+            self._ocr = RapidOCR(intra_op_num_threads=self._threads, inter_op_num_threads=1)
         except Exception as exc:  # broken wheel or onnxruntime: report, don't crash
             raise WeightsError(f"cannot load the RapidOCR models: {exc}") from exc
 
@@ -174,6 +177,20 @@ class RapidOcrEngine(Engine):
             for i, (label, score) in zip(index, labels, strict=True):
                 flips[i] = "180" in str(label) and float(score) > threshold
         return flips
+
+
+def usable_cpus(cgroup_cpu_max: str = "/sys/fs/cgroup/cpu.max") -> int:
+    """CPUs this process may really use: its affinity mask, capped by a cgroup v2 quota."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cpus = cpus or 1
+    try:
+        with open(cgroup_cpu_max) as f:
+            quota, period = f.read().split()[:2]
+        if quota != "max":
+            cpus = min(cpus, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return cpus
 
 
 def _pad_extreme_aspect(image: Image.Image) -> Image.Image:
