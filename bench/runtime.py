@@ -1,12 +1,19 @@
 """Runtime benchmark: HTTP serving vs the engine in-process, and the batcher's payoff.
 
 Prints one table. Rows:
-- ``in-process``: ``load_document`` + ``engine.infer_batch`` called directly (on one
-  worker thread, as in the server), pages in
-  batches of ``min(concurrency, max_batch)`` (what perfect batching without HTTP gives);
-  latency is per batch (every page of a batch waits for all of it).
-- ``http``: ``docparser-runtime serve`` as a separate process on 127.0.0.1 (result cache
-  off), with ``concurrency`` clients posting one page each; latency per request.
+- ``in-process``: the work both paths share: ``load_document`` (PNG decode, tiling plan)
+  + ``engine.infer_batch``, called directly on one worker thread (as in the server),
+  pages in batches of ``min(concurrency, max_batch)`` (what perfect batching without
+  HTTP gives); latency is per batch (every page of a batch waits for all of it).
+- ``http``: the same plus what serving adds: multipart encode/upload, request parsing,
+  the hop to the decode pool, the micro-batcher (``max_wait_ms`` 5), the hop to the
+  engine thread, the JSON reply; ``docparser-runtime serve`` as a separate process on
+  127.0.0.1 (result cache off), ``concurrency`` clients posting one page each; latency
+  per request.
+- ``cpu ms/p``: CPU time of *both* processes (benchmark client and server) per page
+  during the cell: unlike wall time, it hardly moves when other tenants load the box.
+The two paths of one concurrency run in ABBA order on the two halves of the pages
+(in-process, http, http, in-process), so load that drifts during the run falls on both.
 Engines: ``rapidocr`` (embedded CPU engine) and the tiny random-weight DeepSeek-OCR-2
 (built into a temp dir by ``tests/runtime/tiny_deepseek.build_tiny_model``), plus the tiny
 model at concurrency 8 with ``max_batch_size`` 8 vs 1.
@@ -22,6 +29,7 @@ import argparse
 import asyncio
 import io
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -58,6 +66,14 @@ class Cell:
     pages: int
     wall_s: float
     latencies_s: list[float]
+    cpu_s: float = 0.0
+
+    def __add__(self, other: Cell) -> Cell:
+        return Cell(
+            self.engine, self.path, self.concurrency, self.max_batch,
+            self.pages + other.pages, self.wall_s + other.wall_s,
+            self.latencies_s + other.latencies_s, self.cpu_s + other.cpu_s,
+        )  # fmt: skip
 
     @property
     def pages_per_s(self) -> float:
@@ -91,19 +107,19 @@ def free_port() -> int:
 
 
 # -- in-process -----------------------------------------------------------------------
-def run_in_process(engine: Engine, pages: list[bytes], opts: ParseOptions, batch: int, name):
+def run_in_process(engine: Engine, pages, opts: ParseOptions, batch: int, name, cpu_clock):
     """On one worker thread, like the server's engine thread (torch/onnxruntime thread
     pools behave differently on the main thread, which would skew the comparison)."""
     with ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(_in_process, engine, pages, opts, batch, name).result()
+        return pool.submit(_in_process, engine, pages, opts, batch, name, cpu_clock).result()
 
 
-def _in_process(engine: Engine, pages: list[bytes], opts: ParseOptions, batch: int, name):
+def _in_process(engine: Engine, pages, opts: ParseOptions, batch: int, name, cpu_clock):
     limits = DecodeLimits.from_settings(Settings())
     warm = load_document(pages[0], tier=opts.tier, pages=None, limits=limits)
     engine.infer_batch(warm * batch, opts)  # untimed, like the HTTP path's first request
     latencies = []
-    start = time.perf_counter()
+    cpu0, start = cpu_clock(), time.perf_counter()
     for i in range(0, len(pages), batch):
         t0 = time.perf_counter()
         decoded = [
@@ -112,9 +128,8 @@ def _in_process(engine: Engine, pages: list[bytes], opts: ParseOptions, batch: i
         ]
         engine.infer_batch(decoded, opts)
         latencies += [time.perf_counter() - t0] * len(decoded)
-    return Cell(
-        name, "in-process", batch, batch, len(pages), time.perf_counter() - start, latencies
-    )
+    wall = time.perf_counter() - start
+    return Cell(name, "in-process", batch, batch, len(pages), wall, latencies, cpu_clock() - cpu0)
 
 
 # -- HTTP -----------------------------------------------------------------------------
@@ -159,6 +174,15 @@ class ProcessServer:
             time.sleep(0.1)
         raise RuntimeError("benchmark server did not become ready")
 
+    def cpu_seconds(self) -> float:
+        """User + system CPU of this (client) process, all threads, plus the server's."""
+        assert self.proc is not None
+        own = resource.getrusage(resource.RUSAGE_SELF)
+        with open(f"/proc/{self.proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        server = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return own.ru_utime + own.ru_stime + server
+
     def __exit__(self, *exc) -> None:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGTERM)
@@ -170,7 +194,7 @@ class ProcessServer:
         self.log.close()
 
 
-async def _drive(url: str, pages: list[bytes], fields: dict, concurrency: int):
+async def _drive(url: str, pages: list[bytes], fields: dict, concurrency: int, cpu_clock):
     latencies: list[float] = []
     queue = list(enumerate(pages))
 
@@ -189,15 +213,16 @@ async def _drive(url: str, pages: list[bytes], fields: dict, concurrency: int):
         await client.post(  # warm the connection pool and code paths (not timed)
             "/v1/document/parse", files={"file": ("p.png", pages[0], "image/png")}, data=fields
         )
-        start = time.perf_counter()
+        cpu0, start = cpu_clock(), time.perf_counter()
         await asyncio.gather(*(worker(client) for _ in range(concurrency)))
-        return time.perf_counter() - start, latencies
+        return time.perf_counter() - start, latencies, cpu_clock() - cpu0
 
 
 def run_http(server: ProcessServer, pages, opts, concurrency, max_batch, name) -> Cell:
     fields = {"tier": str(opts.tier), "mode": opts.mode, "max_new_tokens": str(opts.max_new_tokens)}
-    wall, latencies = asyncio.run(_drive(server.url, pages, fields, concurrency))
-    return Cell(name, "http", concurrency, max_batch, len(pages), wall, latencies)
+    drive = _drive(server.url, pages, fields, concurrency, server.cpu_seconds)
+    wall, latencies, cpu = asyncio.run(drive)
+    return Cell(name, "http", concurrency, max_batch, len(pages), wall, latencies, cpu)
 
 
 # -- engines --------------------------------------------------------------------------
@@ -222,23 +247,35 @@ def tiny_deepseek_engine(model_dir: Path) -> Engine:
 
 
 def bench_engine(name, engine, server, pages, opts, concurrencies, max_batch) -> list[Cell]:
+    """Per concurrency: in-process, http, http, in-process on the pages' two halves."""
     cells = []
+    half = len(pages) // 2
     for c in concurrencies:
-        cells.append(run_in_process(engine, pages, opts, min(c, max_batch), name))
-        cells.append(run_http(server, pages, opts, c, max_batch, name))
+        direct, http = [], []
+        for part, order in ((pages[:half], "ab"), (pages[half:], "ba")):
+            for path in order:
+                if path == "a":
+                    batch = min(c, max_batch)
+                    direct.append(
+                        run_in_process(engine, part, opts, batch, name, server.cpu_seconds)
+                    )
+                else:
+                    http.append(run_http(server, part, opts, c, max_batch, name))
+        cells += [direct[0] + direct[1], http[0] + http[1]]
         print(f"  {name} c={c} done", file=sys.stderr, flush=True)
     return cells
 
 
 def print_table(cells: list[Cell]) -> None:
     header = f"{'engine':<14} {'path':<11} {'conc':>4} {'batch':>5} {'pages':>5} "
-    header += f"{'pages/s':>8} {'p50 ms':>8} {'p99 ms':>8}"
+    header += f"{'pages/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'cpu ms/p':>8}"
     print(header)
     print("-" * len(header))
     for c in cells:
         print(
             f"{c.engine:<14} {c.path:<11} {c.concurrency:>4} {c.max_batch:>5} {c.pages:>5} "
-            f"{c.pages_per_s:>8.2f} {c.pct(0.5):>8.1f} {c.pct(0.99):>8.1f}"
+            f"{c.pages_per_s:>8.2f} {c.pct(0.5):>8.1f} {c.pct(0.99):>8.1f} "
+            f"{c.cpu_s / c.pages * 1000:>8.0f}"
         )
 
 
@@ -256,7 +293,11 @@ def summarize(cells: list[Cell]) -> None:
         direct, http = find(engine, "in-process", 1), find(engine, "http", 1)
         if direct and http:
             cost = (1 - http.pages_per_s / direct.pages_per_s) * 100
-            print(f"{engine}: HTTP+queueing cost at concurrency 1: {cost:.1f}% (target <= 5%)")
+            cpu = (http.cpu_s / http.pages) / (direct.cpu_s / direct.pages) * 100 - 100
+            print(
+                f"{engine}: HTTP+queueing cost at concurrency 1: {cost:.1f}% (target <= 5%); "
+                f"CPU per page {cpu:+.1f}%"
+            )
     b8, b1 = find("tiny-deepseek", "http", 8, 8), find("tiny-deepseek", "http", 8, 1)
     if b8 and b1:
         ratio = b8.pages_per_s / b1.pages_per_s
@@ -276,6 +317,8 @@ def main(argv: list[str] | None = None) -> int:
     concurrencies = (1, 4, 8)
     if "rapidocr" in wanted:
         engine = rapidocr_engine()
+        threads = Settings(engine="rapidocr").engine_threads or "auto"
+        print(f"rapidocr: DOCPARSER_ENGINE_THREADS={threads} ({engine._threads})", flush=True)
         pages = make_pages(count, (640, 110))
         opts = ParseOptions(tier=0, mode="markdown", max_new_tokens=args.max_new_tokens)
         with ProcessServer("rapidocr", max_batch=8) as server:
