@@ -166,3 +166,21 @@ async def test_remote_image_urls_only_from_the_allow_list_and_without_redirects(
         other = file_server.rsplit(":", 1)[0] + ":9/img.png"  # same host, other port
         refused = await client.post("/v1/chat/completions", json=chat(other))
         assert refused.json()["error"]["code"] == "url_not_allowed"
+
+
+def test_image_url_as_a_bare_string_is_accepted_like_the_object_form():
+    from docparser_runtime.server.openai_schema import ChatCompletionRequest
+
+    url = "data:image/png;base64,AAAA"
+    bare = {"type": "image_url", "image_url": url}
+    obj = {"type": "image_url", "image_url": {"url": url}}
+    parsed = [
+        ChatCompletionRequest.model_validate(
+            {"model": "m", "messages": [{"role": "user", "content": [part]}]}
+        )
+        .messages[0]
+        .content[0]
+        for part in (bare, obj)
+    ]
+    assert parsed[0] == parsed[1]
+    assert parsed[0].image_url.url == url

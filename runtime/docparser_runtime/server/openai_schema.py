@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class ImageURL(BaseModel):
@@ -24,6 +24,13 @@ class TextPart(BaseModel):
 class ImagePart(BaseModel):
     type: Literal["image_url"]
     image_url: ImageURL
+
+    @field_validator("image_url", mode="before")
+    @classmethod
+    def _plain_string_url(cls, value: Any) -> Any:
+        """Some OpenAI-compatible clients send ``"image_url": "data:..."`` (a bare string)
+        instead of ``{"url": ...}``; accept both."""
+        return {"url": value} if isinstance(value, str) else value
 
 
 ContentPart = Annotated[TextPart | ImagePart, Field(discriminator="type")]
