@@ -76,6 +76,9 @@ class Settings(BaseSettings):
     # Shared state
     redis_url: str | None = None
     job_ttl_s: int = Field(24 * 3600, ge=1)
+    max_queued_jobs: int = Field(
+        1000, ge=1, description="queued jobs before POST /v1/jobs answers 429 (uploads are held)"
+    )
     job_workers: int = Field(1, ge=0, description="jobs run concurrently per replica")
     job_lease_s: float = Field(15.0, gt=0, description="a dead replica's jobs requeue after")
     job_max_attempts: int = Field(3, ge=1, description="replica deaths before a job fails")

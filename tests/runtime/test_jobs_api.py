@@ -199,3 +199,23 @@ async def test_jobs_are_private_to_the_api_key_that_submitted_them(tmp_path):
             assert hidden.status_code == 404
         seen = await client.get(f"{JOBS}/{job['id']}", headers=alice)
         assert seen.status_code == 200 and seen.json()["id"] == job["id"]
+
+
+async def test_a_full_job_queue_answers_429_with_retry_after():
+    async with serving(make_settings(max_queued_jobs=1)) as (_app, client, engine):
+        engine.gate.clear()
+        engine.entered.clear()
+        running = (await client.post(JOBS, **upload(png_bytes(), "a.png"))).json()
+        await asyncio.to_thread(engine.entered.wait, 5)
+        await wait_status(client, running["id"], {"running"})
+        queued = await client.post(JOBS, **upload(png_bytes(), "b.png"))
+        assert queued.status_code == 202
+        full = await client.post(JOBS, **upload(png_bytes(), "c.png"))
+        assert full.status_code == 429
+        assert full.json()["error"]["code"] == "job_queue_full"
+        assert float(full.headers["retry-after"]) > 0
+        engine.gate.set()
+        await wait_status(client, queued.json()["id"], {"succeeded"})
+        again = await client.post(JOBS, **upload(png_bytes(), "d.png"))
+        assert again.status_code == 202
+        await wait_status(client, again.json()["id"], {"succeeded"})
