@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
 from ..errors import InvalidInput, NotFound, PayloadTooLarge, UnsupportedMediaType
@@ -27,7 +27,7 @@ from .openai_schema import BODY_SCHEMA, ChatCompletionRequest, TextPart
 from .parse_service import PAGE_SEPARATOR
 from .request_input import ParseRequest, build_parse_request, decode_base64_document, read_body
 from .routes_parse import ClientDisconnected, run_until_disconnect
-from .sse import SSE_HEADERS, ParseEvents
+from .sse import ParseEvents, streaming_response
 from .url_allowlist import check_url_allowed
 
 router = APIRouter(tags=["openai"])
@@ -213,40 +213,28 @@ async def _stream(
     created: int,
     include_usage: bool,
 ) -> Response:
-    app = request.app
-    events = ParseEvents(app, parse_request)
-    try:
-        await events.start(request)
-    except ClientDisconnected:
-        return Response(status_code=CLIENT_CLOSED_STATUS)
+    async def chunks(events: ParseEvents) -> AsyncIterator[bytes]:
+        yield _data(_chunk(cid, model, created, {"role": "assistant", "content": ""}, None))
+        pages_started = 0
+        async for kind, data in events:
+            if kind == "page":
+                if pages_started:  # keep sum(deltas) == the non-streaming content
+                    delta = {"content": PAGE_SEPARATOR}
+                    yield _data(_chunk(cid, model, created, delta, None))
+                pages_started += 1
+            elif kind == "delta":
+                yield _data(_chunk(cid, model, created, {"content": data["text"]}, None))
+            elif kind == "error":
+                yield _data(data)
+            elif kind == "result":
+                yield _data(_chunk(cid, model, created, {}, _finish_reason(data)))
+                if include_usage:
+                    last = _chunk(cid, model, created, {}, None)
+                    last["choices"], last["usage"] = [], _usage(data)
+                    yield _data(last)
+        yield b"data: [DONE]\n\n"
 
-    async def body() -> AsyncIterator[bytes]:
-        async with app.state.lifecycle.request_slot(check=False):
-            try:
-                yield _data(_chunk(cid, model, created, {"role": "assistant", "content": ""}, None))
-                pages_started = 0
-                async for kind, data in events:
-                    if kind == "page":
-                        if pages_started:  # keep sum(deltas) == the non-streaming content
-                            delta = {"content": PAGE_SEPARATOR}
-                            yield _data(_chunk(cid, model, created, delta, None))
-                        pages_started += 1
-                    elif kind == "delta":
-                        delta = {"content": data["text"]}
-                        yield _data(_chunk(cid, model, created, delta, None))
-                    elif kind == "error":
-                        yield _data(data)
-                    elif kind == "result":
-                        yield _data(_chunk(cid, model, created, {}, _finish_reason(data)))
-                        if include_usage:
-                            last = _chunk(cid, model, created, {}, None)
-                            last["choices"], last["usage"] = [], _usage(data)
-                            yield _data(last)
-                yield b"data: [DONE]\n\n"
-            finally:
-                await events.aclose()
-
-    return StreamingResponse(body(), media_type="text/event-stream", headers=SSE_HEADERS)
+    return await streaming_response(request, parse_request, chunks)
 
 
 def _model_objects(state) -> list[dict]:

@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -118,8 +118,19 @@ def sse_event(event: str, data: Any) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
 
 
-async def stream_parse(request: Request, parse_request: ParseRequest) -> Response:
-    """The ``stream_responder`` of ``/v1/document/parse``."""
+# Turns the event stream into the bytes of one wire format (SSE events, OpenAI chunks).
+Framer = Callable[[ParseEvents], AsyncIterator[bytes]]
+
+
+async def streaming_response(
+    request: Request, parse_request: ParseRequest, frame: Framer
+) -> Response:
+    """Start a streaming parse and answer with ``frame``'s bytes as ``text/event-stream``.
+
+    Errors before the first event propagate (a normal 4xx/5xx reply); a client gone before
+    it gets 499. The route's in-flight slot ends when it returns this response, so the
+    stream holds its own: a drain waits for the stream to finish.
+    """
     app = request.app
     events = ParseEvents(app, parse_request)
     try:
@@ -128,16 +139,25 @@ async def stream_parse(request: Request, parse_request: ParseRequest) -> Respons
         return Response(status_code=CLIENT_CLOSED_STATUS)
 
     async def body() -> AsyncIterator[bytes]:
-        # The route's in-flight slot ends when it returns this response; hold our own
-        # so a drain waits for the stream to finish.
         async with app.state.lifecycle.request_slot(check=False):
             try:
-                async for kind, data in events:
-                    yield sse_event(kind, data)
+                async with contextlib.aclosing(frame(events)) as chunks:
+                    async for chunk in chunks:
+                        yield chunk
             finally:
                 await events.aclose()
 
     return StreamingResponse(body(), media_type="text/event-stream", headers=SSE_HEADERS)
+
+
+async def _sse_frames(events: ParseEvents) -> AsyncIterator[bytes]:
+    async for kind, data in events:
+        yield sse_event(kind, data)
+
+
+async def stream_parse(request: Request, parse_request: ParseRequest) -> Response:
+    """The ``stream_responder`` of ``/v1/document/parse``."""
+    return await streaming_response(request, parse_request, _sse_frames)
 
 
 def install_streaming(app: FastAPI) -> None:
