@@ -32,6 +32,20 @@ async def until(predicate, timeout: float = 5.0) -> None:
         await asyncio.sleep(0.005)
 
 
+def json_post_scope(path: str, *, content_length: int | None = None) -> dict:
+    """A raw ASGI scope for a JSON POST, for tests that drive the app's receive/send by
+    hand (a client that hangs up mid-upload or while queued: no HTTP client can)."""
+    headers = [(b"content-type", b"application/json")]
+    if content_length is not None:
+        headers.append((b"content-length", str(content_length).encode()))
+    return {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+        "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(),
+        "query_string": b"", "root_path": "", "client": ("127.0.0.1", 5), "server": None,
+        "headers": headers, "state": {},
+    }  # fmt: skip
+
+
 async def test_multipart_parse_reply_has_the_documented_shape():
     async with serving() as (_, client, _engine):
         resp = await client.post(PARSE, files={"file": ("a.png", png_bytes(200, 120), "image/png")})
@@ -261,14 +275,7 @@ async def test_client_disconnect_drops_its_queued_pages():
         async def send(message):
             messages.append(message)
 
-        scope = {
-            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
-            "method": "POST", "scheme": "http", "path": PARSE, "raw_path": PARSE.encode(),
-            "query_string": b"", "root_path": "", "client": ("127.0.0.1", 5), "server": None,
-            "headers": [(b"content-type", b"application/json"),
-                        (b"content-length", str(len(payload)).encode())],
-            "state": {},
-        }  # fmt: skip
+        scope = json_post_scope(PARSE, content_length=len(payload))
         gone = asyncio.create_task(app(scope, receive, send))
         await until(lambda: app.state.batcher.queued_pages == 1)
         hang_up.set()
@@ -331,12 +338,7 @@ async def test_client_gone_during_upload_is_499_not_500():
         async def send(message):
             sent.append(message)
 
-        scope = {
-            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
-            "method": "POST", "scheme": "http", "path": PARSE, "raw_path": PARSE.encode(),
-            "query_string": b"", "root_path": "", "client": ("127.0.0.1", 5), "server": None,
-            "headers": [(b"content-type", b"application/json")], "state": {},
-        }  # fmt: skip
+        scope = json_post_scope(PARSE)
         await app(scope, receive, send)
     assert sent[0]["status"] == 499
     assert engine.batches == []
