@@ -51,8 +51,8 @@ def test_docparser_becomes_ready_and_is_cleaned_up():
         ready = None
         while time.monotonic() < deadline:
             obj = yaml.safe_load(kubectl("-n", ns, "get", "docparser", name, "-o", "yaml"))
-            status = obj.get("status", {})
-            conds = {c["type"]: c for c in status.get("conditions", [])}
+            status = obj.get("status") or {}
+            conds = {c["type"]: c for c in status.get("conditions") or []}
             if (
                 conds.get("Ready", {}).get("status") == "True"
                 and status.get("observedGeneration") == obj["metadata"]["generation"]

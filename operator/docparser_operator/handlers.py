@@ -133,7 +133,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 @kopf.on.update(API_GROUP, VERSION, PLURAL)
 @kopf.on.resume(API_GROUP, VERSION, PLURAL)
 def on_change(body: kopf.Body, **_: Any) -> None:
-    if body.get("metadata", {}).get("deletionTimestamp"):
+    if (body.get("metadata") or {}).get("deletionTimestamp"):
         return
     run_reconcile(_plain(body), strict=True)
 
@@ -148,10 +148,10 @@ _resync_task: asyncio.Task[None] | None = None
 
 @kopf.on.event(API_GROUP, VERSION, PLURAL)
 def track(event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None:
-    uid = body.get("metadata", {}).get("uid")
+    uid = (body.get("metadata") or {}).get("uid")
     if not uid:
         return
-    if event.get("type") == "DELETED" or body.get("metadata", {}).get("deletionTimestamp"):
+    if event.get("type") == "DELETED" or (body.get("metadata") or {}).get("deletionTimestamp"):
         _known.pop(uid, None)
     else:
         _known[uid] = _plain(body)
@@ -203,7 +203,7 @@ async def stop_resync(**_: Any) -> None:
 def _deployment_signature(body: Mapping[str, Any]) -> tuple[Any, ...]:
     st = body.get("status") or {}
     return (
-        body.get("metadata", {}).get("generation"),
+        (body.get("metadata") or {}).get("generation"),
         st.get("observedGeneration"),
         st.get("replicas"),
         st.get("readyReplicas"),
@@ -218,7 +218,7 @@ def _deployment_signature(body: Mapping[str, Any]) -> tuple[Any, ...]:
 @kopf.on.event("apps", "v1", "deployments", labels={labels.LABEL_MANAGED_BY: labels.MANAGED_BY})
 def on_deployment(event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None:
     """A child Deployment moved (pods became ready, a rollout stalled): refresh its owner."""
-    meta = body.get("metadata", {})
+    meta = body.get("metadata") or {}
     owner = next(
         (
             r

@@ -81,7 +81,7 @@ def owner_reference(resource: dict[str, Any]) -> dict[str, Any]:
 
 def owned_by(obj: dict[str, Any], uid: str) -> bool:
     """True only when ``obj`` names the DocParser with this uid as its controller."""
-    refs = obj.get("metadata", {}).get("ownerReferences") or []
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
     return any(r.get("uid") == uid and r.get("controller") for r in refs)
 
 
@@ -109,7 +109,7 @@ def prepare(children: list[dict[str, Any]], resource: dict[str, Any]) -> list[di
         meta.setdefault("labels", {}).update(labels.owned_selector(name))
         meta["ownerReferences"] = [owner_reference(resource)]
         if obj["kind"] == "Deployment" and meta["name"] in hpa_targets:
-            obj.get("spec", {}).pop("replicas", None)
+            (obj.get("spec") or {}).pop("replicas", None)
         meta.setdefault("annotations", {})[HASH_ANNOTATION] = desired_hash(obj)
         out.append(obj)
     return out
@@ -135,7 +135,7 @@ def needs_apply(want: dict[str, Any], live: dict[str, Any] | None) -> bool:
     """Apply unless the live object already carries exactly what we would apply."""
     if live is None:
         return True
-    meta = live.get("metadata", {})
+    meta = live.get("metadata") or {}
     managers = {
         m.get("manager") for m in meta.get("managedFields") or [] if m.get("operation") == "Apply"
     }
@@ -158,7 +158,7 @@ def _problem_from_validation(exc: pydantic.ValidationError) -> Problem:
 
 def _releases_replicas(want: dict[str, Any], live: dict[str, Any]) -> bool:
     """An HPA takes over a Deployment whose replicas we applied so far."""
-    if want["kind"] != "Deployment" or "replicas" in want.get("spec", {}):
+    if want["kind"] != "Deployment" or "replicas" in (want.get("spec") or {}):
         return False
     return any(
         entry.get("manager") == FIELD_MANAGER
@@ -294,7 +294,7 @@ def _status(
         if plan is not None and (tp := plan.track(track)) is not None:
             version = tp.version
         elif dep is not None:
-            version = dep["metadata"].get("labels", {}).get(labels.LABEL_VERSION)
+            version = (dep["metadata"].get("labels") or {}).get(labels.LABEL_VERSION)
         if dep is None and version is None:
             return None
         track_pods = [

@@ -67,7 +67,7 @@ def _container_state(status: dict[str, Any]) -> tuple[str, str]:
 def pod_model_state(pod: dict[str, Any]) -> tuple[str, str]:
     """(state, detail) of one runtime pod, from init container and container statuses."""
     status = pod.get("status") or {}
-    name = pod.get("metadata", {}).get("name", "?")
+    name = (pod.get("metadata") or {}).get("name", "?")
     for init in status.get("initContainerStatuses") or []:
         if init.get("name") != FETCH_CONTAINER:
             continue
@@ -100,13 +100,13 @@ def _deployment_facts(dep: dict[str, Any] | None) -> dict[str, Any]:
         return {"exists": False, "ready": 0, "want": 0, "done": False, "deadline": False}
     spec, st = dep.get("spec") or {}, dep.get("status") or {}
     want = spec.get("replicas", 1)
-    ready = st.get("readyReplicas", 0) or 0
-    current = st.get("observedGeneration", 0) >= dep["metadata"].get("generation", 1)
+    ready = st.get("readyReplicas") or 0
+    current = (st.get("observedGeneration") or 0) >= dep["metadata"].get("generation", 1)
     done = (
         current
-        and (st.get("updatedReplicas", 0) or 0) >= want
+        and (st.get("updatedReplicas") or 0) >= want
         and ready >= want
-        and (st.get("replicas", 0) or 0) <= want
+        and (st.get("replicas") or 0) <= want
     )
     deadline = any(
         c.get("type") == "Progressing" and c.get("reason") == "ProgressDeadlineExceeded"

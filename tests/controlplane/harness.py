@@ -26,6 +26,7 @@ from pathlib import Path
 import httpx
 import yaml
 
+from . import gateway_crds as gateway_crds_mod
 from .kubeapi import KubeApi, load_crds
 from .processes import ManagedProcess, write_service_account_keys
 
@@ -33,6 +34,11 @@ HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parents[1]
 KUBE_VERSION = (HERE / "KUBE_VERSION").read_text().strip()
 REQUIRED = ("etcd", "kube-apiserver")
+# The Gateway API kinds the operator writes or refers to (the standard channel has more).
+GATEWAY_CRD_FILES = tuple(
+    f"gateway.networking.k8s.io_{plural}.yaml"
+    for plural in ("gatewayclasses", "gateways", "httproutes", "referencegrants")
+)
 CONTROLLERS = (  # enough for ownership + Deployments; no scheduler or kubelet, so pods stay Pending
     "garbage-collector-controller",
     "deployment-controller",
@@ -87,11 +93,6 @@ def missing_binaries(directory: Path | None = None) -> list[str]:
     return [name for name in REQUIRED if not os.access(directory / name, os.X_OK)]
 
 
-def gateway_crds_dir() -> Path:
-    default = REPO_ROOT.parent / "shared" / "crds" / "gateway-api-v1.6.1"
-    return Path(os.environ.get("DOCPARSER_GATEWAY_CRDS_DIR") or default)
-
-
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -110,8 +111,9 @@ def start_control_plane(
 
     Processes run in their own process groups with a parent-death signal, so neither a failing
     test nor a killed pytest leaves them behind; the temp dir (etcd data, keys, logs) is removed
-    on exit. `crd_files` defaults to crds/docparser.yaml; Gateway API CRDs are installed when
-    their folder exists.
+    on exit. `crd_files` defaults to crds/docparser.yaml; the Gateway API CRDs come from
+    `gateway_crds` (a folder of the official files, by default the fetched Go module's) and are
+    required: without them a cluster would silently lack HTTPRoutes.
     """
     bins = binaries_dir()
     missing = missing_binaries(bins)
@@ -120,6 +122,9 @@ def start_control_plane(
             f"no {', '.join(missing)} for kubernetes {KUBE_VERSION} in {bins}; "
             "build them with `bash tests/controlplane/build.sh` (needs Go and the Go module proxy)"
         )
+    gateway = gateway_crds or gateway_crds_mod.crds_dir()
+    if not (gateway / gateway_crds_mod.HTTPROUTES).is_file():
+        raise ControlPlaneUnavailable(gateway_crds_mod.missing_message())
     workdir = Path(tempfile.mkdtemp(prefix="docparser-controlplane-"))
     processes: list[ManagedProcess] = []
     try:
@@ -128,7 +133,7 @@ def start_control_plane(
         if controller_manager and os.access(bins / "kube-controller-manager", os.X_OK):
             _start_controller_manager(bins, workdir, cp, processes)
             cp = replace(cp, controller_manager=True)
-        cp = replace(cp, installed_crds=_install_crds(cp, crd_files, gateway_crds))
+        cp = replace(cp, installed_crds=_install_crds(cp, crd_files, gateway))
         yield cp
     finally:
         for process in reversed(processes):
@@ -252,19 +257,10 @@ def _start_controller_manager(
     kcm.check_alive()
 
 
-def _install_crds(
-    cp: ControlPlane, crd_files: list[Path] | None, gateway: Path | None
-) -> list[str]:
+def _install_crds(cp: ControlPlane, crd_files: list[Path] | None, gateway: Path) -> list[str]:
     files = list(crd_files) if crd_files is not None else [REPO_ROOT / "crds" / "docparser.yaml"]
     files = [f for f in files if f.exists()]
-    gateway = gateway or gateway_crds_dir()
-    if gateway.is_dir():
-        files += sorted(gateway.glob("*.yaml"))
-    else:
-        print(
-            f"controlplane: Gateway API CRDs not found at {gateway}; HTTPRoutes are not installed "
-            "(set DOCPARSER_GATEWAY_CRDS_DIR to the gateway-api-v1.6.1 CRD folder)"
-        )
+    files += [gateway / name for name in GATEWAY_CRD_FILES if (gateway / name).is_file()]
     with cp.api() as api:
         return api.install_crds(load_crds(files))
 

@@ -134,7 +134,9 @@ class KubeApi:
         name = crd["metadata"]["name"]
 
         def established() -> bool:
-            conditions = self.get(f"{CRD_PATH}/{name}").get("status", {}).get("conditions", [])
+            # a CRD just created has `status.conditions: null`: a present key with a null value
+            status = self.get(f"{CRD_PATH}/{name}").get("status") or {}
+            conditions = status.get("conditions") or []
             return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
         self.wait_for(f"CRD {name} Established", established, timeout=timeout)

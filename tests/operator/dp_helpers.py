@@ -145,7 +145,9 @@ def event_reasons(cluster: Cluster, name: str) -> set[str]:
 
 
 def quiet(cluster: Cluster, seconds: float = 1.5, timeout: float = 20) -> None:
-    """Wait until nobody but the test has written for ``seconds``."""
+    """Wait until the cluster's controllers settled and nobody but the test has written for
+    ``seconds`` (the operator reacts to what the controllers did, so settle first)."""
+    cluster.settle(timeout=timeout)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         mark = cluster.mark()

@@ -118,6 +118,52 @@ class Cluster:
     def list(self, ref: ResourceRef, selector: str | None = None) -> list[dict[str, Any]]:
         return self.client.list(ref, self.namespace, selector=selector)
 
+    def settle(self, *, quiet_s: float = 1.0, timeout: float = 30.0) -> None:
+        """Wait until the cluster's own controllers have finished reacting to the last writes.
+
+        The controller manager talks to the API server directly, not through the recording
+        front, so ``quiet()`` cannot see it. A real Deployment controller updates a child's
+        status (and its ReplicaSet controller creates pods) some time after our apply; a
+        reconcile pass in between legitimately has new facts to report. Settled means: every
+        Deployment has observed its generation, every ReplicaSet has created the pods its
+        spec asks for, and no Deployment, ReplicaSet or Pod changed for ``quiet_s`` seconds.
+        On the emulator nothing reacts by itself, so it is settled at once.
+        """
+        if not self.has_controllers:
+            return
+        from docparser_operator.apply import KNOWN_KINDS, ResourceRef
+
+        rs_ref = ResourceRef("apps/v1", "ReplicaSet", "replicasets")
+        refs = (KNOWN_KINDS["Deployment"], rs_ref, KNOWN_KINDS["Pod"])
+
+        def snapshot() -> tuple[tuple[str, str, str], ...] | None:
+            objects = {ref.kind: self.list(ref) for ref in refs}
+            for obj in objects["Deployment"] + objects["ReplicaSet"]:
+                status = obj.get("status") or {}
+                if (status.get("observedGeneration") or 0) < obj["metadata"]["generation"]:
+                    return None
+            for rs in objects["ReplicaSet"]:
+                if ((rs.get("status") or {}).get("replicas") or 0) != rs["spec"].get("replicas", 1):
+                    return None
+            return tuple(
+                sorted(
+                    (kind, o["metadata"]["name"], o["metadata"]["resourceVersion"])
+                    for kind, objs in objects.items()
+                    for o in objs
+                )
+            )
+
+        deadline = time.monotonic() + timeout
+        last, since = None, time.monotonic()
+        while time.monotonic() < deadline:
+            now_snapshot = snapshot()
+            if now_snapshot is None or now_snapshot != last:
+                last, since = now_snapshot, time.monotonic()
+            elif time.monotonic() - since >= quiet_s:
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"the cluster's controllers did not settle within {timeout}s")
+
 
 def wait_for(
     what: str, probe: Callable[[], T], *, timeout: float = 20.0, interval: float = 0.1

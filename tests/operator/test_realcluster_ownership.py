@@ -50,7 +50,7 @@ def object_path(obj: dict[str, Any]) -> str:
 
 def manager_fields(obj: dict[str, Any], manager: str) -> str:
     """The managedFields (as JSON text) a manager holds, to check who owns what."""
-    entries = [m for m in obj["metadata"].get("managedFields", []) if m["manager"] == manager]
+    entries = [m for m in (obj["metadata"].get("managedFields") or []) if m["manager"] == manager]
     return json.dumps([m.get("fieldsV1", {}) for m in entries])
 
 

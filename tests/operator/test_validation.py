@@ -2,31 +2,27 @@
 
 Core kinds: kubernetes-validate in strict mode (unknown fields are errors) for Kubernetes
 1.30 and the newest version it ships. HTTPRoute: the Gateway API v1 CRD's openAPIV3Schema
-(made strict the same way) plus its CEL rules, read from DOCPARSER_GATEWAY_CRDS_DIR (default
-../shared/crds/gateway-api-v1.6.1 next to the repository; not copied into the repo).
+(made strict the same way) plus its CEL rules, from the official CRD files of the
+`sigs.k8s.io/gateway-api` Go module (fetched into the cache by tests/controlplane/gateway_crds.py,
+which `make test` runs; not copied into the repo).
 """
 
 from __future__ import annotations
 
 import copy
 import functools
-import os
-from pathlib import Path
 
 import kubernetes_validate
 import pytest
 import yaml
-from crd_tools import REPO, apply_defaults, cel_errors, schema_errors
+from controlplane import gateway_crds
+from crd_tools import apply_defaults, cel_errors, schema_errors
 from docparser_operator.render import render_all
 from golden import CASES, Case, of_kind
 
 VERSIONS = ["1.30.0", kubernetes_validate.latest_version()]
 CORE_KINDS = ["Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget"]
-GATEWAY_CRDS_DIR = Path(
-    os.environ.get("DOCPARSER_GATEWAY_CRDS_DIR")
-    or REPO.parent / "shared" / "crds" / "gateway-api-v1.6.1"
-)
-HTTPROUTE_CRD = GATEWAY_CRDS_DIR / "gateway.networking.k8s.io_httproutes.yaml"
+HTTPROUTE_CRD = gateway_crds.crds_dir() / gateway_crds.HTTPROUTES
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -103,10 +99,7 @@ def _httproute_errors(route: dict) -> list[str]:
 
 needs_gateway_crds = pytest.mark.skipif(
     not HTTPROUTE_CRD.is_file(),
-    reason=(
-        f"Gateway API CRDs not found at {GATEWAY_CRDS_DIR}: set DOCPARSER_GATEWAY_CRDS_DIR to a "
-        "folder holding gateway.networking.k8s.io_httproutes.yaml (Gateway API v1.6.1 release)"
-    ),
+    reason=gateway_crds.missing_message(),
 )
 
 GATEWAY_CASES = [c for c in CASES if c.example == "deepseek-gateway-canary"]
