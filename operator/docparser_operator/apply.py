@@ -238,6 +238,19 @@ class KubeClient:
             content_type="application/merge-patch+json",
         )
 
+    def patch(
+        self, ref: ResourceRef, namespace: str, name: str, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Merge-patch an object as our field manager (scaling a previous revision, whose
+        template we no longer render and so must not apply)."""
+        return self.request(
+            "PATCH",
+            ref.path(namespace, name),
+            query={"fieldManager": FIELD_MANAGER},
+            body=body,
+            content_type="application/merge-patch+json",
+        )
+
     def create(self, obj: dict[str, Any]) -> dict[str, Any]:
         ref = ref_for(obj)
         return self.request("POST", ref.path(obj["metadata"].get("namespace")), body=obj)

@@ -32,16 +32,43 @@ def _condition(status: dict[str, Any], ctype: str) -> dict[str, Any]:
     return next((c for c in status.get("conditions") or [] if c.get("type") == ctype), {})
 
 
+def _what(status: dict[str, Any], revision: str) -> str:
+    for role in ("stable", "canary"):
+        if (status.get(role) or {}).get("revision") == revision:
+            return f"{role} weights {(status.get(role) or {}).get('version') or 'embedded'}"
+    return "a new pod template"
+
+
 def events_for(outcome: Outcome) -> list[Event]:
     """Events describing what changed in one reconcile pass."""
     old, new = outcome.previous_status, outcome.status
     events: list[Event] = []
-    for track in ("stable", "canary"):
-        was, now = (old.get(track) or {}).get("version"), (new.get(track) or {}).get("version")
-        applied = ("Deployment", naming.deployment(outcome.name, track)) in outcome.applied
-        if applied and now and was != now:
+    for revision in outcome.created_revisions:
+        events.append(
+            Event(
+                "Normal", "RolloutStarted", f"revision {revision} created: {_what(new, revision)}"
+            )
+        )
+    was_stable = (old.get("stable") or {}).get("revision")
+    now_stable = (new.get("stable") or {}).get("revision")
+    if was_stable and now_stable and was_stable != now_stable:
+        version = (new.get("stable") or {}).get("version") or now_stable
+        events.append(
+            Event(
+                "Normal", "StableChanged", f"stable traffic now served by {version} ({now_stable})"
+            )
+        )
+    step = outcome.rollout
+    if step is not None and step.settled and step.target_weight != step.requested_weight:
+        previous = (old.get("canary") or {}).get("weight")
+        if previous != step.canary_weight:
             events.append(
-                Event("Normal", "RolloutStarted", f"{track} track rolling out weights {now}")
+                Event(
+                    "Warning",
+                    "WeightNotAchievable",
+                    f"canary weight {step.requested_weight}% is not reachable with "
+                    f"{step.size} pod(s) behind one Service: routing {step.target_weight}%",
+                )
             )
     w_old = (old.get("canary") or {}).get("weight", 0) if old.get("canary") else 0
     w_new = (new.get("canary") or {}).get("weight", 0) if new.get("canary") else 0

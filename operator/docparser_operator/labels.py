@@ -21,6 +21,9 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_TRACK = "docparser.io/track"
 LABEL_VERSION = "docparser.io/version"
+LABEL_REVISION = "docparser.io/revision"
+# On a previous revision's Deployment: the DocParser generation at which it left the spec.
+LABEL_RETIRED = "docparser.io/retired-generation"
 
 # Children that serve both tracks (endpoint Service, HTTPRoute, PDB) carry this track value.
 TRACK_SHARED = "shared"
@@ -45,12 +48,26 @@ def child_labels(name: str, track: TrackLabel, version: str | None = None) -> di
     return labels
 
 
-def pod_selector(name: str, track: Track | None = None) -> dict[str, str]:
-    """Runtime pods of one DocParser, optionally of one track."""
+def pod_selector(name: str, revision: str | None = None) -> dict[str, str]:
+    """Runtime pods of one DocParser, optionally of one revision."""
     selector = {LABEL_NAME: APP_NAME, LABEL_INSTANCE: name}
-    if track is not None:
-        selector[LABEL_TRACK] = track
+    if revision is not None:
+        selector[LABEL_REVISION] = revision
     return selector
+
+
+def pod_labels(name: str, revision: str, version: str | None) -> dict[str, str]:
+    """Labels of a revision's pods (its template): fixed for the revision's whole life."""
+    labels = {
+        LABEL_NAME: APP_NAME,
+        LABEL_INSTANCE: name,
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_COMPONENT: "runtime",
+        LABEL_REVISION: revision,
+    }
+    if version:
+        labels[LABEL_VERSION] = version
+    return labels
 
 
 def selector_string(selector: dict[str, str]) -> str:

@@ -70,12 +70,23 @@ class Weights(_Model):
 class Replicas(_Model):
     min: Annotated[int, Field(ge=1, le=1000)] = 1
     max: Annotated[int, Field(ge=1, le=1000)] = 1
+    desired: Annotated[int, Field(ge=0, le=1000)] | None = None  # the autoscaler's (scale)
+
+    @property
+    def size(self) -> int:
+        """The DocParser's size now: the autoscaler's choice clamped to [min, max]."""
+        wanted = self.desired if self.desired is not None else self.min
+        return max(self.min, min(self.max, wanted))
 
     @model_validator(mode="after")
     def _cel_rules(self) -> Replicas:
         if self.min > self.max:
             raise ValueError("replicas.min must be less than or equal to replicas.max")
         return self
+
+
+class Rollout(_Model):
+    max_surge: Annotated[int, Field(ge=0, le=100)] = 1
 
 
 class Autoscaling(_Model):
@@ -137,6 +148,7 @@ class DocParserSpec(_Model):
     weights: Weights | None = None
     tier: Annotated[int, Field(ge=0, le=6)] = 6
     replicas: Replicas = Field(default_factory=Replicas)
+    rollout: Rollout = Field(default_factory=Rollout)
     autoscaling: Autoscaling = Field(default_factory=Autoscaling)
     resources: Resources = Field(default_factory=Resources)
     runtime: Runtime
@@ -176,11 +188,19 @@ class Condition(_Model):
 
 class TrackStatus(_Model):
     version: str | None = None
+    revision: str | None = None
     ready_replicas: int | None = None
 
 
 class CanaryStatus(TrackStatus):
     weight: int | None = None
+    requested_weight: int | None = None
+
+
+class RolloutStatus(_Model):
+    size: int | None = None
+    pods: int | None = None
+    max_surge: int | None = None
 
 
 class DocParserStatus(_Model):
@@ -188,6 +208,7 @@ class DocParserStatus(_Model):
     conditions: list[Condition] = Field(default_factory=list)
     stable: TrackStatus | None = None
     canary: CanaryStatus | None = None
+    rollout: RolloutStatus | None = None
     endpoint: str | None = None
     replicas: int | None = None
     selector: str | None = None

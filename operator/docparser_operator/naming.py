@@ -2,15 +2,17 @@
 
 One place decides them so pruning, status lookups and renderers never disagree. All names
 derive from the DocParser name (a DNS-1035 label of at most 56 characters, enforced by the
-CRD), so the longest child name ``<name>-canary`` stays a valid Service name.
+CRD), so the longest child names ``<name>-canary`` and ``<name>-<6-hex revision>`` stay valid
+Service names.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-Track = Literal["stable", "canary"]
+Track = Literal["stable", "canary"]  # the roles a revision plays
 TRACKS: tuple[Track, ...] = ("stable", "canary")
+REVISION_CHARS = 6
 
 FIELD_MANAGER = "docparser-operator"
 API_GROUP = "docparser.io"
@@ -28,18 +30,21 @@ def endpoint_service(name: str) -> str:
     return name
 
 
-def track_service(name: str, track: Track) -> str:
-    """Per-track Service (``<name>-stable`` / ``<name>-canary``), the HTTPRoute backends."""
-    return f"{name}-{track}"
+def canary_service(name: str) -> str:
+    """The canary role's Service (``<name>-canary``): reach a dark canary directly."""
+    return f"{name}-canary"
 
 
-def deployment(name: str, track: Track) -> str:
-    return f"{name}-{track}"
+def revision_name(name: str, revision: str) -> str:
+    """Deployment (and, with router gateway, backend Service) of one revision.
+
+    A revision is 6 hex characters, so ``<name>-<revision>`` fits a 63-character label."""
+    return f"{name}-{revision}"
 
 
-def hpa(name: str, track: Track) -> str:
-    """One HPA per track Deployment, same name as the Deployment it scales."""
-    return deployment(name, track)
+def hpa(name: str) -> str:
+    """The one HPA of a DocParser; it scales the DocParser itself (the scale subresource)."""
+    return name
 
 
 def pdb(name: str) -> str:

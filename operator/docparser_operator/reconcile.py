@@ -1,9 +1,15 @@
-"""The one level-triggered reconcile: observe, render, apply what differs, prune, report.
+"""The one level-triggered reconcile: observe, decide (pure), act, report.
 
-Every trigger (create, update, resume, the drift timer, a child Deployment changing) calls
+Every trigger (create, update, resume, the drift resync, a child Deployment changing) calls
 ``reconcile`` with the current DocParser; it never looks at what changed, only at what is
 desired now versus what is live now. That is what makes GitOps rollbacks, operator restarts
 mid-way and lost events harmless: the next pass converges from whatever state it finds.
+
+Decide, then act (as KServe's reconcilers do): ``observe`` reads the cluster into an
+``Observed``; ``decide`` is pure and returns a ``Decision`` (the rollout step from rollout.py,
+the named ``Action``s in the order that keeps capacity behind traffic, the problems); the
+executor only performs the actions. Order: grow and create first, then traffic objects,
+then shrink, then prune, so no moment routes to a revision that has not got its pods.
 
 Writes are kept to what is needed, so a no-op resync sends zero writes:
 - a child is applied only when it is missing, lacks our field manager, carries a different
@@ -23,14 +29,23 @@ import datetime
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import pydantic
+from kubernetes.utils.quantity import parse_quantity
 
-from docparser_operator import labels, naming, sizing
+from docparser_operator import labels, naming, rollout, sizing
 from docparser_operator.apply import DOCPARSER, FIELD_MANAGER, ApiError, KubeClient, ref_for
-from docparser_operator.render import plan_for, render_plan
-from docparser_operator.status import Problem, TrackObservation, build_status, status_changed
+from docparser_operator.models import DocParser
+from docparser_operator.render import Plan, render_plan, tracks_of
+from docparser_operator.render.plan import desired as desired_rollout
+from docparser_operator.status import (
+    Problem,
+    RoleView,
+    TrackObservation,
+    build_status,
+    status_changed,
+)
 
 CHILD_KINDS = (
     "Deployment",
@@ -40,7 +55,6 @@ CHILD_KINDS = (
     "HTTPRoute",
 )
 HASH_ANNOTATION = "docparser.io/desired-hash"
-HANDOFF_MANAGER = "docparser-operator-replicas-handoff"
 
 Key = tuple[str, str]  # (kind, name)
 
@@ -51,12 +65,15 @@ class Outcome:
 
     name: str = ""
     applied: list[Key] = field(default_factory=list)
+    scaled: list[Key] = field(default_factory=list)
     pruned: list[Key] = field(default_factory=list)
     conflicts: list[Key] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     status: dict[str, Any] = field(default_factory=dict)
     previous_status: dict[str, Any] = field(default_factory=dict)
     status_written: bool = False
+    rollout: rollout.Rollout | None = None
+    created_revisions: list[str] = field(default_factory=list)
 
     @property
     def spec_invalid(self) -> bool:
@@ -91,16 +108,8 @@ def desired_hash(obj: dict[str, Any]) -> str:
 
 
 def prepare(children: list[dict[str, Any]], resource: dict[str, Any]) -> list[dict[str, Any]]:
-    """Stamp ownership, labels and the desired-hash; drop replicas an HPA manages.
-
-    The renderers already omit replicas under an HPA; dropping them here too keeps the rule in
-    the one place that talks to the cluster (an applied replicas field would fight the HPA)."""
+    """Stamp ownership, labels and the desired-hash on every child."""
     name = resource["metadata"]["name"]
-    hpa_targets = {
-        c["spec"]["scaleTargetRef"]["name"]
-        for c in children
-        if c["kind"] == "HorizontalPodAutoscaler"
-    }
     out = []
     for child in children:
         obj = copy.deepcopy(child)
@@ -108,8 +117,6 @@ def prepare(children: list[dict[str, Any]], resource: dict[str, Any]) -> list[di
         meta["namespace"] = resource["metadata"]["namespace"]
         meta.setdefault("labels", {}).update(labels.owned_selector(name))
         meta["ownerReferences"] = [owner_reference(resource)]
-        if obj["kind"] == "Deployment" and meta["name"] in hpa_targets:
-            (obj.get("spec") or {}).pop("replicas", None)
         meta.setdefault("annotations", {})[HASH_ANNOTATION] = desired_hash(obj)
         out.append(obj)
     return out
@@ -125,10 +132,23 @@ def _covers(live: Any, want: Any) -> bool:
             and len(live) == len(want)
             and all(_covers(a, b) for a, b in zip(live, want, strict=True))
         )
-    if isinstance(want, bool) or not isinstance(want, int | float):
-        return live == want
-    # the API server returns quantities as strings ("1" for a rendered 1)
-    return live == want or (isinstance(live, str) and live == str(want))
+    if live == want:
+        return True
+    if isinstance(want, bool) or not isinstance(want, int | float | str):
+        return False
+    # the API server returns quantities in canonical form ("1" for 1, "500m" for "0.5")
+    if not isinstance(want, str) and isinstance(live, str) and live == str(want):
+        return True
+    return _same_quantity(live, want)
+
+
+def _same_quantity(live: Any, want: Any) -> bool:
+    if not isinstance(live, str | int) or isinstance(live, bool):
+        return False
+    try:
+        return bool(parse_quantity(live) == parse_quantity(want))
+    except (ValueError, TypeError, ArithmeticError):
+        return False
 
 
 def needs_apply(want: dict[str, Any], live: dict[str, Any] | None) -> bool:
@@ -156,37 +176,6 @@ def _problem_from_validation(exc: pydantic.ValidationError) -> Problem:
     return Problem("SpecInvalid", "invalid spec: " + "; ".join(parts))
 
 
-def _releases_replicas(want: dict[str, Any], live: dict[str, Any]) -> bool:
-    """An HPA takes over a Deployment whose replicas we applied so far."""
-    if want["kind"] != "Deployment" or "replicas" in (want.get("spec") or {}):
-        return False
-    return any(
-        entry.get("manager") == FIELD_MANAGER
-        and entry.get("operation") == "Apply"
-        and "f:replicas" in (entry.get("fieldsV1") or {}).get("f:spec", {})
-        for entry in live["metadata"].get("managedFields") or []
-    )
-
-
-def _hand_off_replicas(client: KubeClient, live: dict[str, Any]) -> None:
-    """Keep the current replicas while we stop applying them.
-
-    Dropping a field we alone own makes server-side apply delete it, and the Deployment would
-    fall back to 1 replica until the HPA reacts. A second manager first co-owns the current
-    value (the documented SSA hand-over), so the release leaves it in place for the HPA."""
-    meta = live["metadata"]
-    client.apply(
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
-            "spec": {"replicas": live["spec"].get("replicas", 1)},
-        },
-        manager=HANDOFF_MANAGER,
-        force=True,
-    )
-
-
 def _apply_problem(key: Key, exc: ApiError) -> Problem:
     """A child the API server cannot take: its API is missing (the Gateway API CRDs are not
     installed) or it rejects the object. Reported as Degraded; the other children proceed."""
@@ -198,117 +187,280 @@ def _apply_problem(key: Key, exc: ApiError) -> Problem:
     return Problem("ChildRejected", f"{kind} {name} rejected by the API server: {exc.message}")
 
 
-# I/O --------------------------------------------------------------------------------------------
-def observe(client: KubeClient, namespace: str, name: str) -> dict[Key, dict[str, Any]]:
-    """Every live object labelled as a child of this DocParser (owned or not)."""
+# observe ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Observed:
+    """The live children of one DocParser and the pods of its revisions."""
+
+    children: dict[Key, dict[str, Any]]
+    pods: list[dict[str, Any]]
+
+
+def observe(client: KubeClient, namespace: str, name: str) -> Observed:
+    """Every live object labelled as a child of this DocParser (owned or not), and its pods."""
     selector = labels.selector_string(labels.owned_selector(name))
     live: dict[Key, dict[str, Any]] = {}
     for kind in CHILD_KINDS:
         for obj in client.list(ref_for(kind), namespace, selector=selector):
             live[(kind, obj["metadata"]["name"])] = obj
+    pods = client.list(
+        ref_for("Pod"), namespace, selector=labels.selector_string(labels.pod_selector(name))
+    )
+    return Observed(live, pods)
+
+
+def revision_states(observed: Observed, uid: str) -> list[rollout.RevisionState]:
+    """Our Deployments, one per revision, as the planner sees them."""
+    states = []
+    for (kind, _), obj in observed.children.items():
+        meta = obj["metadata"]
+        revision = (meta.get("labels") or {}).get(labels.LABEL_REVISION)
+        if kind != "Deployment" or not revision or not owned_by(obj, uid):
+            continue
+        role = (meta.get("labels") or {}).get(labels.LABEL_TRACK)
+        status = obj.get("status") or {}
+        retired = (meta.get("labels") or {}).get(labels.LABEL_RETIRED, "")
+        states.append(
+            rollout.RevisionState(
+                revision=revision,
+                role="canary" if role == "canary" else "stable",
+                replicas=(obj.get("spec") or {}).get("replicas", 1) or 0,
+                ready=status.get("readyReplicas") or 0,
+                created=meta.get("creationTimestamp") or "",
+                retired=int(retired) if retired.isdigit() else None,
+            )
+        )
+    return states
+
+
+# decide (pure) ----------------------------------------------------------------------------------
+Phase = Literal["grow", "traffic", "shrink", "prune"]
+PHASES: tuple[Phase, ...] = ("grow", "traffic", "shrink", "prune")
+
+
+@dataclass(frozen=True)
+class Action:
+    """One write: ``apply`` a rendered child, ``scale`` a previous revision's Deployment (its
+    template is not ours to re-render), or ``prune`` a child no longer wanted."""
+
+    verb: Literal["apply", "scale", "prune"]
+    key: Key
+    phase: Phase
+    obj: dict[str, Any] | None = None  # apply: the object; scale: the merge patch
+    uid: str = ""  # prune: delete precondition
+
+
+@dataclass
+class Decision:
+    """What one pass must do, decided without I/O."""
+
+    plan: Plan | None
+    actions: list[Action] = field(default_factory=list)
+    conflicts: list[Key] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+
+
+def _phase(obj: dict[str, Any], live: dict[str, Any] | None) -> Phase:
+    if obj["kind"] != "Deployment":
+        return "grow" if obj["kind"] == "Service" and live is None else "traffic"
+    want = obj["spec"].get("replicas", 1)
+    have = ((live or {}).get("spec") or {}).get("replicas", 0) if live is not None else 0
+    return "shrink" if want < have else "grow"
+
+
+def decide(resource: dict[str, Any], observed: Observed, *, previous_weight: int) -> Decision:
+    """observed + desired -> the ordered actions of this pass (pure)."""
+    meta = resource["metadata"]
+    uid = meta["uid"]
+    try:
+        model = DocParser.from_resource(resource)
+    except pydantic.ValidationError as exc:
+        return Decision(plan=None, problems=[_problem_from_validation(exc)])
+    tracks = tracks_of(model)
+    step = rollout.plan(
+        desired_rollout(model, tracks),
+        revision_states(observed, uid),
+        previous_weight=previous_weight,
+    )
+    plan = Plan(model, tracks, step)
+    decision = Decision(plan=plan)
+    gpu = sizing.gpu_memory_problem(model.spec)
+    if gpu is not None:
+        decision.problems.append(Problem(*gpu))
+    desired = prepare(render_plan(plan), resource)
+    wanted = {(c["kind"], c["metadata"]["name"]) for c in desired}
+    live = observed.children
+    for obj in desired:
+        key = (obj["kind"], obj["metadata"]["name"])
+        current = live.get(key)
+        if current is not None and not owned_by(current, uid):
+            decision.conflicts.append(key)
+            continue
+        if needs_apply(obj, current):
+            decision.actions.append(Action("apply", key, _phase(obj, current), obj=obj))
+        if current is not None and labels.LABEL_RETIRED in (
+            current["metadata"].get("labels") or {}
+        ):
+            patch = {"metadata": {"labels": {labels.LABEL_RETIRED: None}}}  # wanted again
+            decision.actions.append(Action("scale", key, "grow", obj=patch))
+    kept = set(step.keep)
+    generation = str(meta.get("generation", 1))
+    for key, obj in live.items():
+        if key in wanted or not owned_by(obj, uid):
+            continue
+        revision = (obj["metadata"].get("labels") or {}).get(labels.LABEL_REVISION)
+        revision_step = step.get(revision) if key[0] == "Deployment" else None
+        if revision_step is not None and (revision_step.replicas > 0 or revision in kept):
+            have = (obj.get("spec") or {}).get("replicas", 1)
+            live_labels = obj["metadata"].get("labels") or {}
+            retired = live_labels.get(labels.LABEL_RETIRED) or generation
+            if (
+                have != revision_step.replicas
+                or live_labels.get(labels.LABEL_TRACK) != revision_step.role
+                or labels.LABEL_RETIRED not in live_labels
+            ):
+                patch = {
+                    "metadata": {
+                        "labels": {
+                            labels.LABEL_TRACK: revision_step.role,
+                            labels.LABEL_RETIRED: retired,
+                        }
+                    },
+                    "spec": {"replicas": revision_step.replicas},
+                }
+                phase: Phase = "shrink" if revision_step.replicas < have else "grow"
+                decision.actions.append(Action("scale", key, phase, obj=patch))
+            continue
+        decision.actions.append(Action("prune", key, "prune", uid=obj["metadata"]["uid"]))
+    decision.actions.sort(key=lambda a: PHASES.index(a.phase))
+    for kind, child in decision.conflicts:
+        decision.problems.append(
+            Problem(
+                "ChildConflict",
+                f"{kind} {child} exists but is not owned by this DocParser; left untouched",
+            )
+        )
+    return decision
+
+
+# act ------------------------------------------------------------------------------------------
+def execute(
+    client: KubeClient, namespace: str, decision: Decision, observed: Observed, out: Outcome
+) -> dict[Key, dict[str, Any]]:
+    """Perform the actions in order; returns the live children after them."""
+    live = dict(observed.children)
+    for action in decision.actions:
+        kind, name = action.key
+        if action.verb == "apply":
+            assert action.obj is not None
+            try:
+                live[action.key] = client.apply(action.obj, force=True)
+            except ApiError as exc:
+                if exc.status not in (404, 422):
+                    raise  # transient or unexpected: the caller retries with backoff
+                out.problems.append(_apply_problem(action.key, exc))
+                continue
+            out.applied.append(action.key)
+            if kind == "Deployment" and action.key not in observed.children:
+                revision = action.obj["metadata"]["labels"].get(labels.LABEL_REVISION, "")
+                out.created_revisions.append(revision)
+        elif action.verb == "scale":
+            assert action.obj is not None
+            live[action.key] = client.patch(ref_for(kind), namespace, name, action.obj)
+            out.scaled.append(action.key)
+        else:
+            client.delete(ref_for(kind), namespace, name, uid=action.uid)
+            out.pruned.append(action.key)
+            live.pop(action.key, None)
     return live
 
 
-def _ready(dep: dict[str, Any] | None) -> int:
-    return ((dep or {}).get("status") or {}).get("readyReplicas", 0) or 0
-
-
 def reconcile(client: KubeClient, resource: dict[str, Any], *, now: str | None = None) -> Outcome:
-    """Drive the children of ``resource`` to the desired state and write its status."""
+    """Move the children of ``resource`` one safe step towards the spec and write its status."""
     now = now or now_rfc3339()
     meta = resource["metadata"]
-    name, namespace, uid = meta["name"], meta["namespace"], meta["uid"]
-    out = Outcome(name=name, previous_status=copy.deepcopy(resource.get("status") or {}))
-
-    live = observe(client, namespace, name)
-    canary_dep = live.get(("Deployment", naming.deployment(name, "canary")))
-    canary_ready = canary_dep is not None and owned_by(canary_dep, uid) and _ready(canary_dep) > 0
-
-    plan = None
-    try:
-        plan = plan_for(resource, canary_ready=canary_ready)
-    except pydantic.ValidationError as exc:
-        out.problems.append(_problem_from_validation(exc))
-
-    if plan is not None:
-        gpu = sizing.gpu_memory_problem(plan.resource.spec)
-        if gpu is not None:
-            out.problems.append(Problem(*gpu))
-        desired = prepare(render_plan(plan), resource)
-        wanted = {(c["kind"], c["metadata"]["name"]) for c in desired}
-        for obj in desired:
-            key = (obj["kind"], obj["metadata"]["name"])
-            current = live.get(key)
-            if current is not None and not owned_by(current, uid):
-                out.conflicts.append(key)
-                continue
-            if needs_apply(obj, current):
-                if current is not None and _releases_replicas(obj, current):
-                    _hand_off_replicas(client, current)
-                try:
-                    live[key] = client.apply(obj, force=True)
-                except ApiError as exc:
-                    if exc.status not in (404, 422):
-                        raise  # transient or unexpected: the caller retries with backoff
-                    out.problems.append(_apply_problem(key, exc))
-                    continue
-                out.applied.append(key)
-        for key, obj in list(live.items()):
-            if key in wanted or not owned_by(obj, uid):
-                continue
-            client.delete(ref_for(key[0]), namespace, key[1], uid=obj["metadata"]["uid"])
-            out.pruned.append(key)
-            del live[key]
-        for kind, child in out.conflicts:
-            out.problems.append(
-                Problem(
-                    "ChildConflict",
-                    f"{kind} {child} exists but is not owned by this DocParser; left untouched",
-                )
-            )
-
-    out.status = _status(client, resource, plan, live, out, now)
+    name, namespace = meta["name"], meta["namespace"]
+    previous = copy.deepcopy(resource.get("status") or {})
+    out = Outcome(name=name, previous_status=previous)
+    observed = observe(client, namespace, name)
+    previous_weight = (previous.get("canary") or {}).get("weight") or 0
+    decision = decide(resource, observed, previous_weight=previous_weight)
+    out.problems.extend(decision.problems)
+    out.conflicts.extend(decision.conflicts)
+    live = execute(client, namespace, decision, observed, out)
+    if decision.plan is not None:
+        out.rollout = decision.plan.rollout
+    out.status = _status(client, resource, decision.plan, live, observed.pods, out, now)
     return out
 
 
 def _status(
     client: KubeClient,
     resource: dict[str, Any],
-    plan: Any,
+    plan: Plan | None,
     live: dict[Key, dict[str, Any]],
+    pods: list[dict[str, Any]],
     out: Outcome,
     now: str,
 ) -> dict[str, Any]:
     meta = resource["metadata"]
     name, namespace, uid = meta["name"], meta["namespace"], meta["uid"]
     previous = out.previous_status
-    pods = client.list(
-        ref_for("Pod"), namespace, selector=labels.selector_string(labels.pod_selector(name))
-    )
 
-    def observation(track: str) -> TrackObservation | None:
-        dep = live.get(("Deployment", naming.deployment(name, track)))
+    def observation(revision: str, version: str | None) -> TrackObservation:
+        dep = live.get(("Deployment", naming.revision_name(name, revision)))
         if dep is not None and not owned_by(dep, uid):
             dep = None
-        version = None
-        if plan is not None and (tp := plan.track(track)) is not None:
-            version = tp.version
-        elif dep is not None:
-            version = (dep["metadata"].get("labels") or {}).get(labels.LABEL_VERSION)
-        if dep is None and version is None:
-            return None
-        track_pods = [
-            p for p in pods if (p["metadata"].get("labels") or {}).get(labels.LABEL_TRACK) == track
+        mine = [
+            p
+            for p in pods
+            if (p["metadata"].get("labels") or {}).get(labels.LABEL_REVISION) == revision
+            and not p["metadata"].get("deletionTimestamp")
         ]
-        return TrackObservation(version=version, deployment=dep, pods=track_pods)
+        return TrackObservation(version=version, deployment=dep, pods=mine)
 
-    stable = observation("stable")
-    canary = observation("canary")
-    if plan is not None and plan.track("canary") is None:
-        canary = None
-    routed = (
-        plan.canary_weight if plan is not None else (previous.get("canary") or {}).get("weight", 0)
-    )
+    stable = canary = None
+    rolling: list[str] = []
+    ready_serving = 0
+    routed, requested = (previous.get("canary") or {}).get("weight") or 0, 0
+    rollout_status = None
+    if plan is not None:
+        step = plan.rollout
+        versions = {t.revision: t.version for t in plan.tracks}
+        for dep in live.values():
+            labels_ = dep["metadata"].get("labels") or {}
+            if dep.get("kind") == "Deployment" and labels_.get(labels.LABEL_REVISION):
+                versions.setdefault(
+                    labels_[labels.LABEL_REVISION], labels_.get(labels.LABEL_VERSION)
+                )
+        stable_tp, canary_tp = plan.track("stable"), plan.track("canary")
+        stable_side = {r.revision: r.ready for r in step.role("stable") if r.serving}
+        serving_stable = max(
+            stable_side,
+            key=lambda r: (stable_side[r], stable_tp is not None and r == stable_tp.revision),
+            default=None,
+        )
+        if serving_stable is None and stable_tp is not None:
+            serving_stable = stable_tp.revision
+        if stable_tp is not None:
+            stable = RoleView(
+                revision=serving_stable,
+                version=versions.get(serving_stable) if serving_stable else None,
+                ready=sum(r.ready for r in step.role("stable")),
+                observation=observation(stable_tp.revision, stable_tp.version),
+            )
+        if canary_tp is not None:
+            c_step = step.get(canary_tp.revision)
+            canary = RoleView(
+                revision=canary_tp.revision,
+                version=canary_tp.version,
+                ready=c_step.ready if c_step else 0,
+                observation=observation(canary_tp.revision, canary_tp.version),
+            )
+        rolling = _rolling(step, was_rolling=_condition_true(previous, "Progressing"))
+        ready_serving = step.ready_serving
+        routed, requested = step.canary_weight, step.requested_weight
+        rollout_status = {"size": step.size, "pods": step.pods, "maxSurge": step.max_surge}
     status = build_status(
         name=name,
         namespace=namespace,
@@ -316,16 +468,50 @@ def _status(
         stable=stable,
         canary=canary,
         routed_weight=routed,
+        requested_weight=requested,
+        ready_serving=ready_serving,
+        min_ready=plan.resource.spec.replicas.min if plan is not None else 1,
+        rolling=rolling,
         problems=out.problems,
         previous=previous,
         now=now,
         selector=labels.selector_string(labels.pod_selector(name)),
+        rollout=rollout_status,
     )
     if status_changed(previous, status):
         patch = dict(status)
-        for gone in ("stable", "canary"):
+        for gone in ("stable", "canary", "rollout"):
             if gone in previous and gone not in status:
                 patch[gone] = None  # merge-patch null removes the field
         client.patch_status(DOCPARSER, namespace, name, patch)
         out.status_written = True
     return status
+
+
+def _condition_true(status: dict[str, Any], ctype: str) -> bool:
+    return any(
+        c.get("type") == ctype and c.get("status") == "True" for c in status.get("conditions") or []
+    )
+
+
+def _rolling(step: rollout.Rollout, *, was_rolling: bool) -> list[str]:
+    """What a spec-driven change still waits for (empty once settled). An autoscaler adding
+    pods to a serving revision is not a rollout, so it is not listed, unless a rollout is
+    under way: then it lasts until every spec revision has all its pods Ready."""
+    waits = []
+    if was_rolling:
+        waits = [
+            f"revision {r.revision} ({r.role}): {r.ready}/{r.target} ready"
+            for r in step.revisions
+            if r.desired and r.ready < r.target
+        ]
+    for r in step.revisions:
+        if not r.desired and r.replicas > 0:
+            waits.append(f"revision {r.revision} ({r.role}, leaving): {r.replicas} pod(s)")
+        elif r.desired and r.target > 0 and r.ready == 0 and not was_rolling:
+            waits.append(f"revision {r.revision} ({r.role}): 0/{r.target} ready")
+        elif r.desired and r.replicas > r.target:
+            waits.append(f"revision {r.revision} ({r.role}): {r.replicas} -> {r.target} pods")
+    if step.canary_weight != step.target_weight:
+        waits.append(f"canary traffic {step.canary_weight}% -> {step.target_weight}%")
+    return waits

@@ -12,10 +12,10 @@ Conditions follow the Kubernetes/kstatus conventions so GitOps tools need no cus
 - ``observedGeneration`` equals ``metadata.generation`` only once the operator has acted on the
   spec, which is how kstatus tells a stale status from a current one.
 
-Model states come from pods: the ``fetch-weights`` init container running -> WeightsDownloading,
-the runtime container up but not ready -> Loading, ready -> Loaded, a failed init or runtime
-container (bad sha256, CUDA OOM, crash loop) or a Deployment past its progress deadline ->
-FailedToLoad.
+Model states come from the pods of the spec's revisions: the ``fetch-weights`` init
+container running -> WeightsDownloading, the runtime container up but not ready -> Loading,
+ready -> Loaded, a failed init or runtime container (bad sha256, CUDA OOM, crash loop) or a
+Deployment past its progress deadline -> FailedToLoad.
 """
 
 from __future__ import annotations
@@ -48,11 +48,29 @@ class Problem:
 
 @dataclass
 class TrackObservation:
-    """What the cluster shows for one track (stable or canary)."""
+    """What the cluster shows for one revision: its Deployment and its pods."""
 
     version: str | None
     deployment: dict[str, Any] | None
     pods: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class DeploymentFacts:
+    exists: bool = False
+    ready: int = 0
+    want: int = 0
+    done: bool = False  # observed its generation, every pod updated and Ready, none extra
+    deadline: bool = False  # ProgressDeadlineExceeded
+
+
+@dataclass(frozen=True)
+class TrackState:
+    """The model state of one revision (the least advanced of its pods) and why."""
+
+    state: str
+    message: str
+    facts: DeploymentFacts
 
 
 def _container_state(status: dict[str, Any]) -> tuple[str, str]:
@@ -95,9 +113,9 @@ def pod_model_state(pod: dict[str, Any]) -> tuple[str, str]:
     return PENDING, f"pod {name}: {status.get('phase', 'Pending')}"
 
 
-def _deployment_facts(dep: dict[str, Any] | None) -> dict[str, Any]:
+def deployment_facts(dep: dict[str, Any] | None) -> DeploymentFacts:
     if dep is None:
-        return {"exists": False, "ready": 0, "want": 0, "done": False, "deadline": False}
+        return DeploymentFacts()
     spec, st = dep.get("spec") or {}, dep.get("status") or {}
     want = spec.get("replicas", 1)
     ready = st.get("readyReplicas") or 0
@@ -112,24 +130,26 @@ def _deployment_facts(dep: dict[str, Any] | None) -> dict[str, Any]:
         c.get("type") == "Progressing" and c.get("reason") == "ProgressDeadlineExceeded"
         for c in st.get("conditions") or []
     )
-    return {"exists": True, "ready": ready, "want": want, "done": done, "deadline": deadline}
+    return DeploymentFacts(exists=True, ready=ready, want=want, done=done, deadline=deadline)
 
 
-def track_state(obs: TrackObservation) -> tuple[str, str, dict[str, Any]]:
-    """(model state, message, deployment facts) of one track."""
-    facts = _deployment_facts(obs.deployment)
-    if facts["deadline"]:
-        return FAILED, "rollout exceeded its progress deadline", facts
+def track_state(obs: TrackObservation) -> TrackState:
+    """Model state, message and deployment facts of one revision."""
+    facts = deployment_facts(obs.deployment)
+    if facts.deadline:
+        return TrackState(FAILED, "rollout exceeded its progress deadline", facts)
     states = [pod_model_state(p) for p in obs.pods]
     if states:
         worst = min(states, key=lambda s: _ORDER.index(s[0]))
-        if worst[0] != LOADED or facts["done"]:
-            return worst[0], worst[1], facts
-    if facts["done"] and facts["ready"] > 0:
-        return LOADED, f"{facts['ready']} replica(s) ready", facts
-    if facts["done"]:
-        return PENDING, "no replicas ready", facts
-    return PENDING, f"{facts['ready']}/{facts['want']} replicas ready", facts
+        if worst[0] != LOADED or facts.done:
+            return TrackState(worst[0], worst[1], facts)
+    if facts.done and facts.ready > 0:
+        return TrackState(LOADED, f"{facts.ready} replica(s) ready", facts)
+    if facts.done and facts.want == 0:
+        return TrackState(LOADED, "scaled to 0", facts)
+    if facts.done:
+        return TrackState(PENDING, "no replicas ready", facts)
+    return TrackState(PENDING, f"{facts.ready}/{facts.want} replicas ready", facts)
 
 
 def _condition(
@@ -148,56 +168,77 @@ def _condition(
     }
 
 
+@dataclass(frozen=True)
+class RoleView:
+    """One role of the rollout as status reports it."""
+
+    revision: str | None
+    version: str | None  # weights version actually serving this role
+    ready: int
+    observation: TrackObservation | None  # of the spec's revision for this role
+
+
 def build_status(
     *,
     name: str,
     namespace: str,
     generation: int,
-    stable: TrackObservation | None,
-    canary: TrackObservation | None,
+    stable: RoleView | None,
+    canary: RoleView | None,
     routed_weight: int,
+    requested_weight: int,
+    ready_serving: int,
+    min_ready: int,
+    rolling: list[str],
     problems: list[Problem],
     previous: dict[str, Any] | None,
     now: str,
     selector: str,
+    rollout: dict[str, int] | None = None,
 ) -> dict[str, Any]:
-    """The whole ``status`` of a DocParser (a dict in the CRD's camelCase shape)."""
-    prev_conditions = {c["type"]: c for c in (previous or {}).get("conditions") or []}
-    tracks = [("stable", stable), ("canary", canary)]
-    states = {t: track_state(o) for t, o in tracks if o is not None}
+    """The whole ``status`` of a DocParser (a dict in the CRD's camelCase shape).
 
-    failed = [(t, s) for t, s in states.items() if s[0] == FAILED]
+    ``Ready``: the endpoint serves with at least ``min_ready`` Ready pods behind traffic (an
+    autoscaler adding pods or a dark canary loading never flips it). ``Progressing``: a
+    spec-driven change is under way (``rolling`` says what: revisions leaving, a new one not
+    serving yet, traffic not yet at its target split); it ends False in every case, Complete
+    or Failed, so GitOps tools never see "Progressing forever"."""
+    prev_conditions = {c["type"]: c for c in (previous or {}).get("conditions") or []}
+    roles = [("stable", stable), ("canary", canary)]
+    states = {
+        role: track_state(view.observation)
+        for role, view in roles
+        if view is not None and view.observation is not None
+    }
+    failed = [(r, s) for r, s in states.items() if s.state == FAILED]
     degraded_reasons = [p.reason for p in problems] + [FAILED for _ in failed]
-    degraded_msgs = [p.message for p in problems] + [f"{t}: {s[1]}" for t, s in failed]
+    degraded_msgs = [p.message for p in problems] + [f"{r}: {s.message}" for r, s in failed]
     degraded = bool(degraded_reasons)
     spec_broken = any(p.reason == "SpecInvalid" for p in problems)
 
-    rolling = [(t, s) for t, s in states.items() if not s[2]["done"] and s[0] != FAILED]
-    progressing = bool(rolling) and not spec_broken
+    progressing = bool(rolling) and not spec_broken and not failed
     if progressing:
-        p_reason, p_msg = rolling[0][1][0], "; ".join(f"{t}: {s[1]}" for t, s in rolling)
+        loading = [s for s in states.values() if s.state != LOADED]
+        p_reason = loading[0].state if loading else "RollingOut"
+        p_msg = "; ".join(rolling)
     elif degraded:
         p_reason, p_msg = "Failed", "rollout stopped: " + "; ".join(degraded_msgs)
     else:
-        p_reason, p_msg = "Complete", "all tracks rolled out"
+        p_reason, p_msg = "Complete", "all revisions rolled out"
 
-    stable_state = states.get("stable")
-    ready = (
-        not spec_broken
-        and stable_state is not None
-        and stable_state[2]["ready"] > 0
-        and not rolling
-        and not failed
-    )
+    ready = not spec_broken and ready_serving >= max(1, min_ready)
     if ready:
-        r_reason, r_msg = LOADED, f"serving at {endpoint(name, namespace)}"
+        r_reason = LOADED
+        r_msg = f"serving at {endpoint(name, namespace)} with {ready_serving} ready pod(s)"
     elif spec_broken:
         r_reason, r_msg = "SpecInvalid", "; ".join(degraded_msgs)
-    elif stable_state is None:
-        r_reason, r_msg = PENDING, "stable track not created yet"
+    elif stable is None:
+        r_reason, r_msg = PENDING, "stable revision not created yet"
     else:
-        worst = failed[0][1] if failed else (rolling[0][1] if rolling else stable_state)
-        r_reason, r_msg = worst[0], worst[1]
+        worst = failed[0][1] if failed else states.get("stable")
+        r_reason = worst.state if worst and worst.state != LOADED else PENDING
+        detail = worst.message if worst else "no pods yet"
+        r_msg = f"{ready_serving}/{max(1, min_ready)} ready pods behind traffic ({detail})"
 
     d_reason = degraded_reasons[0] if degraded else "AsExpected"
     d_msg = "; ".join(degraded_msgs) if degraded else "no problems found"
@@ -213,20 +254,27 @@ def build_status(
         "conditions": conds,
         "endpoint": endpoint(name, namespace),
         "selector": selector,
-        "replicas": sum(s[2]["ready"] for s in states.values()),
+        "replicas": (stable.ready if stable else 0) + (canary.ready if canary else 0),
     }
     # null is not a string to the CRD's structural schema: leave unknown versions out
     if stable is not None:
-        status["stable"] = _track(stable.version, readyReplicas=states["stable"][2]["ready"])
+        status["stable"] = _track(stable.version, stable.revision, readyReplicas=stable.ready)
     if canary is not None:
         status["canary"] = _track(
-            canary.version, weight=routed_weight, readyReplicas=states["canary"][2]["ready"]
+            canary.version,
+            canary.revision,
+            weight=routed_weight,
+            requestedWeight=requested_weight,
+            readyReplicas=canary.ready,
         )
+    if rollout is not None:
+        status["rollout"] = dict(rollout)
     return status
 
 
-def _track(version: str | None, **fields: int) -> dict[str, Any]:
-    return {**({"version": version} if version else {}), **fields}
+def _track(version: str | None, revision: str | None, **fields: int) -> dict[str, Any]:
+    known = {"version": version, "revision": revision}
+    return {**{k: v for k, v in known.items() if v}, **fields}
 
 
 def endpoint(name: str, namespace: str) -> str:
@@ -237,5 +285,5 @@ def status_changed(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
     """Whether writing ``new`` would change anything (the no-op resync must not write)."""
     old = old or {}
     return any(old.get(k) != v for k, v in new.items()) or any(
-        k not in new for k in ("stable", "canary") if k in old
+        k not in new for k in ("stable", "canary", "rollout") if k in old
     )

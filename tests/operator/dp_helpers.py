@@ -10,8 +10,10 @@ import copy
 import time
 from typing import Any
 
+import pydantic
 from docparser_operator.apply import DOCPARSER, KNOWN_KINDS
-from docparser_operator.render import render_all
+from docparser_operator.models import DocParser
+from docparser_operator.render import render_all, tracks_of
 from kube_cluster import Cluster
 
 DEPLOY = KNOWN_KINDS["Deployment"]
@@ -96,15 +98,44 @@ def covers(live: Any, want: Any) -> bool:
     )
 
 
+def revision_in(resource: dict[str, Any], role: str = "stable") -> str | None:
+    """The revision (pod template hash) a DocParser manifest asks for in ``role`` (None for
+    a spec the operator cannot serve)."""
+    try:
+        tracks = tracks_of(DocParser.from_resource(resource))
+    except pydantic.ValidationError:
+        return None
+    return next((t.revision for t in tracks if t.track == role), None)
+
+
+def revision(cluster: Cluster, name: str, role: str = "stable") -> str | None:
+    """The revision the live spec asks for in ``role``."""
+    dp = cluster.get(DOCPARSER, name)
+    return revision_in(dp, role) if dp is not None else None
+
+
+def dep_name(cluster: Cluster, name: str, role: str = "stable") -> str:
+    """Name of the Deployment of the spec's revision for ``role`` (``<name>-<revision>``)."""
+    rev = revision(cluster, name, role)
+    assert rev is not None, f"the spec of {name} has no {role} revision"
+    return f"{name}-{rev}"
+
+
+def role_deployment(cluster: Cluster, name: str, role: str = "stable") -> dict[str, Any] | None:
+    rev = revision(cluster, name, role)
+    return cluster.get(DEPLOY, f"{name}-{rev}") if rev else None
+
+
 def converged(cluster: Cluster, name: str) -> bool:
-    """Every child the renderer wants for the live spec is live with those values, and the
-    set of children labelled for this instance is exactly that set."""
+    """Every child the renderer wants for the live spec (settled) is live with those values,
+    and the children labelled for this instance are exactly those, plus previous revisions'
+    Deployments kept at 0 replicas for a rollback."""
     dp = cluster.get(DOCPARSER, name)
     if dp is None or (dp.get("status") or {}).get("observedGeneration") != dp["metadata"].get(
         "generation", 1
     ):
         return False
-    canary = cluster.get(DEPLOY, f"{name}-canary")
+    canary = role_deployment(cluster, name, "canary")
     ready = bool(canary and (canary.get("status") or {}).get("readyReplicas"))
     wanted = render_all(dp, canary_ready=ready)
     for child in wanted:
@@ -126,13 +157,27 @@ def converged(cluster: Cluster, name: str) -> bool:
             r.get("uid") == dp["metadata"]["uid"]
             for r in o["metadata"].get("ownerReferences") or []
         )
+        and not (kind == "Deployment" and o["spec"].get("replicas") == 0)
     }
-    return live_keys == {(c["kind"], c["metadata"]["name"]) for c in wanted}
+    wanted_keys = {(c["kind"], c["metadata"]["name"]) for c in wanted}
+    wanted_keys -= {
+        ("Deployment", c["metadata"]["name"])
+        for c in wanted
+        if c["kind"] == "Deployment" and c["spec"]["replicas"] == 0
+    }
+    return live_keys == wanted_keys
 
 
 def route_weights(cluster: Cluster, name: str) -> dict[str, int]:
+    """HTTPRoute backend weights by role: the spec's stable and canary revisions, and
+    ``previous`` for any other revision still weighted."""
     route = cluster.get(ROUTE, name) or {"spec": {"rules": [{"backendRefs": []}]}}
-    return {b["name"]: b.get("weight", 1) for b in route["spec"]["rules"][0]["backendRefs"]}
+    roles = {f"{name}-{revision(cluster, name, r)}": r for r in ("stable", "canary")}
+    out: dict[str, int] = {}
+    for backend in route["spec"]["rules"][0]["backendRefs"]:
+        role = roles.get(backend["name"], "previous")
+        out[role] = out.get(role, 0) + backend.get("weight", 1)
+    return out
 
 
 def event_reasons(cluster: Cluster, name: str) -> set[str]:
@@ -166,3 +211,15 @@ def resyncs_since(cluster: Cluster, mark: int, name: str) -> int:
         and r.path.endswith("/deployments")
         and f"app.kubernetes.io/instance={name}" in r.query.get("labelSelector", "")
     )
+
+
+def scale_to(cluster: Cluster, name: str, replicas: int) -> None:
+    """Set the DocParser's size as an autoscaler does: through the scale subresource on a
+    real API server; the emulator has none, so the field it maps to, as another manager."""
+    if cluster.backend == "emulator":
+        path = DOCPARSER.path(cluster.namespace, name)
+        body: dict[str, Any] = {"spec": {"replicas": {"desired": replicas}}}
+    else:
+        path = DOCPARSER.path(cluster.namespace, name, "scale")
+        body = {"spec": {"replicas": replicas}}
+    cluster.client.request("PATCH", path, body=body, content_type="application/merge-patch+json")

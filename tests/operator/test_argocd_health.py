@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from docparser_operator.status import Problem, TrackObservation, build_status
-from test_status import deployment, pod
+from docparser_operator.status import Problem, TrackObservation
+from test_status import deployment, pod, status
 
 lupa = pytest.importorskip("lupa", reason="pip install lupa (requirements-test.txt)")
 
@@ -35,18 +35,7 @@ def health(obj: dict) -> tuple[str, str]:
 
 
 def docparser(generation: int, **track) -> dict:
-    st = build_status(
-        name="inv",
-        namespace="ocr",
-        generation=generation,
-        stable=TrackObservation("v1", **track) if track else None,
-        canary=None,
-        routed_weight=0,
-        problems=[],
-        previous=None,
-        now="2026-01-01T00:00:00Z",
-        selector="app.kubernetes.io/instance=inv",
-    )
+    st = status(TrackObservation("v1", **track) if track else None, generation=generation)
     return {"metadata": {"name": "inv", "generation": generation}, "status": st}
 
 
@@ -57,32 +46,25 @@ def test_ready_is_healthy():
 
 def test_loading_is_progressing():
     obj = docparser(3, deployment=deployment(want=1, ready=0), pods=[pod("loading")])
-    status, msg = health(obj)
-    assert status == "Progressing" and msg
+    verdict, msg = health(obj)
+    assert verdict == "Progressing" and msg
 
 
 def test_failed_weights_are_degraded_not_progressing_forever():
     obj = docparser(3, deployment=deployment(want=1, ready=0), pods=[pod("failed")])
-    status, msg = health(obj)
-    assert status == "Degraded"
+    verdict, msg = health(obj)
+    assert verdict == "Degraded"
     assert msg
 
 
 def test_spec_problem_is_degraded():
-    st = build_status(
-        name="inv",
-        namespace="ocr",
+    st = status(
+        TrackObservation("v1", deployment(want=1, ready=1), [pod("ready")]),
         generation=4,
-        stable=TrackObservation("v1", deployment(want=1, ready=1), [pod("ready")]),
-        canary=None,
-        routed_weight=0,
         problems=[Problem("InsufficientGPUMemory", "40Gi cannot hold the worst case")],
-        previous=None,
-        now="2026-01-01T00:00:00Z",
-        selector="x",
     )
-    status, msg = health({"metadata": {"generation": 4}, "status": st})
-    assert status == "Degraded" and "40Gi" in msg
+    verdict, msg = health({"metadata": {"generation": 4}, "status": st})
+    assert verdict == "Degraded" and "40Gi" in msg
 
 
 def test_status_older_than_the_spec_is_progressing():

@@ -59,9 +59,15 @@ def test_stdin_and_canary_not_ready() -> None:
     text = (EXAMPLES / "deepseek-gateway-canary.yaml").read_text()
     result = _run("render", "-f", "-", "--canary-not-ready", stdin=text)
     assert result.returncode == 0, result.stderr
-    (route,) = [d for d in yaml.safe_load_all(result.stdout) if d["kind"] == "HTTPRoute"]
-    weights = {b["name"]: b["weight"] for b in route["spec"]["rules"][0]["backendRefs"]}
-    assert weights == {"invoices-stable": 100, "invoices-canary": 0}
+    documents = list(yaml.safe_load_all(result.stdout))
+    (route,) = [d for d in documents if d["kind"] == "HTTPRoute"]
+    roles = {
+        d["metadata"]["name"]: d["metadata"]["labels"]["docparser.io/track"]
+        for d in documents
+        if d["kind"] == "Deployment"
+    }
+    weights = {roles[b["name"]]: b["weight"] for b in route["spec"]["rules"][0]["backendRefs"]}
+    assert weights == {"stable": 100, "canary": 0}
 
 
 def test_invalid_spec_exits_2_with_the_crd_message() -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from docparser_operator.apply import KNOWN_KINDS
-from dp_helpers import condition, create, docparser
+from dp_helpers import condition, create, docparser, revision_in, role_deployment
 from kube_cluster import Cluster, wait_for
 
 DEPLOY = KNOWN_KINDS["Deployment"]
@@ -33,7 +33,7 @@ def test_cli_run_reconciles_and_stops_cleanly(cluster: Cluster, tmp_path: Path) 
     )
     try:
         create(cluster, docparser("cli"))
-        wait_for("deployment", lambda: cluster.get(DEPLOY, "cli-stable"), timeout=60)
+        wait_for("deployment", lambda: role_deployment(cluster, "cli"), timeout=60)
         wait_for("status", lambda: condition(cluster, "cli", "Progressing"), timeout=30)
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -57,8 +57,9 @@ def test_operator_ignores_other_namespaces(cluster: Cluster, operator: object) -
     other["metadata"]["namespace"] = "elsewhere"
     cluster.client.apply(other, manager="gitops")
     create(cluster, docparser("mine"))
-    wait_for("own namespace reconciled", lambda: cluster.get(DEPLOY, "mine-stable"))
-    assert cluster.client.get(DEPLOY, "elsewhere", "other-stable") is None
+    wait_for("own namespace reconciled", lambda: role_deployment(cluster, "mine"))
+    assert cluster.client.get(DEPLOY, "elsewhere", f"other-{revision_in(other)}") is None
+    assert cluster.client.list(DEPLOY, "elsewhere") == []
 
 
 def test_clusterwide_operator_reconciles_any_namespace(cluster: Cluster) -> None:
@@ -67,4 +68,4 @@ def test_clusterwide_operator_reconciles_any_namespace(cluster: Cluster) -> None
     with running_operator(cluster, clusterwide=True):
         create(cluster, docparser("wide"))
         wait_for("reconciled", lambda: condition(cluster, "wide", "Progressing"))
-        assert cluster.get(DEPLOY, "wide-stable") is not None
+        assert role_deployment(cluster, "wide") is not None

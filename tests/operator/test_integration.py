@@ -20,23 +20,28 @@ from dp_helpers import (
     converged,
     covers,
     create,
+    dep_name,
     docparser,
     event_reasons,
     quiet,
     resyncs_since,
+    revision,
+    role_deployment,
     route_weights,
+    scale_to,
     set_spec,
     spec_of,
 )
 from kube_cluster import Cluster, simulate_pods, wait_for
+from kubelet_sim import Kubelet
 from operator_runner import running_operator
 
 
 def test_create_reconciles_children_and_status(cluster: Cluster, operator: Any) -> None:
     dp = create(cluster, docparser("inv"))
     uid = dp["metadata"]["uid"]
-    dep = wait_for("stable deployment", lambda: cluster.get(DEPLOY, "inv-stable"))
-    wait_for("services", lambda: cluster.get(SERVICE, "inv") and cluster.get(SERVICE, "inv-stable"))
+    dep = wait_for("stable deployment", lambda: role_deployment(cluster, "inv"))
+    wait_for("endpoint service", lambda: cluster.get(SERVICE, "inv"))
     wait_for("pdb", lambda: cluster.get(PDB, "inv"))
     for obj in (dep, cluster.get(SERVICE, "inv"), cluster.get(PDB, "inv")):
         (ref,) = obj["metadata"]["ownerReferences"]
@@ -46,7 +51,7 @@ def test_create_reconciles_children_and_status(cluster: Cluster, operator: Any) 
         "progressing", lambda: condition(cluster, "inv", "Progressing").get("status") == "True"
     )
     assert condition(cluster, "inv", "Ready")["status"] == "False"
-    simulate_pods(cluster, "inv-stable", "ready")
+    simulate_pods(cluster, dep_name(cluster, "inv"), "ready")
     ready = wait_for(
         "ready",
         lambda: (
@@ -58,83 +63,86 @@ def test_create_reconciles_children_and_status(cluster: Cluster, operator: Any) 
     status = cluster.get(DOCPARSER, "inv")["status"]
     assert status["observedGeneration"] == dp["metadata"].get("generation", 1)
     assert status["endpoint"] == f"http://inv.{cluster.namespace}.svc:8000"
-    assert status["stable"] == {"version": "2026-01-27", "readyReplicas": 1}
+    assert status["stable"] == {
+        "version": "2026-01-27",
+        "revision": dep["metadata"]["labels"]["docparser.io/revision"],
+        "readyReplicas": 1,
+    }
     assert condition(cluster, "inv", "Progressing")["status"] == "False"
     assert condition(cluster, "inv", "Degraded")["status"] == "False"
 
 
 def test_spec_changes_converge(cluster: Cluster, operator: Any) -> None:
-    create(cluster, docparser("inv", traffic=GATEWAY, replicas={"min": 2, "max": 2}))
-    wait_for("converged", lambda: converged(cluster, "inv"))
-    simulate_pods(cluster, "inv-stable", "ready")
-    before = cluster.get(DEPLOY, "inv-stable")
+    """Every pod-shaping change is a new revision that takes over once Ready; the previous one
+    stays scaled to 0 (one kept for a rollback), and the canary weight follows the spec."""
+    with Kubelet(cluster, ready_after=0.2):
+        create(cluster, docparser("inv", traffic=GATEWAY, replicas={"min": 2, "max": 2}))
+        wait_for("converged", lambda: converged(cluster, "inv"))
+        first = dep_name(cluster, "inv")
 
-    spec = spec_of(cluster, "inv")
-    spec["tier"] = 6
-    set_spec(cluster, "inv", spec)
-    wait_for("tier converged", lambda: converged(cluster, "inv"))
-    after = cluster.get(DEPLOY, "inv-stable")
-    assert after["metadata"]["generation"] > before["metadata"]["generation"]
+        spec = spec_of(cluster, "inv")
+        spec["tier"] = 6
+        set_spec(cluster, "inv", spec)
+        wait_for("tier converged", lambda: converged(cluster, "inv"))
+        second = dep_name(cluster, "inv")
+        assert second != first and cluster.get(DEPLOY, first)["spec"]["replicas"] == 0
 
-    spec["weights"] = {**spec["weights"], "version": "2026-02-02", "sha256": SHA_C}
-    set_spec(cluster, "inv", spec)
-    wait_for("weights converged", lambda: converged(cluster, "inv"))
-    dep = cluster.get(DEPLOY, "inv-stable")
-    assert dep["metadata"]["labels"]["docparser.io/version"] == "2026-02-02"
-    simulate_pods(cluster, "inv-stable", "ready")
+        spec["weights"] = {**spec["weights"], "version": "2026-02-02", "sha256": SHA_C}
+        set_spec(cluster, "inv", spec)
+        wait_for("weights converged", lambda: converged(cluster, "inv"))
+        dep = role_deployment(cluster, "inv")
+        assert dep["metadata"]["labels"]["docparser.io/version"] == "2026-02-02"
+        wait_for("oldest revision pruned", lambda: cluster.get(DEPLOY, first) is None)
+        assert cluster.get(DEPLOY, second)["spec"]["replicas"] == 0  # the newest one is kept
 
-    spec["canary"] = {"weights": CANARY_WEIGHTS, "weight": 10}
-    set_spec(cluster, "inv", spec)
-    wait_for("canary deployment", lambda: cluster.get(DEPLOY, "inv-canary"))
-    wait_for("converged with canary", lambda: converged(cluster, "inv"))
-    assert route_weights(cluster, "inv") == {"inv-stable": 100, "inv-canary": 0}  # not Ready yet
-    simulate_pods(cluster, "inv-canary", "ready")
-    wait_for(
-        "10% routed", lambda: route_weights(cluster, "inv") == {"inv-stable": 90, "inv-canary": 10}
-    )
-    wait_for(
-        "status weight",
-        lambda: cluster.get(DOCPARSER, "inv")["status"].get("canary", {}).get("weight") == 10,
-    )
+        spec["canary"] = {"weights": CANARY_WEIGHTS, "weight": 10}
+        set_spec(cluster, "inv", spec)
+        wait_for(
+            "10% routed", lambda: route_weights(cluster, "inv") == {"stable": 90, "canary": 10}
+        )
+        wait_for(
+            "status weight",
+            lambda: cluster.get(DOCPARSER, "inv")["status"].get("canary", {}).get("weight") == 10,
+        )
 
-    spec["canary"]["weight"] = 30
-    set_spec(cluster, "inv", spec)
-    wait_for(
-        "30% routed", lambda: route_weights(cluster, "inv") == {"inv-stable": 70, "inv-canary": 30}
-    )
-    wait_for("converged at 30%", lambda: converged(cluster, "inv"))
-    status = cluster.get(DOCPARSER, "inv")["status"]
-    assert status["canary"] == {
-        "version": "2026-03-01",
-        "weight": 30,
-        "readyReplicas": status["canary"]["readyReplicas"],
-    }
-    wait_for(
-        "events", lambda: {"RolloutStarted", "CanaryWeightChanged"} <= event_reasons(cluster, "inv")
-    )
+        spec["canary"]["weight"] = 30
+        set_spec(cluster, "inv", spec)
+        wait_for(
+            "30% routed", lambda: route_weights(cluster, "inv") == {"stable": 70, "canary": 30}
+        )
+        wait_for("converged at 30%", lambda: converged(cluster, "inv"))
+        status = cluster.get(DOCPARSER, "inv")["status"]
+        assert status["canary"] == {
+            "version": "2026-03-01",
+            "revision": revision(cluster, "inv", "canary"),
+            "weight": 30,
+            "requestedWeight": 30,
+            "readyReplicas": status["canary"]["readyReplicas"],
+        }
+        wait_for(
+            "events",
+            lambda: {"RolloutStarted", "CanaryWeightChanged"} <= event_reasons(cluster, "inv"),
+        )
 
 
 def test_remove_canary_and_change_router_prune(cluster: Cluster, operator: Any) -> None:
     create(
         cluster, docparser("inv", traffic=GATEWAY, canary={"weights": CANARY_WEIGHTS, "weight": 50})
     )
-    wait_for("canary deployment", lambda: cluster.get(DEPLOY, "inv-canary"))
-    simulate_pods(cluster, "inv-stable", "ready")
-    simulate_pods(cluster, "inv-canary", "ready")
-    wait_for(
-        "50% routed", lambda: route_weights(cluster, "inv") == {"inv-stable": 50, "inv-canary": 50}
-    )
+    wait_for("canary deployment", lambda: role_deployment(cluster, "inv", "canary"))
+    simulate_pods(cluster, dep_name(cluster, "inv"), "ready")
+    simulate_pods(cluster, dep_name(cluster, "inv", "canary"), "ready")
+    wait_for("50% routed", lambda: route_weights(cluster, "inv") == {"stable": 50, "canary": 50})
 
     spec = spec_of(cluster, "inv")
+    canary = dep_name(cluster, "inv", "canary")
     del spec["canary"]
     set_spec(cluster, "inv", spec)
     wait_for(
         "canary pruned",
-        lambda: (
-            cluster.get(DEPLOY, "inv-canary") is None and cluster.get(SERVICE, "inv-canary") is None
-        ),
+        lambda: cluster.get(DEPLOY, canary) is None and cluster.get(SERVICE, "inv-canary") is None,
     )
-    wait_for("100% stable", lambda: route_weights(cluster, "inv") == {"inv-stable": 100})
+    wait_for("100% stable", lambda: route_weights(cluster, "inv") == {"stable": 100})
     wait_for("converged", lambda: converged(cluster, "inv"))
     assert "canary" not in cluster.get(DOCPARSER, "inv")["status"]
     assert "Pruned" in wait_for("pruned event", lambda: event_reasons(cluster, "inv"))
@@ -149,20 +157,24 @@ def test_gitops_revert_restores_previous_state(cluster: Cluster, operator: Any) 
     create(cluster, docparser("inv", traffic=GATEWAY))
     wait_for("converged A", lambda: converged(cluster, "inv"))
     spec_a = spec_of(cluster, "inv")
-    template_a = copy.deepcopy(cluster.get(DEPLOY, "inv-stable")["spec"]["template"])
+    template_a = copy.deepcopy(role_deployment(cluster, "inv")["spec"]["template"])
 
     spec_b = copy.deepcopy(spec_a)
     spec_b["tier"] = 6
     spec_b["weights"] = {**spec_a["weights"], "version": "2026-09-09", "sha256": SHA_C}
     spec_b["canary"] = {"weights": CANARY_WEIGHTS, "weight": 20}
     set_spec(cluster, "inv", spec_b)
-    wait_for("converged B", lambda: cluster.get(DEPLOY, "inv-canary") and converged(cluster, "inv"))
-    assert cluster.get(DEPLOY, "inv-stable")["spec"]["template"] != template_a
+    wait_for(
+        "converged B",
+        lambda: role_deployment(cluster, "inv", "canary") and converged(cluster, "inv"),
+    )
+    assert role_deployment(cluster, "inv")["spec"]["template"] != template_a
+    canary = dep_name(cluster, "inv", "canary")
 
     set_spec(cluster, "inv", spec_a)  # git revert
-    wait_for("canary gone", lambda: cluster.get(DEPLOY, "inv-canary") is None)
+    wait_for("canary gone", lambda: cluster.get(DEPLOY, canary) is None)
     wait_for("converged A again", lambda: converged(cluster, "inv"))
-    assert covers(cluster.get(DEPLOY, "inv-stable")["spec"]["template"], template_a)
+    assert covers(role_deployment(cluster, "inv")["spec"]["template"], template_a)
     assert (
         cluster.get(DOCPARSER, "inv")["status"]["stable"]["version"] == spec_a["weights"]["version"]
     )
@@ -173,8 +185,8 @@ def test_delete_leaves_children_to_garbage_collection(cluster: Cluster, operator
     wait_for("converged", lambda: converged(cluster, "inv"))
     assert not dp["metadata"].get("finalizers")
     children = [
-        cluster.get(DEPLOY, "inv-stable"),
-        cluster.get(HPA, "inv-stable"),
+        role_deployment(cluster, "inv"),
+        cluster.get(HPA, "inv"),
         cluster.get(ROUTE, "inv"),
     ]
     for child in children:
@@ -193,7 +205,7 @@ def test_delete_leaves_children_to_garbage_collection(cluster: Cluster, operator
 def test_restart_mid_reconcile_converges(cluster: Cluster) -> None:
     with running_operator(cluster):
         create(cluster, docparser("inv", traffic=GATEWAY))
-        wait_for("first child", lambda: cluster.get(DEPLOY, "inv-stable"), interval=0.01)
+        wait_for("first child", lambda: role_deployment(cluster, "inv"), interval=0.01)
     # operator stopped, maybe half-way; the spec moves on while it is down
     spec = spec_of(cluster, "inv")
     spec["canary"] = {"weights": CANARY_WEIGHTS, "weight": 10}
@@ -201,7 +213,7 @@ def test_restart_mid_reconcile_converges(cluster: Cluster) -> None:
     set_spec(cluster, "inv", spec)
     with running_operator(cluster):
         wait_for("converged after restart", lambda: converged(cluster, "inv"))
-        assert cluster.get(DEPLOY, "inv-canary") is not None
+        assert role_deployment(cluster, "inv", "canary") is not None
 
 
 def test_noop_resync_performs_zero_writes(cluster: Cluster, operator: Any) -> None:
@@ -214,9 +226,9 @@ def test_noop_resync_performs_zero_writes(cluster: Cluster, operator: Any) -> No
             canary={"weights": CANARY_WEIGHTS, "weight": 10},
         ),
     )
-    wait_for("canary", lambda: cluster.get(DEPLOY, "inv-canary"))
-    simulate_pods(cluster, "inv-stable", "ready")
-    simulate_pods(cluster, "inv-canary", "ready")
+    wait_for("canary", lambda: role_deployment(cluster, "inv", "canary"))
+    simulate_pods(cluster, dep_name(cluster, "inv"), "ready")
+    simulate_pods(cluster, dep_name(cluster, "inv", "canary"), "ready")
     wait_for("ready", lambda: condition(cluster, "inv", "Ready").get("status") == "True")
     wait_for("converged", lambda: converged(cluster, "inv"))
     quiet(cluster)
@@ -250,7 +262,7 @@ def test_objects_not_owned_are_never_touched(cluster: Cluster, operator: Any) ->
     )
     mark = cluster.mark()
     create(cluster, docparser("inv"))
-    wait_for("stable deployment", lambda: cluster.get(DEPLOY, "inv-stable"))
+    wait_for("stable deployment", lambda: role_deployment(cluster, "inv"))
     degraded = wait_for(
         "conflict reported",
         lambda: (
@@ -272,25 +284,21 @@ def test_objects_not_owned_are_never_touched(cluster: Cluster, operator: Any) ->
     assert touched == []
 
 
-def test_hpa_owns_replicas_without_a_fight(cluster: Cluster, operator: Any) -> None:
+def test_one_hpa_sizes_the_docparser_without_a_fight(cluster: Cluster, operator: Any) -> None:
+    """The HPA writes the DocParser's size (scale subresource); the operator sizes the
+    revision from it and never writes that field back, so nothing fights."""
     create(cluster, docparser("inv", replicas={"min": 1, "max": 4}))
-    wait_for("hpa", lambda: cluster.get(HPA, "inv-stable"))
+    hpa = wait_for("hpa", lambda: cluster.get(HPA, "inv"))
+    assert hpa["spec"]["scaleTargetRef"]["kind"] == "DocParser"
     wait_for("converged", lambda: converged(cluster, "inv"))
-    dep = cluster.get(DEPLOY, "inv-stable")
-    ours = [m for m in dep["metadata"]["managedFields"] if m["manager"] == "docparser-operator"]
-    assert ours and all("f:replicas" not in m["fieldsV1"].get("f:spec", {}) for m in ours)
-    # the HPA scales the Deployment (as the HPA controller does, via another field manager)
-    cluster.client.request(
-        "PATCH",
-        DEPLOY.path(cluster.namespace, "inv-stable"),
-        body={"spec": {"replicas": 3}},
-        content_type="application/merge-patch+json",
-    )
+    scale_to(cluster, "inv", 3)  # as the HPA controller does
+    wait_for("3 replicas", lambda: (role_deployment(cluster, "inv") or {})["spec"]["replicas"] == 3)
     quiet(cluster)
     mark = cluster.mark()
     wait_for("2 resyncs", lambda: resyncs_since(cluster, mark, "inv") >= 2, timeout=15)
-    assert cluster.get(DEPLOY, "inv-stable")["spec"]["replicas"] == 3
+    assert role_deployment(cluster, "inv")["spec"]["replicas"] == 3
     assert cluster.writes_since(mark) == []
+    assert spec_of(cluster, "inv")["replicas"]["desired"] == 3  # the operator never wrote spec
 
 
 def test_insufficient_gpu_memory_is_degraded_not_a_crash_loop(
@@ -327,21 +335,19 @@ def test_invalid_spec_is_degraded_with_an_event(cluster: Cluster, operator: Any)
     assert condition(cluster, "inv", "Ready")["status"] == "False"
     wait_for("warning event", lambda: "SpecInvalid" in event_reasons(cluster, "inv"))
     quiet(cluster)
-    assert cluster.get(DEPLOY, "inv-stable") is None
+    assert role_deployment(cluster, "inv") is None
 
 
 def test_switching_to_autoscaling_keeps_current_replicas(cluster: Cluster, operator: Any) -> None:
     create(cluster, docparser("inv", replicas={"min": 3, "max": 3}))
     wait_for(
         "3 replicas",
-        lambda: (cluster.get(DEPLOY, "inv-stable") or {}).get("spec", {}).get("replicas") == 3,
+        lambda: (role_deployment(cluster, "inv") or {}).get("spec", {}).get("replicas") == 3,
     )
     spec = spec_of(cluster, "inv")
     spec["replicas"] = {"min": 3, "max": 6}
     set_spec(cluster, "inv", spec)
-    wait_for("hpa", lambda: cluster.get(HPA, "inv-stable"))
+    wait_for("hpa", lambda: cluster.get(HPA, "inv"))
     wait_for("converged", lambda: converged(cluster, "inv"))
-    dep = cluster.get(DEPLOY, "inv-stable")
+    dep = role_deployment(cluster, "inv")
     assert dep["spec"]["replicas"] == 3  # never dropped to the default of 1
-    ours = [m for m in dep["metadata"]["managedFields"] if m["manager"] == "docparser-operator"]
-    assert all("f:replicas" not in m["fieldsV1"].get("f:spec", {}) for m in ours)

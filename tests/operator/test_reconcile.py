@@ -16,7 +16,7 @@ from docparser_operator.reconcile import (
     reconcile,
 )
 from docparser_operator.render import render_all
-from dp_helpers import CANARY_WEIGHTS, GATEWAY, docparser
+from dp_helpers import CANARY_WEIGHTS, GATEWAY, docparser, revision_in
 from kube_cluster import Cluster, client_for
 
 DEPLOY, SERVICE, ROUTE = KNOWN_KINDS["Deployment"], KNOWN_KINDS["Service"], KNOWN_KINDS["HTTPRoute"]
@@ -29,7 +29,7 @@ def live_resource(name: str = "inv", **spec: Any) -> dict[str, Any]:
     return dp
 
 
-def test_prepare_stamps_ownership_and_drops_hpa_replicas() -> None:
+def test_prepare_stamps_ownership() -> None:
     dp = live_resource(replicas={"min": 1, "max": 4})
     for child in prepare(render_all(dp), dp):
         meta = child["metadata"]
@@ -38,8 +38,6 @@ def test_prepare_stamps_ownership_and_drops_hpa_replicas() -> None:
         assert meta["labels"]["app.kubernetes.io/managed-by"] == "docparser-operator"
         assert meta["labels"]["app.kubernetes.io/instance"] == "inv"
         assert len(meta["annotations"][HASH_ANNOTATION]) == 16
-        if child["kind"] == "Deployment":
-            assert "replicas" not in child["spec"]
 
 
 def test_owned_by_checks_the_uid_not_the_labels() -> None:
@@ -106,9 +104,10 @@ def test_second_pass_makes_zero_writes(cluster: Cluster) -> None:
         [
             "Deployment",
             "Deployment",
-            "Service",
-            "Service",
-            "Service",
+            "Service",  # the stable revision's backend
+            "Service",  # the canary revision's backend
+            "Service",  # <name>-canary
+            "Service",  # the endpoint
             "PodDisruptionBudget",
             "HTTPRoute",
         ]
@@ -142,6 +141,7 @@ def test_prune_only_owned_children(cluster: Cluster) -> None:
         cluster, docparser("inv", traffic=GATEWAY, canary={"weights": CANARY_WEIGHTS, "weight": 10})
     )
     reconcile(api, dp)
+    canary = f"inv-{revision_in(dp, 'canary')}"
     labels = {
         "app.kubernetes.io/managed-by": "docparser-operator",
         "app.kubernetes.io/instance": "inv",
@@ -166,12 +166,17 @@ def test_prune_only_owned_children(cluster: Cluster) -> None:
         manager="gitops",
     )
     outcome = reconcile(api, live)
-    assert sorted(outcome.pruned) == [
-        ("Deployment", "inv-canary"),
-        ("HTTPRoute", "inv"),
-        ("Service", "inv-canary"),
-    ]
-    assert cluster.get(DEPLOY, "inv-canary") is None and cluster.get(ROUTE, "inv") is None
+    stable = f"inv-{revision_in(live)}"
+    assert sorted(outcome.pruned) == sorted(
+        [
+            ("Deployment", canary),  # a canary revision is never kept
+            ("HTTPRoute", "inv"),
+            ("Service", canary),
+            ("Service", stable),  # no revision backends with router service
+            ("Service", "inv-canary"),
+        ]
+    )
+    assert cluster.get(DEPLOY, canary) is None and cluster.get(ROUTE, "inv") is None
     assert cluster.get(SERVICE, "inv-old")["metadata"]["uid"] == stray["metadata"]["uid"]
     assert {e.reason for e in events.events_for(outcome)} >= {"Pruned"}
 
@@ -209,9 +214,10 @@ def test_missing_gateway_api_is_degraded_not_fatal(cluster: Cluster) -> None:
         pytest.skip("needs an API server without the Gateway API CRDs (the emulator can hide them)")
     cluster.emulator.missing.add("gateway.networking.k8s.io/v1/httproutes")
     api = operator_client(cluster)
-    outcome = reconcile(api, create(cluster, docparser("inv", traffic=GATEWAY)))
+    dp = create(cluster, docparser("inv", traffic=GATEWAY))
+    outcome = reconcile(api, dp)
     assert [p.reason for p in outcome.problems] == ["MissingAPI"]
-    assert ("Deployment", "inv-stable") in outcome.applied
+    assert ("Deployment", f"inv-{revision_in(dp)}") in outcome.applied
     degraded = next(c for c in outcome.status["conditions"] if c["type"] == "Degraded")
     assert (degraded["status"], degraded["reason"]) == ("True", "MissingAPI")
     assert "HTTPRoute" in degraded["message"]
@@ -221,7 +227,8 @@ def test_rapidocr_without_weights_reconciles_and_settles(cluster: Cluster) -> No
     api = operator_client(cluster)
     dp = docparser("cpu", engine="rapidocr", resources={"gpu": 0})
     del dp["spec"]["weights"]
-    first = reconcile(api, create(cluster, dp))
-    assert first.problems == [] and ("Deployment", "cpu-stable") in first.applied
+    live = create(cluster, dp)
+    first = reconcile(api, live)
+    assert first.problems == [] and ("Deployment", f"cpu-{revision_in(live)}") in first.applied
     assert "version" not in first.status["stable"]
     assert_quiescent_passes(cluster, api, "cpu")

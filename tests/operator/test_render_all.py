@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 from docparser_operator.render import render_all
-from docparser_operator.render.plan import split_replicas
 from golden import CASES, Case
 
 
@@ -22,19 +21,18 @@ def test_every_child_is_labelled_and_namespaced(case: Case) -> None:
 
 
 def test_order_is_stable() -> None:
-    kinds = [
-        (o["kind"], o["metadata"]["name"])
-        for o in render_all(Case("deepseek-gateway-canary").resource())
-    ]
+    objects = render_all(Case("deepseek-gateway-canary").resource())
+    kinds = [(o["kind"], o["metadata"]["labels"]["docparser.io/track"]) for o in objects]
     assert kinds == [
-        ("Deployment", "invoices-stable"),
-        ("Service", "invoices-stable"),
-        ("HorizontalPodAutoscaler", "invoices-stable"),
-        ("Deployment", "invoices-canary"),
-        ("Service", "invoices-canary"),
-        ("Service", "invoices"),
-        ("PodDisruptionBudget", "invoices"),
-        ("HTTPRoute", "invoices"),
+        ("Deployment", "stable"),
+        ("Deployment", "canary"),
+        ("Service", "stable"),
+        ("Service", "canary"),
+        ("Service", "canary"),
+        ("Service", "shared"),
+        ("HorizontalPodAutoscaler", "shared"),
+        ("PodDisruptionBudget", "shared"),
+        ("HTTPRoute", "shared"),
     ]
 
 
@@ -51,23 +49,6 @@ def test_live_object_children_are_owned() -> None:
             "controller": True,
             "blockOwnerDeletion": True,
         }
-
-
-@pytest.mark.parametrize(
-    ("total", "weight", "ready", "expected"),
-    [
-        (4, 25, True, (3, 1)),
-        (4, 0, True, (3, 1)),  # a present canary runs dark with one pod
-        (10, 10, True, (9, 1)),
-        (10, 35, True, (6, 4)),  # round half up: 3.5 -> 4
-        (1, 10, True, (1, 1)),  # stable never drops to zero below 100%
-        (2, 100, True, (0, 2)),  # a Ready canary may take everything
-        (2, 100, False, (1, 2)),  # ...but not before it is Ready
-        (3, 50, True, (1, 2)),
-    ],
-)
-def test_split_replicas(total: int, weight: int, ready: bool, expected: tuple[int, int]) -> None:
-    assert split_replicas(total, weight, canary_ready=ready) == expected
 
 
 def test_rendering_is_pure_and_deterministic() -> None:

@@ -25,7 +25,11 @@ def test_golden(case: Case) -> None:
 
 
 def _deployments(resource: dict, **kw) -> dict[str, dict]:
-    return {d["metadata"]["name"]: d for d in of_kind(render_all(resource, **kw), "Deployment")}
+    """Deployments by the role their revision plays (the Deployment's track label)."""
+    return {
+        d["metadata"]["labels"]["docparser.io/track"]: d
+        for d in of_kind(render_all(resource, **kw), "Deployment")
+    }
 
 
 def _container(deployment: dict, name: str = "runtime") -> dict:
@@ -44,7 +48,7 @@ def test_rolling_update_needs_no_spare_gpu() -> None:
 def test_gpu_limits_node_selector_and_toleration() -> None:
     resource = GATEWAY.resource()
     resource["spec"]["resources"]["gpu"] = 2
-    dep = _deployments(resource)["invoices-stable"]
+    dep = _deployments(resource)["stable"]
     res = _container(dep)["resources"]
     assert res["limits"]["nvidia.com/gpu"] == "2" and res["requests"]["nvidia.com/gpu"] == "2"
     pod = dep["spec"]["template"]["spec"]
@@ -55,7 +59,7 @@ def test_gpu_limits_node_selector_and_toleration() -> None:
 
 
 def test_cpu_engine_gets_no_gpu_and_no_init_container() -> None:
-    dep = _deployments(MINIMAL.resource())["receipts-stable"]
+    dep = _deployments(MINIMAL.resource())["stable"]
     pod = dep["spec"]["template"]["spec"]
     assert "nvidia.com/gpu" not in _container(dep)["resources"]["limits"]
     assert "tolerations" not in pod and "initContainers" not in pod
@@ -65,7 +69,7 @@ def test_cpu_engine_gets_no_gpu_and_no_init_container() -> None:
 def test_engine_default_gpu_count_is_one_for_deepseek() -> None:
     resource = GATEWAY.resource()
     del resource["spec"]["resources"]["gpu"]
-    limits = _container(_deployments(resource)["invoices-stable"])["resources"]["limits"]
+    limits = _container(_deployments(resource)["stable"])["resources"]["limits"]
     assert limits["nvidia.com/gpu"] == "1"
 
 
@@ -73,7 +77,7 @@ def test_init_container_fetches_and_verifies_each_tracks_weights() -> None:
     spec = GATEWAY.resource()["spec"]
     deps = _deployments(GATEWAY.resource())
     for track, weights in [("stable", spec["weights"]), ("canary", spec["canary"]["weights"])]:
-        dep = deps[f"invoices-{track}"]
+        dep = deps[track]
         fetch = _container(dep, "fetch-weights")
         assert fetch["command"] == ["docparser-runtime"]
         assert fetch["args"] == [
@@ -96,7 +100,7 @@ def test_init_container_fetches_and_verifies_each_tracks_weights() -> None:
 
 
 def test_pvc_source_is_mounted_read_only_and_copied_verified() -> None:
-    dep = _deployments(SERVICE.resource())["contracts-stable"]
+    dep = _deployments(SERVICE.resource())["stable"]
     fetch = _container(dep, "fetch-weights")
     assert fetch["args"][2] == "/weights-source/deepseek-ocr-2/2026-01-27"
     mount = next(m for m in fetch["volumeMounts"] if m["name"] == "weights-source")
@@ -108,7 +112,7 @@ def test_pvc_source_is_mounted_read_only_and_copied_verified() -> None:
 
 
 def test_non_root_read_only_root_with_writable_tmp_and_weights() -> None:
-    dep = _deployments(GATEWAY.resource())["invoices-stable"]
+    dep = _deployments(GATEWAY.resource())["stable"]
     pod = dep["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     for name in ("runtime", "fetch-weights"):
@@ -126,16 +130,16 @@ def test_non_root_read_only_root_with_writable_tmp_and_weights() -> None:
 
 def test_startup_budget_is_at_least_20_minutes_by_default_and_configurable() -> None:
     resource = GATEWAY.resource()
-    probe = _container(_deployments(resource)["invoices-stable"])["startupProbe"]
+    probe = _container(_deployments(resource)["stable"])["startupProbe"]
     assert probe["httpGet"]["path"] == "/readyz"
     assert probe["failureThreshold"] * probe["periodSeconds"] >= 20 * 60
     resource["spec"]["runtime"]["startupTimeoutSeconds"] = 3600
-    probe = _container(_deployments(resource)["invoices-stable"])["startupProbe"]
+    probe = _container(_deployments(resource)["stable"])["startupProbe"]
     assert probe["failureThreshold"] * probe["periodSeconds"] == 3600
 
 
 def test_readiness_and_liveness_probe_the_runtime_endpoints() -> None:
-    runtime = _container(_deployments(GATEWAY.resource())["invoices-stable"])
+    runtime = _container(_deployments(GATEWAY.resource())["stable"])
     assert runtime["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
     assert runtime["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "http"}
     assert runtime["ports"] == [{"name": "http", "containerPort": 8000, "protocol": "TCP"}]
@@ -145,7 +149,7 @@ def test_readiness_and_liveness_probe_the_runtime_endpoints() -> None:
 def test_grace_period_covers_prestop_and_drain(max_new_tokens: int) -> None:
     resource = GATEWAY.resource()
     resource["spec"]["runtime"]["maxNewTokens"] = max_new_tokens
-    dep = _deployments(resource)["invoices-stable"]
+    dep = _deployments(resource)["stable"]
     runtime = _container(dep)
     drain = drain_seconds(DocParser.from_resource(resource).spec)
     env = {e["name"]: e.get("value", e.get("valueFrom")) for e in runtime["env"]}
@@ -163,7 +167,7 @@ def test_runtime_settings_reach_the_pod_as_env() -> None:
     resource["spec"]["tier"] = 2
     env = {
         e["name"]: e.get("value", e.get("valueFrom"))
-        for e in _container(_deployments(resource)["invoices-stable"])["env"]
+        for e in _container(_deployments(resource)["stable"])["env"]
     }
     assert env["DOCPARSER_MAX_BATCH_SIZE"] == "3"
     assert env["DOCPARSER_DEFAULT_MAX_NEW_TOKENS"] == "1234"
@@ -175,11 +179,11 @@ def test_runtime_settings_reach_the_pod_as_env() -> None:
 
 
 def test_redis_url_comes_only_from_its_secret_and_only_when_configured() -> None:
-    bare = _container(_deployments(SERVICE.resource())["contracts-stable"])
+    bare = _container(_deployments(SERVICE.resource())["stable"])
     assert "DOCPARSER_REDIS_URL" not in {e["name"] for e in bare["env"]}
     resource = SERVICE.resource()
     resource["spec"]["runtime"]["redisUrlSecretRef"] = {"name": "r", "key": "dsn"}
-    env = _container(_deployments(resource)["contracts-stable"])["env"]
+    env = _container(_deployments(resource)["stable"])["env"]
     (entry,) = [e for e in env if e["name"] == "DOCPARSER_REDIS_URL"]
     assert entry == {
         "name": "DOCPARSER_REDIS_URL",
@@ -188,52 +192,64 @@ def test_redis_url_comes_only_from_its_secret_and_only_when_configured() -> None
 
 
 def test_weights_credentials_reach_only_the_fetch_init_container() -> None:
-    dep = _deployments(GATEWAY.resource())["invoices-canary"]
+    dep = _deployments(GATEWAY.resource())["canary"]
     pod = dep["spec"]["template"]["spec"]
     (fetch,) = pod["initContainers"]
     assert fetch["envFrom"] == [{"secretRef": {"name": "model-store"}}]
     assert all("envFrom" not in c for c in pod["containers"])
-    bare = _deployments(SERVICE.resource())["contracts-stable"]["spec"]["template"]["spec"]
+    bare = _deployments(SERVICE.resource())["stable"]["spec"]["template"]["spec"]
     assert all("envFrom" not in c for c in bare["initContainers"])
 
 
 def test_api_keys_secret_is_mounted_only_when_configured() -> None:
-    dep = _deployments(GATEWAY.resource())["invoices-stable"]
+    dep = _deployments(GATEWAY.resource())["stable"]
     volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
     assert volumes["api-keys"]["secret"]["secretName"] == "ocr-keys"
-    bare = _deployments(SERVICE.resource())["contracts-stable"]
+    bare = _deployments(SERVICE.resource())["stable"]
     assert "api-keys" not in {v["name"] for v in bare["spec"]["template"]["spec"]["volumes"]}
     env = {e["name"] for e in _container(bare)["env"]}
     assert "DOCPARSER_API_KEYS_FILE" not in env
 
 
 def test_metrics_port_is_annotated() -> None:
-    dep = _deployments(GATEWAY.resource())["invoices-stable"]
+    dep = _deployments(GATEWAY.resource())["stable"]
     annotations = dep["spec"]["template"]["metadata"]["annotations"]
     assert annotations["prometheus.io/scrape"] == "true"
     assert annotations["prometheus.io/port"] == "8000"
     assert annotations["prometheus.io/path"] == "/metrics"
 
 
-def test_replicas_are_omitted_exactly_when_an_hpa_owns_the_track() -> None:
-    objects = render_all(GATEWAY.resource())
-    hpa_targets = {
-        h["spec"]["scaleTargetRef"]["name"] for h in of_kind(objects, "HorizontalPodAutoscaler")
-    }
-    for dep in of_kind(objects, "Deployment"):
-        assert ("replicas" in dep["spec"]) == (dep["metadata"]["name"] not in hpa_targets)
-    assert hpa_targets == {"invoices-stable"}
+def test_revisions_are_named_by_template_content_and_always_sized() -> None:
+    """A Deployment per revision: the name carries the pod template's hash, the template's
+    labels carry it too (never the role), and the operator always sets replicas (the one
+    HPA scales the DocParser, not a Deployment)."""
+    deps = _deployments(GATEWAY.resource())
+    for role, dep in deps.items():
+        revision = dep["metadata"]["labels"]["docparser.io/revision"]
+        assert dep["metadata"]["name"] == f"invoices-{revision}" and len(revision) == 6
+        template_labels = dep["spec"]["template"]["metadata"]["labels"]
+        assert template_labels["docparser.io/revision"] == revision
+        assert "docparser.io/track" not in template_labels  # a role is not a pod's label
+        assert dep["spec"]["selector"]["matchLabels"]["docparser.io/revision"] == revision
+        assert dep["metadata"]["labels"]["docparser.io/track"] == role
+        assert isinstance(dep["spec"]["replicas"], int)
+    assert deps["stable"]["metadata"]["name"] != deps["canary"]["metadata"]["name"]
+    same = _deployments(GATEWAY.resource())
+    assert same["stable"]["metadata"]["name"] == deps["stable"]["metadata"]["name"]
+    bumped = GATEWAY.resource()
+    bumped["spec"]["runtime"]["image"] += "-2"
+    assert _deployments(bumped)["stable"]["metadata"]["name"] != deps["stable"]["metadata"]["name"]
 
 
 def test_fixed_size_split_by_canary_weight() -> None:
     resource = SERVICE.resource()
     deps = _deployments(resource)
-    assert deps["contracts-stable"]["spec"]["replicas"] == 3
-    assert deps["contracts-canary"]["spec"]["replicas"] == 1
+    assert deps["stable"]["spec"]["replicas"] == 3
+    assert deps["canary"]["spec"]["replicas"] == 1
     changed = copy.deepcopy(resource)
     changed["spec"]["canary"]["weight"] = 50
     deps = _deployments(changed)
     assert (
-        deps["contracts-stable"]["spec"]["replicas"],
-        deps["contracts-canary"]["spec"]["replicas"],
+        deps["stable"]["spec"]["replicas"],
+        deps["canary"]["spec"]["replicas"],
     ) == (2, 2)

@@ -1,4 +1,4 @@
-"""HPA renderer: autoscaling/v2 per track with an open range, metric mapping, slow scale-down."""
+"""HPA renderer: one autoscaling/v2 HPA on the DocParser itself, metric mapping, slow scale-down."""
 
 from __future__ import annotations
 
@@ -25,24 +25,27 @@ def test_no_hpa_when_min_equals_max() -> None:
     assert _hpas(Case("rapidocr-minimal").resource()) == {}
 
 
-def test_range_is_split_between_tracks() -> None:
+def test_one_hpa_scales_the_docparser_not_a_track() -> None:
+    """One autoscaler decides the size through the DocParser's scale subresource; the canary's
+    share follows from the weight, so load never changes the split."""
     resource = GATEWAY.resource()
     resource["spec"]["replicas"] = {"min": 4, "max": 20}
     resource["spec"]["canary"]["weight"] = 25
-    hpas = _hpas(resource)
-    assert (
-        hpas["invoices-stable"]["spec"]["minReplicas"],
-        hpas["invoices-stable"]["spec"]["maxReplicas"],
-    ) == (3, 15)
-    assert (
-        hpas["invoices-canary"]["spec"]["minReplicas"],
-        hpas["invoices-canary"]["spec"]["maxReplicas"],
-    ) == (1, 5)
-    assert hpas["invoices-canary"]["spec"]["scaleTargetRef"] == {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "name": "invoices-canary",
+    (hpa,) = _hpas(resource).values()
+    assert hpa["metadata"]["name"] == "invoices"
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (4, 20)
+    assert hpa["spec"]["scaleTargetRef"] == {
+        "apiVersion": "docparser.io/v1alpha1",
+        "kind": "DocParser",
+        "name": "invoices",
     }
+    deployments = of_kind(render_all(resource), "Deployment")
+    assert sorted(d["spec"]["replicas"] for d in deployments) == [1, 3]  # 4 split 75/25
+    resource["spec"]["replicas"]["desired"] = 12  # what the HPA writes through /scale
+    deployments = of_kind(render_all(resource), "Deployment")
+    assert sorted(d["spec"]["replicas"] for d in deployments) == [3, 9]
+    resource["spec"]["replicas"]["desired"] = 99  # clamped to max
+    assert sum(d["spec"]["replicas"] for d in of_kind(render_all(resource), "Deployment")) == 20
 
 
 def _pods(name: str) -> dict:
@@ -67,7 +70,7 @@ CPU = {
 def test_metric_mapping(metric: str, expected: dict) -> None:
     resource = GATEWAY.resource()
     resource["spec"]["autoscaling"] = {"metric": metric, "target": 7}
-    assert _hpas(resource)["invoices-stable"]["spec"]["metrics"] == [expected]
+    assert _hpas(resource)["invoices"]["spec"]["metrics"] == [expected]
 
 
 def test_metric_names_exist_in_the_runtime() -> None:
@@ -83,7 +86,7 @@ def test_metric_names_exist_in_the_runtime() -> None:
 def test_scale_down_is_slow_and_configurable() -> None:
     resource = GATEWAY.resource()
     resource["spec"]["autoscaling"]["scaleDownStabilizationSeconds"] = 900
-    behavior = _hpas(resource)["invoices-stable"]["spec"]["behavior"]
+    behavior = _hpas(resource)["invoices"]["spec"]["behavior"]
     assert behavior["scaleDown"]["stabilizationWindowSeconds"] == 900
     assert behavior["scaleDown"]["policies"] == [{"type": "Pods", "value": 1, "periodSeconds": 300}]
     assert behavior["scaleUp"]["stabilizationWindowSeconds"] == 0

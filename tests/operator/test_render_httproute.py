@@ -15,27 +15,33 @@ def test_golden(case: Case) -> None:
 
 
 def _backends(resource: dict, *, canary_ready: bool = True) -> dict[str, int]:
-    (route,) = of_kind(render_all(resource, canary_ready=canary_ready), "HTTPRoute")
+    """Backend weights by the role of the revision behind each backend Service."""
+    objects = render_all(resource, canary_ready=canary_ready)
+    (route,) = of_kind(objects, "HTTPRoute")
     (rule,) = route["spec"]["rules"]
-    return {b["name"]: b["weight"] for b in rule["backendRefs"]}
+    roles = {
+        d["metadata"]["name"]: d["metadata"]["labels"]["docparser.io/track"]
+        for d in of_kind(objects, "Deployment")
+    }
+    return {roles[b["name"]]: b["weight"] for b in rule["backendRefs"]}
 
 
 @pytest.mark.parametrize("weight", [0, 10, 55, 100])
 def test_backend_weights_follow_the_canary_weight(weight: int) -> None:
     resource = GATEWAY.resource()
     resource["spec"]["canary"]["weight"] = weight
-    assert _backends(resource) == {"invoices-stable": 100 - weight, "invoices-canary": weight}
+    assert _backends(resource) == {"stable": 100 - weight, "canary": weight}
 
 
 def test_canary_not_ready_gets_no_traffic() -> None:
     backends = _backends(GATEWAY.resource(), canary_ready=False)
-    assert backends == {"invoices-stable": 100, "invoices-canary": 0}
+    assert backends == {"stable": 100, "canary": 0}
 
 
 def test_no_canary_means_one_stable_backend() -> None:
     resource = GATEWAY.resource()
     del resource["spec"]["canary"]
-    assert _backends(resource) == {"invoices-stable": 100}
+    assert _backends(resource) == {"stable": 100}
 
 
 def test_parent_ref_and_hostnames() -> None:

@@ -10,10 +10,13 @@ from docparser_operator.status import (
     LOADING,
     PENDING,
     Problem,
+    RoleView,
     TrackObservation,
     build_status,
+    deployment_facts,
     pod_model_state,
     status_changed,
+    track_state,
 )
 from kube_cluster import pod_status
 
@@ -58,6 +61,12 @@ def test_pod_without_statuses_is_pending() -> None:
     )
 
 
+def _view(obs: TrackObservation | None, revision: str) -> RoleView | None:
+    if obs is None:
+        return None
+    return RoleView(revision, obs.version, deployment_facts(obs.deployment).ready, obs)
+
+
 def status(
     stable: TrackObservation | None,
     canary: TrackObservation | None = None,
@@ -67,14 +76,33 @@ def status(
     now=T0,
     weight=0,
     generation=2,
+    rolling=None,
+    min_ready=1,
 ) -> dict:
+    """build_status with what reconcile derives from its rollout step: by default a role
+    whose pods are not all loaded is still rolling out, and Ready pods behind traffic are
+    stable's plus the canary's once it has a weight."""
+    views = {"stable": _view(stable, "aaaaaa"), "canary": _view(canary, "bbbbbb")}
+    if rolling is None:
+        rolling = [
+            f"{role}: {track_state(v.observation).message}"
+            for role, v in views.items()
+            if v is not None and track_state(v.observation).state != LOADED
+        ]
+    serving = (views["stable"].ready if views["stable"] else 0) + (
+        views["canary"].ready if views["canary"] and weight else 0
+    )
     return build_status(
         name="inv",
         namespace="ocr",
         generation=generation,
-        stable=stable,
-        canary=canary,
+        stable=views["stable"],
+        canary=views["canary"],
         routed_weight=weight,
+        requested_weight=weight,
+        ready_serving=serving,
+        min_ready=min_ready,
+        rolling=rolling,
         problems=list(problems),
         previous=previous,
         now=now,
@@ -96,7 +124,7 @@ def test_ready_track_is_ready_and_not_progressing() -> None:
     assert all(x["observedGeneration"] == 2 and x["lastTransitionTime"] == T0 for x in c.values())
     assert st["observedGeneration"] == 2
     assert st["endpoint"] == "http://inv.ocr.svc:8000"
-    assert st["stable"] == {"version": "v1", "readyReplicas": 2}
+    assert st["stable"] == {"version": "v1", "revision": "aaaaaa", "readyReplicas": 2}
     assert st["replicas"] == 2 and "canary" not in st
 
 
@@ -129,18 +157,38 @@ def test_progress_deadline_is_failed() -> None:
     assert c["Degraded"]["reason"] == FAILED and c["Progressing"]["status"] == "False"
 
 
-def test_stale_deployment_generation_is_still_progressing() -> None:
-    dep = deployment(ready=1, generation=3, observed=2)
-    c = conditions(status(TrackObservation("v1", dep, [pod("ready")])))
-    assert c["Progressing"]["status"] == "True" and c["Ready"]["status"] == "False"
+def test_autoscaler_adding_pods_is_neither_progressing_nor_unready() -> None:
+    """An HPA scale-up of a serving revision is not a rollout: Ready stays True while the
+    new pods load, Progressing stays False (alerts and `kubectl wait` keep quiet)."""
+    dep = deployment(want=3, ready=2)
+    st = status(
+        TrackObservation("v1", dep, [pod("ready"), pod("ready"), pod("loading")]), rolling=[]
+    )
+    c = conditions(st)
+    assert c["Ready"]["status"] == "True" and c["Progressing"]["status"] == "False"
 
 
-def test_canary_reports_routed_weight_and_blocks_ready_while_rolling() -> None:
+def test_ready_needs_min_ready_pods_behind_traffic() -> None:
+    dep = deployment(want=2, ready=1)
+    st = status(TrackObservation("v1", dep, [pod("ready"), pod("loading")]), min_ready=2)
+    assert conditions(st)["Ready"]["status"] == "False"
+    assert "1/2 ready pods" in conditions(st)["Ready"]["message"]
+
+
+def test_dark_canary_loading_does_not_flip_ready() -> None:
     stable = TrackObservation("v1", deployment(ready=1), [pod("ready")])
     canary = TrackObservation("v2", deployment(ready=0), [pod("loading")])
     st = status(stable, canary, weight=0)
-    assert st["canary"] == {"version": "v2", "weight": 0, "readyReplicas": 0}
-    assert conditions(st)["Ready"]["reason"] == LOADING
+    assert st["canary"] == {
+        "version": "v2",
+        "revision": "bbbbbb",
+        "weight": 0,
+        "requestedWeight": 0,
+        "readyReplicas": 0,
+    }
+    c = conditions(st)
+    assert c["Ready"]["status"] == "True"
+    assert (c["Progressing"]["status"], c["Progressing"]["reason"]) == ("True", LOADING)
     st = status(stable, TrackObservation("v2", deployment(ready=1), [pod("ready")]), weight=10)
     assert st["canary"]["weight"] == 10 and conditions(st)["Ready"]["status"] == "True"
     assert st["replicas"] == 2
@@ -181,4 +229,4 @@ def test_removed_canary_counts_as_a_change() -> None:
 def test_track_without_weights_version_omits_it() -> None:
     """rapidocr has no weights: no version, and never a null the CRD schema would reject."""
     st = status(TrackObservation(None, deployment(ready=1), [pod("ready")]))
-    assert st["stable"] == {"readyReplicas": 1}
+    assert st["stable"] == {"revision": "aaaaaa", "readyReplicas": 1}

@@ -1,42 +1,60 @@
 """Pure renderers: DocParser resource dict -> desired child objects (no cluster access).
 
-``render_all`` is what both the reconciler and ``docparser-operator render`` call; its order
-is stable (per track: Deployment, Service, HPA; then the endpoint Service, the PDB and the
-HTTPRoute) so golden files and server-side apply batches never reorder.
+``render_all`` is what ``docparser-operator render`` calls (the plan at rest); the reconciler
+renders ``render_plan`` of the step its rollout planner chose. The order is stable (per spec
+revision: Deployment, revision Service; then the canary Service, the endpoint Service, the
+HPA, the PDB and the HTTPRoute) so golden files and apply batches never reorder.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from docparser_operator.models import DocParser
-from docparser_operator.render.deployment import render_deployment
+from docparser_operator.render.deployment import pod_template, render_deployment
 from docparser_operator.render.hpa import render_hpa
-from docparser_operator.render.httproute import render_httproute
+from docparser_operator.render.httproute import backend_weights, render_httproute
 from docparser_operator.render.pdb import render_pdb
-from docparser_operator.render.plan import Plan, build_plan
-from docparser_operator.render.service import render_endpoint_service, render_track_service
+from docparser_operator.render.plan import Plan, TrackPlan, plan_at_rest, revision_of, spec_tracks
+from docparser_operator.render.service import (
+    render_canary_service,
+    render_endpoint_service,
+    render_revision_service,
+)
 
-__all__ = ["build_plan", "plan_for", "render_all", "render_plan"]
+__all__ = ["Plan", "TrackPlan", "render_all", "render_plan", "tracks_of"]
 
 
-def plan_for(resource: dict, *, canary_ready: bool = True) -> Plan:
-    """Validate ``resource`` (pydantic.ValidationError on a bad spec) and plan its tracks."""
-    return build_plan(DocParser.from_resource(resource), canary_ready=canary_ready)
+def tracks_of(resource: DocParser) -> tuple[TrackPlan, ...]:
+    """The spec's tracks with their revisions (the hash of each rendered pod template)."""
+    return tuple(
+        replace(tp, revision=revision_of(pod_template(resource, tp)))
+        for tp in spec_tracks(resource)
+    )
 
 
 def render_plan(plan: Plan) -> list[dict]:
+    gateway = plan.resource.spec.traffic.router == "gateway"
     children: list[dict] = []
     for tp in plan.tracks:
         children.append(render_deployment(plan, tp))
-        children.append(render_track_service(plan, tp))
-        if tp.autoscaled:
-            children.append(render_hpa(plan, tp))
+    if gateway:
+        for revision in backend_weights(plan):
+            children.append(render_revision_service(plan, revision))
+    canary = plan.track("canary")
+    if canary is not None:
+        children.append(render_canary_service(plan, canary.revision))
     children.append(render_endpoint_service(plan))
+    if plan.resource.spec.autoscaled:
+        children.append(render_hpa(plan))
     children.append(render_pdb(plan))
-    if plan.resource.spec.traffic.router == "gateway":
+    if gateway:
         children.append(render_httproute(plan))
     return children
 
 
 def render_all(resource: dict, *, canary_ready: bool = True) -> list[dict]:
-    """Every desired child of ``resource``; ``canary_ready=False`` routes 100% to stable."""
-    return render_plan(plan_for(resource, canary_ready=canary_ready))
+    """Every child of ``resource`` once settled; ``canary_ready=False``: before the canary's
+    pods are Ready (all traffic on stable). Raises pydantic.ValidationError on a bad spec."""
+    model = DocParser.from_resource(resource)
+    return render_plan(plan_at_rest(model, tracks_of(model), canary_ready=canary_ready))

@@ -1,7 +1,9 @@
-"""Deployment of one track: the GPU runtime pod, its weights init container and probes.
+"""Deployment of one revision: the GPU runtime pod, its weights init container and probes.
 
-Choices a GPU OCR service needs (and generic charts get wrong):
-- RollingUpdate with maxSurge 0 / maxUnavailable 1: an update never needs a spare GPU.
+A revision's pod template never changes (any change is a new revision, see rollout.py), so
+the Deployment's own rolling update never runs: the operator moves capacity between
+revisions by their replicas. Choices a GPU OCR service needs (and generic charts get wrong):
+- replicas always set by the operator (the one HPA scales the DocParser, not a Deployment).
 - The init container runs ``docparser-runtime fetch-weights`` into an emptyDir and exits
   non-zero on a sha256 mismatch, so unverified weights are never served. A pvc://CLAIM/PATH
   source is mounted read-only and copied (verified) from there.
@@ -11,7 +13,6 @@ Choices a GPU OCR service needs (and generic charts get wrong):
 - preStop sleeps while endpoints drop the pod, then the runtime drains in-flight requests;
   terminationGracePeriodSeconds covers both (longest decode: maxNewTokens at a slow rate).
 - Non-root, no capabilities, read-only root filesystem; /tmp is an emptyDir.
-- replicas is omitted when an HPA owns the track, so applying never fights the autoscaler.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from __future__ import annotations
 import math
 
 from docparser_operator import naming, sizing
-from docparser_operator.labels import pod_selector
-from docparser_operator.models import DocParserSpec
+from docparser_operator.labels import LABEL_REVISION, pod_labels, pod_selector
+from docparser_operator.models import DocParser, DocParserSpec
 from docparser_operator.render.meta import object_meta
 from docparser_operator.render.plan import Plan, TrackPlan
 
@@ -217,11 +218,9 @@ def _pod_annotations(spec: DocParserSpec, tp: TrackPlan) -> dict[str, str]:
     return annotations
 
 
-def render_deployment(plan: Plan, tp: TrackPlan) -> dict:
-    spec = plan.resource.spec
-    name = naming.deployment(plan.name, tp.track)
-    selector = pod_selector(plan.name, tp.track)
-    pod_labels = object_meta(plan, name, tp.track, version=tp.version)["labels"]
+def pod_template(resource: DocParser, tp: TrackPlan) -> dict:
+    """The pod template of one track's revision, without its revision label (the hash input)."""
+    spec = resource.spec
     pod_spec: dict = {
         "automountServiceAccountToken": False,
         "securityContext": {
@@ -243,24 +242,35 @@ def render_deployment(plan: Plan, tp: TrackPlan) -> dict:
         pod_spec["tolerations"] = [
             {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
         ]
-    deploy_spec: dict = {
-        "selector": {"matchLabels": selector},
-        "strategy": {
-            "type": "RollingUpdate",
-            "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
-        },
-        "revisionHistoryLimit": 3,
-        "progressDeadlineSeconds": spec.runtime.startup_timeout_seconds + DOWNLOAD_ALLOWANCE_S,
-        "template": {
-            "metadata": {"labels": pod_labels, "annotations": _pod_annotations(spec, tp)},
-            "spec": pod_spec,
-        },
+    labels = pod_labels(resource.metadata.name, "", tp.version)
+    del labels[LABEL_REVISION]
+    return {
+        "metadata": {"labels": labels, "annotations": _pod_annotations(spec, tp)},
+        "spec": pod_spec,
     }
-    if not tp.autoscaled:
-        deploy_spec = {"replicas": tp.replicas, **deploy_spec}
+
+
+def render_deployment(plan: Plan, tp: TrackPlan) -> dict:
+    spec = plan.resource.spec
+    name = naming.revision_name(plan.name, tp.revision)
+    template = pod_template(plan.resource, tp)
+    template["metadata"]["labels"] = pod_labels(plan.name, tp.revision, tp.version)
+    meta = object_meta(plan, name, tp.track, version=tp.version)
+    meta["labels"][LABEL_REVISION] = tp.revision
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": object_meta(plan, name, tp.track, version=tp.version),
-        "spec": deploy_spec,
+        "metadata": meta,
+        "spec": {
+            "replicas": plan.replicas(tp),
+            "selector": {"matchLabels": pod_selector(plan.name, tp.revision)},
+            # Never used in practice (the template of a revision is fixed); kept GPU-safe.
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
+            },
+            "revisionHistoryLimit": 1,
+            "progressDeadlineSeconds": spec.runtime.startup_timeout_seconds + DOWNLOAD_ALLOWANCE_S,
+            "template": template,
+        },
     }

@@ -1,4 +1,9 @@
-"""HorizontalPodAutoscaler (autoscaling/v2) of one track, present only when its range is open.
+"""The one HorizontalPodAutoscaler (autoscaling/v2) of a DocParser, present when min < max.
+
+It scales the DocParser itself through its scale subresource (``spec.replicas.desired``), over
+the pods of every revision (``status.selector``); the operator splits that size between the
+stable and canary revisions by the weight. So one autoscaler decides the size and the split
+never drifts with load, as Argo Rollouts sizes a canary from the Rollout's replicas.
 
 Metrics: ``queue`` scales on the runtime gauge ``docparser_outstanding_pages`` (decoded pages
 queued or being inferred: a 300-page PDF is 300 units, not one request) and ``inflight`` on
@@ -12,8 +17,9 @@ from __future__ import annotations
 
 from docparser_operator import naming
 from docparser_operator.models import Autoscaling
+from docparser_operator.naming import API_VERSION, KIND
 from docparser_operator.render.meta import object_meta
-from docparser_operator.render.plan import Plan, TrackPlan
+from docparser_operator.render.plan import Plan
 
 POD_METRICS = {"queue": "docparser_outstanding_pages", "inflight": "docparser_outstanding_requests"}
 
@@ -36,21 +42,17 @@ def _metric(autoscaling: Autoscaling) -> dict:
     }
 
 
-def render_hpa(plan: Plan, tp: TrackPlan) -> dict:
+def render_hpa(plan: Plan) -> dict:
     autoscaling = plan.resource.spec.autoscaling
-    name = naming.hpa(plan.name, tp.track)
+    replicas = plan.resource.spec.replicas
     return {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
-        "metadata": object_meta(plan, name, tp.track, version=tp.version),
+        "metadata": object_meta(plan, naming.hpa(plan.name), "shared"),
         "spec": {
-            "scaleTargetRef": {
-                "apiVersion": "apps/v1",
-                "kind": "Deployment",
-                "name": naming.deployment(plan.name, tp.track),
-            },
-            "minReplicas": tp.replicas,
-            "maxReplicas": tp.max_replicas,
+            "scaleTargetRef": {"apiVersion": API_VERSION, "kind": KIND, "name": plan.name},
+            "minReplicas": replicas.min,
+            "maxReplicas": replicas.max,
             "metrics": [_metric(autoscaling)],
             "behavior": {
                 "scaleUp": {

@@ -1,8 +1,11 @@
 """Gateway API HTTPRoute (gateway.networking.k8s.io/v1) for ``router: gateway``.
 
-Backends are the per-track Services weighted ``100 - w`` (stable) and ``w`` (canary), where
-``w`` is the effective weight: 0 while the canary is not Ready. Without a canary there is one
-stable backend. Timeouts are long: a document request can decode for minutes.
+One backend per revision Service, weighted by the rollout planner: the canary revision gets
+the effective canary weight (0 until its pods are Ready, then no more than Ready pods can
+carry), the stable side the rest in proportion to each stable revision's Ready pods. Weights
+are percents and add up to 100 once anything is Ready; before that the spec's stable revision
+holds all the weight (nothing can serve yet). Timeouts are long: a document request can
+decode for minutes.
 """
 
 from __future__ import annotations
@@ -15,6 +18,16 @@ from docparser_operator.render.plan import Plan
 REQUEST_TIMEOUT = "600s"
 
 
+def backend_weights(plan: Plan) -> dict[str, int]:
+    """revision -> weight of every backend the route lists (the spec's revisions always)."""
+    weights = {r.revision: r.weight for r in plan.rollout.revisions if r.desired or r.weight > 0}
+    if not any(weights.values()):
+        stable = plan.track("stable")
+        if stable is not None:
+            weights[stable.revision] = 100
+    return weights
+
+
 def render_httproute(plan: Plan) -> dict:
     traffic = plan.resource.spec.traffic
     gateway = traffic.gateway_ref
@@ -25,12 +38,8 @@ def render_httproute(plan: Plan) -> dict:
     if gateway.section_name:
         parent["sectionName"] = gateway.section_name
     backends = [
-        {
-            "name": naming.track_service(plan.name, tp.track),
-            "port": naming.HTTP_PORT,
-            "weight": plan.canary_weight if tp.track == "canary" else 100 - plan.canary_weight,
-        }
-        for tp in plan.tracks
+        {"name": naming.revision_name(plan.name, rev), "port": naming.HTTP_PORT, "weight": w}
+        for rev, w in backend_weights(plan).items()
     ]
     spec: dict = {
         "parentRefs": [parent],

@@ -1,38 +1,30 @@
-"""Per-track plan: which tracks exist, their replicas, autoscaling ranges and traffic weight.
+"""What the renderers read: the spec's revisions and the rollout step planned for them.
 
-Every renderer reads this one plan so Deployments, HPAs, Services and the HTTPRoute agree.
+A *track* here is one revision the spec asks for (the stable role from ``spec.weights``, the
+canary role from ``spec.canary``), with the pod template it renders to and that template's
+hash, the revision. Previous revisions (no longer in the spec) appear only in the rollout:
+the reconciler scales them through their live object, never re-rendering them.
 
-Replica split (both routers): a present canary gets ``round(n * weight / 100)`` of the pods,
-at least 1 (weight 0 deploys it "dark": reachable only through ``<name>-canary`` so it can be
-tested and become Ready before any traffic shifts); stable gets the rest and never drops below
-1 unless the canary is Ready and takes 100%. With ``router: service`` this split *is* the
-traffic split; with ``router: gateway`` it sizes capacity and the HTTPRoute splits traffic.
-An autoscaled DocParser (replicas.min < replicas.max) splits min and max the same way and gets
-one HPA per track whose own range is open; a track with a closed range has fixed replicas.
-
-The effective canary weight is 0 when there is no canary or its pods are not Ready
-(``canary_ready=False``): never route to a canary that cannot answer.
+``plan_at_rest`` is the plan of ``docparser-operator render``: every revision at its target
+size, Ready (the canary optionally not), as a cluster would look once the rollout settled.
 """
 
 from __future__ import annotations
 
-import math
+import hashlib
+import json
 from dataclasses import dataclass
 
+from docparser_operator import rollout
 from docparser_operator.models import DocParser, Weights
-from docparser_operator.naming import Track
+from docparser_operator.naming import REVISION_CHARS, Track
 
 
 @dataclass(frozen=True)
 class TrackPlan:
-    track: Track
+    track: Track  # the role
     weights: Weights | None
-    replicas: int  # fixed size; also the HPA floor when autoscaled
-    max_replicas: int
-
-    @property
-    def autoscaled(self) -> bool:
-        return self.max_replicas > self.replicas
+    revision: str = ""  # filled once the template is rendered (see with_revisions)
 
     @property
     def version(self) -> str | None:
@@ -43,7 +35,7 @@ class TrackPlan:
 class Plan:
     resource: DocParser
     tracks: tuple[TrackPlan, ...]
-    canary_weight: int  # effective percent routed to the canary right now
+    rollout: rollout.Rollout
 
     @property
     def name(self) -> str:
@@ -53,35 +45,56 @@ class Plan:
     def namespace(self) -> str:
         return self.resource.metadata.namespace
 
+    @property
+    def canary_weight(self) -> int:
+        return self.rollout.canary_weight
+
     def track(self, track: Track) -> TrackPlan | None:
         return next((t for t in self.tracks if t.track == track), None)
 
-    @property
-    def endpoint_selects_canary(self) -> bool:
-        """The endpoint Service spans both tracks only for router service with live weight."""
-        return self.resource.spec.traffic.router == "service" and self.canary_weight > 0
+    def replicas(self, tp: TrackPlan) -> int:
+        step = self.rollout.get(tp.revision)
+        return step.replicas if step is not None else 0
 
 
-def split_replicas(total: int, weight: int, *, canary_ready: bool) -> tuple[int, int]:
-    """(stable, canary) pods for ``total`` pods and a canary ``weight`` percent."""
-    canary = min(total, max(1, math.floor(total * weight / 100 + 0.5)))
-    stable = total - canary
-    if stable < 1 and not (weight == 100 and canary_ready):
-        stable = 1
-    return stable, canary
-
-
-def build_plan(resource: DocParser, *, canary_ready: bool = True) -> Plan:
+def spec_tracks(resource: DocParser) -> tuple[TrackPlan, ...]:
     spec = resource.spec
-    lo, hi = spec.replicas.min, spec.replicas.max
+    stable = TrackPlan("stable", spec.weights)
     if spec.canary is None:
-        stable = TrackPlan("stable", spec.weights, lo, hi)
-        return Plan(resource, (stable,), 0)
-    weight = spec.canary.weight
-    s_lo, c_lo = split_replicas(lo, weight, canary_ready=canary_ready)
-    s_hi, c_hi = split_replicas(hi, weight, canary_ready=canary_ready)
-    tracks = (
-        TrackPlan("stable", spec.weights, s_lo, max(s_hi, s_lo)),
-        TrackPlan("canary", spec.canary.weights, c_lo, max(c_hi, c_lo)),
+        return (stable,)
+    return (stable, TrackPlan("canary", spec.canary.weights))
+
+
+def revision_of(template: dict) -> str:
+    """Content hash of a pod template: equal templates are one revision."""
+    body = json.dumps(template, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(body.encode()).hexdigest()[:REVISION_CHARS]
+
+
+def desired(resource: DocParser, tracks: tuple[TrackPlan, ...]) -> rollout.Desired:
+    spec = resource.spec
+    by_role = {t.track: t.revision for t in tracks}
+    return rollout.Desired(
+        stable=by_role.get("stable"),
+        canary=by_role.get("canary"),
+        weight=spec.canary.weight if spec.canary else 0,
+        size=spec.replicas.size,
+        max_surge=spec.rollout.max_surge,
+        router=spec.traffic.router,
     )
-    return Plan(resource, tracks, weight if canary_ready else 0)
+
+
+def plan_at_rest(
+    resource: DocParser, tracks: tuple[TrackPlan, ...], *, canary_ready: bool = True
+) -> Plan:
+    """The settled plan: every spec revision at its target size (canary Ready or not)."""
+    want = desired(resource, tracks)
+    t_stable, t_canary = rollout.split(want.size, want.weight, has_canary=want.canary is not None)
+    observed = (
+        [rollout.RevisionState(want.stable, "stable", t_stable, t_stable)] if want.stable else []
+    )
+    if want.canary is not None:
+        ready = t_canary if canary_ready else 0
+        observed.append(rollout.RevisionState(want.canary, "canary", t_canary, ready))
+    previous = want.weight if canary_ready else 0
+    return Plan(resource, tracks, rollout.plan(want, observed, previous_weight=previous))

@@ -1,17 +1,20 @@
-"""Services: the stable endpoint ``<name>`` plus one per track (``<name>-stable``/``-canary``).
+"""Services: the endpoint ``<name>``, the canary role's ``<name>-canary``, and (router gateway)
+one backend Service per revision that the HTTPRoute weights, ``<name>-<revision>``.
 
-The endpoint Service is what clients and status.endpoint use. It selects only stable pods,
-except with ``router: service`` while a Ready canary has a non-zero weight: then it selects
-both tracks and the replica split becomes the traffic split. Per-track Services are the
-HTTPRoute backends and let operators reach a dark (weight 0) canary directly.
+The endpoint Service is what clients and status.endpoint use. A Service selects by label
+equality, so it either spans every revision of the DocParser (a rollout between stable
+revisions, or ``router: service`` with a live canary weight: Ready pods then share the traffic)
+or pins exactly one revision (the serving stable one while a dark or leaving canary has pods).
+The rollout planner decides which (``Rollout.endpoint_revision``). Services only send traffic
+to Ready pods, so a revision still loading gets none.
 """
 
 from __future__ import annotations
 
 from docparser_operator import naming
-from docparser_operator.labels import TRACK_SHARED, TrackLabel, pod_selector
+from docparser_operator.labels import LABEL_REVISION, TRACK_SHARED, TrackLabel, pod_selector
 from docparser_operator.render.meta import object_meta
-from docparser_operator.render.plan import Plan, TrackPlan
+from docparser_operator.render.plan import Plan
 
 
 def _service(plan: Plan, name: str, track: TrackLabel, selector: dict[str, str]) -> dict:
@@ -36,11 +39,23 @@ def _service(plan: Plan, name: str, track: TrackLabel, selector: dict[str, str])
 
 
 def render_endpoint_service(plan: Plan) -> dict:
-    track = None if plan.endpoint_selects_canary else "stable"
-    selector = pod_selector(plan.name, track)
+    selector = pod_selector(plan.name, plan.rollout.endpoint_revision)
     return _service(plan, naming.endpoint_service(plan.name), TRACK_SHARED, selector)
 
 
-def render_track_service(plan: Plan, tp: TrackPlan) -> dict:
-    selector = pod_selector(plan.name, tp.track)
-    return _service(plan, naming.track_service(plan.name, tp.track), tp.track, selector)
+def render_canary_service(plan: Plan, revision: str) -> dict:
+    selector = pod_selector(plan.name, revision)
+    return _service(plan, naming.canary_service(plan.name), "canary", selector)
+
+
+def render_revision_service(plan: Plan, revision: str) -> dict:
+    """The HTTPRoute backend of one revision (router gateway)."""
+    step = plan.rollout.get(revision)
+    service = _service(
+        plan,
+        naming.revision_name(plan.name, revision),
+        step.role if step is not None else "stable",
+        pod_selector(plan.name, revision),
+    )
+    service["metadata"]["labels"][LABEL_REVISION] = revision
+    return service

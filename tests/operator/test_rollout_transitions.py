@@ -1,0 +1,188 @@
+"""Rollouts on a cluster, sampled while they change: no moment without Ready capacity.
+
+Each scenario runs the real operator against the `cluster` fixture (the emulator, and the real
+kube-apiserver with its Deployment and ReplicaSet controllers), with ``Kubelet`` making pods
+Ready after a delay, and a ``TrafficSampler`` reading the traffic objects every half second
+through the whole scenario. The test fails on any sample where a weighted backend (or the
+endpoint Service) had no Ready pod, or Ready pods behind traffic fell below the size, and on
+any moment with more pods than ``size + rollout.maxSurge``. Pure planner properties (every
+tick of many more transitions) are in test_rollout.py.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from docparser_operator.apply import DOCPARSER
+from dp_helpers import (
+    CANARY_WEIGHTS,
+    DEPLOY,
+    GATEWAY,
+    condition,
+    create,
+    dep_name,
+    docparser,
+    revision,
+    revision_in,
+    role_deployment,
+    route_weights,
+    scale_to,
+    set_spec,
+    spec_of,
+)
+from kube_cluster import Cluster, wait_for
+from kubelet_sim import Kubelet
+from traffic_sampler import TrafficSampler
+
+STEP_TIMEOUT = 60
+
+
+def settled(cluster: Cluster, name: str) -> bool:
+    """The operator acted on the current spec and the rollout is over (Progressing False)."""
+    dp = cluster.get(DOCPARSER, name) or {}
+    status = dp.get("status") or {}
+    if status.get("observedGeneration") != dp.get("metadata", {}).get("generation"):
+        return False
+    return condition(cluster, name, "Progressing").get("status") == "False"
+
+
+def settle(cluster: Cluster, name: str, what: str) -> dict[str, Any]:
+    wait_for(what, lambda: settled(cluster, name), timeout=STEP_TIMEOUT, interval=0.2)
+    return cluster.get(DOCPARSER, name)["status"]
+
+
+def pods_of(cluster: Cluster, name: str) -> int:
+    return sum(
+        (d.get("spec") or {}).get("replicas", 0)
+        for d in cluster.list(DEPLOY, f"app.kubernetes.io/instance={name}")
+    )
+
+
+def test_canary_walk_promote_and_revert_on_gateway(cluster: Cluster, operator: Any) -> None:
+    """v1 -> dark canary -> 25% -> 100% -> promote -> git revert of the promotion -> rollback
+    to v1, with 2 pods and one spare GPU: capacity and routing stay safe at every sample."""
+    spec = docparser("inv", traffic=GATEWAY, replicas={"min": 2, "max": 2})["spec"]
+    with Kubelet(cluster, ready_after=0.5):
+        create(cluster, docparser("inv", **spec))
+        settle(cluster, "inv", "v1 serving")
+        v1 = revision(cluster, "inv")
+        with TrafficSampler(cluster, "inv", floor=2) as sampler:
+            spec = spec_of(cluster, "inv")
+            spec["canary"] = {"weights": CANARY_WEIGHTS, "weight": 0}
+            set_spec(cluster, "inv", spec)
+            st = settle(cluster, "inv", "dark canary Ready")
+            assert st["canary"]["readyReplicas"] == 1 and st["canary"]["weight"] == 0
+            assert pods_of(cluster, "inv") == 3  # size + maxSurge
+            v2 = revision(cluster, "inv", "canary")
+
+            spec["canary"]["weight"] = 25
+            set_spec(cluster, "inv", spec)
+            assert settle(cluster, "inv", "25%")["canary"]["weight"] == 25
+
+            spec["canary"]["weight"] = 100
+            set_spec(cluster, "inv", spec)
+            st = settle(cluster, "inv", "100%")
+            assert st["canary"]["weight"] == 100 and st["canary"]["readyReplicas"] == 2
+            assert condition(cluster, "inv", "Ready")["status"] == "True"  # healthy at rest
+
+            at_100 = copy.deepcopy(spec)
+            promoted = copy.deepcopy(spec)
+            promoted["weights"] = promoted.pop("canary")["weights"]
+            canary_pods = role_deployment(cluster, "inv", "canary")["status"]
+            set_spec(cluster, "inv", promoted)  # promote: one commit
+            st = settle(cluster, "inv", "promoted")
+            assert st["stable"]["revision"] == v2 and st["stable"]["version"] == "2026-03-01"
+            live = cluster.get(DEPLOY, f"inv-{v2}")
+            assert live["status"]["readyReplicas"] == canary_pods["readyReplicas"] == 2
+            assert cluster.get(DEPLOY, f"inv-{v1}")["spec"]["replicas"] == 0  # kept
+
+            set_spec(cluster, "inv", at_100)  # git revert of the promotion
+            st = settle(cluster, "inv", "reverted to 100%")
+            assert st["canary"]["revision"] == v2 and st["canary"]["weight"] == 100
+
+            del spec["canary"]
+            set_spec(cluster, "inv", spec)  # roll back to v1 alone
+            st = settle(cluster, "inv", "back on v1")
+            assert st["stable"]["revision"] == v1 and "canary" not in st
+            assert route_weights(cluster, "inv") == {"stable": 100}
+        assert sampler.violations == [], sampler.report()
+        assert len(sampler.samples) >= 5, sampler.report()
+        assert max(s.behind for s in sampler.samples) >= 2
+
+
+def test_service_router_autoscaled_within_n_gpus(cluster: Cluster, operator: Any) -> None:
+    """router service, min 2 / max 4, maxSurge 0: a canary at 50%, the autoscaler raising the
+    size through the scale subresource, then promotion, never exceeding the size."""
+    spec = docparser("inv", replicas={"min": 2, "max": 4}, rollout={"maxSurge": 0})["spec"]
+    with Kubelet(cluster, ready_after=0.5):
+        create(cluster, docparser("inv", **spec))
+        settle(cluster, "inv", "v1 serving")
+        with TrafficSampler(cluster, "inv", floor=1) as sampler:
+            spec = spec_of(cluster, "inv")
+            spec["canary"] = {"weights": CANARY_WEIGHTS, "weight": 50}
+            set_spec(cluster, "inv", spec)
+            st = settle(cluster, "inv", "50% by pods")
+            assert st["canary"]["weight"] == 50 and st["replicas"] == 2
+            assert pods_of(cluster, "inv") == 2  # maxSurge 0: never a third GPU
+
+            scale_to(cluster, "inv", 4)  # what the HPA does: not a rollout, so no Progressing
+            wait_for(
+                "4 pods Ready",
+                lambda: cluster.get(DOCPARSER, "inv")["status"]["replicas"] == 4,
+                timeout=STEP_TIMEOUT,
+            )
+            st = settle(cluster, "inv", "scaled to 4")
+            assert st["rollout"]["size"] == 4 and st["canary"]["weight"] == 50
+            assert (st["stable"]["readyReplicas"], st["canary"]["readyReplicas"]) == (2, 2)
+            assert condition(cluster, "inv", "Ready")["status"] == "True"
+
+            promoted = spec_of(cluster, "inv")
+            promoted["weights"] = promoted.pop("canary")["weights"]
+            set_spec(cluster, "inv", promoted)
+            st = settle(cluster, "inv", "promoted")
+            assert st["stable"]["version"] == "2026-03-01" and st["stable"]["readyReplicas"] == 4
+        assert sampler.violations == [], sampler.report()
+        budget = max(s.behind for s in sampler.samples)
+        assert budget <= 4, sampler.report()
+
+
+def test_runtime_change_rolls_a_new_revision_make_before_break(
+    cluster: Cluster, operator: Any
+) -> None:
+    spec = docparser("inv", traffic=GATEWAY, replicas={"min": 2, "max": 2})["spec"]
+    with Kubelet(cluster, ready_after=0.5):
+        create(cluster, docparser("inv", **spec))
+        settle(cluster, "inv", "serving")
+        old = dep_name(cluster, "inv")
+        with TrafficSampler(cluster, "inv", floor=2) as sampler:
+            spec = spec_of(cluster, "inv")
+            spec["runtime"]["image"] = "ghcr.io/example/docparser-runtime:0.2.0"
+            set_spec(cluster, "inv", spec)
+            st = settle(cluster, "inv", "new image serving")
+        assert dep_name(cluster, "inv") != old
+        assert cluster.get(DEPLOY, old)["spec"]["replicas"] == 0
+        assert st["stable"]["readyReplicas"] == 2
+        assert sampler.violations == [], sampler.report()
+
+
+def test_canary_that_never_becomes_ready_gets_no_traffic(cluster: Cluster, operator: Any) -> None:
+    spec = docparser("inv", traffic=GATEWAY, replicas={"min": 2, "max": 2})["spec"]
+    create(cluster, docparser("inv", **spec))
+    spec["canary"] = {"weights": CANARY_WEIGHTS, "weight": 50}
+    broken = revision_in(docparser("inv", **spec), "canary")
+    with Kubelet(cluster, ready_after=0.3, never_ready={broken}):
+        settle(cluster, "inv", "serving")
+        with TrafficSampler(cluster, "inv", floor=2) as sampler:
+            set_spec(cluster, "inv", spec)
+            wait_for("canary deployment", lambda: role_deployment(cluster, "inv", "canary"))
+            wait_for(
+                "progressing on the canary",
+                lambda: condition(cluster, "inv", "Progressing").get("status") == "True",
+            )
+            for _ in range(6):  # a few seconds of the stuck rollout
+                sampler.sample()
+        assert route_weights(cluster, "inv") == {"stable": 100, "canary": 0}
+        assert condition(cluster, "inv", "Ready")["status"] == "True"
+        assert cluster.get(DOCPARSER, "inv")["status"]["stable"]["readyReplicas"] == 2
+        assert sampler.violations == [], sampler.report()

@@ -1,0 +1,122 @@
+"""Samples a DocParser's traffic objects while it changes and records every unsafe moment.
+
+Every ``interval`` seconds it reads what routes traffic (the HTTPRoute's weighted backends
+with ``router: gateway``, the endpoint Service with ``router: service``) and the pods behind
+it, and records a violation when
+
+- a backend with weight > 0, or the endpoint Service, has no Ready pod behind it, or
+- the Ready pods behind traffic fall below ``floor`` (the DocParser's size; one less with
+  ``rollout.maxSurge: 0``) after the DocParser first reached it.
+
+The reads of one sample are not atomic, so pods are listed before and after the traffic
+objects, and a pod counts as Ready when either list shows it Ready: a backend that lost its
+last Ready pod during the whole sample is still caught, a backend that gained its first one
+between two reads is not a false alarm.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from docparser_operator.apply import DOCPARSER, KNOWN_KINDS
+from kube_cluster import Cluster
+
+ROUTE, SERVICE, POD = KNOWN_KINDS["HTTPRoute"], KNOWN_KINDS["Service"], KNOWN_KINDS["Pod"]
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    if pod["metadata"].get("deletionTimestamp"):
+        return False
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+@dataclass
+class Sample:
+    at: float
+    behind: int  # Ready pods behind traffic
+    backends: dict[str, tuple[int, int]]  # service -> (weight, Ready pods behind it)
+
+
+@dataclass
+class TrafficSampler:
+    cluster: Cluster
+    name: str
+    floor: int
+    interval: float = 0.5
+    max_samples: int = 2000
+    samples: list[Sample] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    _serving: bool = False
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def __enter__(self) -> TrafficSampler:
+        self._thread = threading.Thread(target=self._loop, name="traffic-sampler", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set() and len(self.samples) < self.max_samples:
+            try:
+                self.sample()
+            except Exception as exc:  # an object deleted between reads: sample again
+                self.errors.append(repr(exc))
+            self._stop.wait(self.interval)
+
+    def _ready_pods(self) -> dict[str, dict[str, str]]:
+        selector = f"app.kubernetes.io/instance={self.name},app.kubernetes.io/name=docparser"
+        pods = self.cluster.list(POD, selector)
+        return {p["metadata"]["uid"]: p["metadata"]["labels"] for p in pods if _ready(p)}
+
+    def sample(self) -> Sample:
+        before = self._ready_pods()
+        dp = self.cluster.get(DOCPARSER, self.name) or {"spec": {}}
+        router = ((dp.get("spec") or {}).get("traffic") or {}).get("router", "service")
+        backends: dict[str, int] = {}
+        if router == "gateway":
+            route = self.cluster.get(ROUTE, self.name)
+            rules = (route or {}).get("spec", {}).get("rules") or [{}]
+            backends = {b["name"]: b.get("weight", 1) for b in rules[0].get("backendRefs") or []}
+        else:
+            backends = {self.name: 100}
+        selectors = {}
+        for service in backends:
+            svc = self.cluster.get(SERVICE, service)
+            selectors[service] = ((svc or {}).get("spec") or {}).get("selector") or None
+        after = self._ready_pods()
+        ready = {**before, **after}
+        counts = {}
+        for service, selector in selectors.items():
+            counts[service] = sum(
+                1
+                for labels in ready.values()
+                if selector and all(labels.get(k) == v for k, v in selector.items())
+            )
+        behind = sum(n for s, n in counts.items() if backends[s] > 0)
+        sample = Sample(time.monotonic(), behind, {s: (backends[s], counts[s]) for s in backends})
+        self.samples.append(sample)
+        if self._serving:
+            for service, (weight, n) in sample.backends.items():
+                if weight > 0 and n == 0:
+                    self.violations.append(f"{service} weighted {weight} with 0 Ready pods")
+            if behind < self.floor:
+                self.violations.append(f"{behind} Ready pods behind traffic < {self.floor}")
+        self._serving = self._serving or behind >= self.floor
+        return sample
+
+    def report(self) -> str:
+        span = self.samples[-1].at - self.samples[0].at if self.samples else 0.0
+        return (
+            f"{len(self.samples)} samples over {span:.1f}s, {len(self.violations)} violations"
+            f"{': ' + '; '.join(self.violations[:5]) if self.violations else ''}"
+        )
