@@ -1,4 +1,5 @@
-"""``docparser-operator`` command line: ``render`` (offline) and ``run`` (the controller).
+"""``docparser-operator`` command line: ``render`` (offline), ``run`` (the controller) and the
+rollout verbs ``promote`` / ``abort`` / ``status`` (rollout_cli.py).
 
 ``render -f FILE`` prints every child of every DocParser in FILE (a multi-document YAML
 stream; ``-`` reads stdin) as one YAML stream: GitOps users commit or diff it, and tests use
@@ -83,6 +84,26 @@ def _cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_rollout(args: argparse.Namespace) -> int:
+    from docparser_operator.rollout_cli import RolloutCommandError, promote_file, run_live
+
+    try:
+        if getattr(args, "file", None):
+            with open(args.file, encoding="utf-8") as handle:
+                text, names = promote_file(handle.read(), args.name)
+            with open(args.file, "w", encoding="utf-8") as handle:
+                handle.write(text)
+            print(f"promoted {', '.join(names)} in {args.file}: commit it", file=sys.stderr)
+            return 0
+        if not args.name:
+            print("error: NAME or -f FILE is required", file=sys.stderr)
+            return EXIT_INVALID
+        return run_live(args.command, args.name, args.namespace)
+    except (OSError, yaml.YAMLError, RolloutCommandError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from docparser_operator import handlers  # lazy: kopf and cluster credentials only here
 
@@ -115,6 +136,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="watch only this namespace (repeatable; default all namespaces)",
     )
     run.set_defaults(func=_cmd_run)
+
+    verbs = {
+        "promote": "make the canary the stable revision (live, or -f FILE for a Git commit)",
+        "abort": "remove the canary: traffic back to stable as its Ready pods allow",
+        "status": "show revisions, pods, traffic, conditions and recent events",
+    }
+    for verb, text in verbs.items():
+        cmd = sub.add_parser(verb, help=text)
+        cmd.add_argument("name", nargs="?" if verb == "promote" else None, help="DocParser name")
+        cmd.add_argument(
+            "-n", "--namespace", default="default", help="namespace (default: default)"
+        )
+        if verb == "promote":
+            cmd.add_argument(
+                "-f", "--file", help="rewrite this manifest file instead of the cluster"
+            )
+        cmd.set_defaults(func=_cmd_rollout)
     return parser
 
 

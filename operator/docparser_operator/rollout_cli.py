@@ -1,0 +1,174 @@
+"""``docparser-operator promote | abort | status``: the rollout verbs for people.
+
+The operator never writes ``spec``; these commands are the user's hand, like ``kubectl argo
+rollouts promote``. ``promote NAME`` / ``abort NAME`` patch the live DocParser (for clusters
+driven by ``kubectl``); ``promote -f FILE`` rewrites a manifest file for a Git commit (for
+clusters driven by Argo CD or Flux, where a live patch would be reverted by the next sync).
+``status NAME`` prints the rollout as the operator sees it: revisions, pods, traffic,
+conditions and the last events.
+
+Promotion copies the canary's weights into ``spec.weights`` and removes ``spec.canary``: the
+canary's revision becomes the stable one. When its pods are Ready that is instant; otherwise
+the operator moves capacity make-before-break. Abort removes ``spec.canary``: traffic returns
+to stable as fast as stable's Ready pods can carry it, then the canary's pods go.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from typing import Any, TextIO
+
+import yaml
+
+from docparser_operator import labels, naming
+
+FIELD_MANAGER = "docparser-cli"
+
+
+class RolloutCommandError(ValueError):
+    """The DocParser cannot take this verb (no canary to promote, not found, ...)."""
+
+
+def promoted(resource: dict[str, Any]) -> dict[str, Any]:
+    """The DocParser with its canary promoted (pure)."""
+    spec = (resource.get("spec") or {}).copy()
+    canary = spec.get("canary")
+    if not canary:
+        name = (resource.get("metadata") or {}).get("name", "?")
+        raise RolloutCommandError(f"DocParser {name} has no canary to promote")
+    out = copy.deepcopy(resource)
+    out["spec"]["weights"] = copy.deepcopy(canary["weights"])
+    del out["spec"]["canary"]
+    return out
+
+
+def promote_patch(resource: dict[str, Any]) -> dict[str, Any]:
+    """The merge patch that promotes the live object (``canary: null`` removes it)."""
+    after = promoted(resource)
+    return {"spec": {"weights": after["spec"]["weights"], "canary": None}}
+
+
+def abort_patch(resource: dict[str, Any]) -> dict[str, Any]:
+    if not (resource.get("spec") or {}).get("canary"):
+        name = (resource.get("metadata") or {}).get("name", "?")
+        raise RolloutCommandError(f"DocParser {name} has no canary to abort")
+    return {"spec": {"canary": None}}
+
+
+def promote_file(text: str, name: str | None = None) -> tuple[str, list[str]]:
+    """Rewrite a manifest stream: promote every DocParser (or the one named); returns the new
+    text and the names promoted. Other documents pass through unchanged."""
+    documents = list(yaml.safe_load_all(text))
+    done = []
+    for index, doc in enumerate(documents):
+        if not isinstance(doc, dict) or doc.get("kind") != naming.KIND:
+            continue
+        doc_name = (doc.get("metadata") or {}).get("name")
+        if name is not None and doc_name != name:
+            continue
+        if not (doc.get("spec") or {}).get("canary"):
+            if name is not None:
+                raise RolloutCommandError(f"DocParser {doc_name} has no canary to promote")
+            continue
+        documents[index] = promoted(doc)
+        done.append(str(doc_name))
+    if not done:
+        raise RolloutCommandError("no DocParser with a canary in the file")
+    return yaml.safe_dump_all(documents, sort_keys=False), done
+
+
+def _condition_line(c: dict[str, Any]) -> str:
+    head = f"  {c.get('type', '?'):<12} {c.get('status', '?'):<6}"
+    return f"{head} {c.get('reason', '')}: {c.get('message', '')}"
+
+
+def render_status(
+    dp: dict[str, Any], deployments: list[dict[str, Any]], events: list[dict[str, Any]]
+) -> str:
+    """The readable rollout view (pure)."""
+    meta, spec, status = dp["metadata"], dp.get("spec") or {}, dp.get("status") or {}
+    stable, canary = status.get("stable") or {}, status.get("canary") or {}
+    rollout = status.get("rollout") or {}
+    lines = [
+        f"DocParser {meta.get('namespace')}/{meta['name']}  endpoint {status.get('endpoint', '-')}",
+        f"size {rollout.get('size', '-')}  pods {rollout.get('pods', '-')}  "
+        f"maxSurge {rollout.get('maxSurge', '-')}  ready {status.get('replicas', 0)}",
+        f"stable  {stable.get('version', '-'):<14} revision {stable.get('revision', '-')}  "
+        f"ready {stable.get('readyReplicas', 0)}",
+    ]
+    if spec.get("canary") or canary:
+        requested = canary.get("requestedWeight", (spec.get("canary") or {}).get("weight", 0))
+        lines.append(
+            f"canary  {canary.get('version', '-'):<14} revision {canary.get('revision', '-')}  "
+            f"ready {canary.get('readyReplicas', 0)}  weight {canary.get('weight', 0)}% "
+            f"(requested {requested}%)"
+        )
+    lines.append("revisions:")
+    for dep in sorted(deployments, key=lambda d: d["metadata"]["name"]):
+        dep_labels = dep["metadata"].get("labels") or {}
+        role = dep_labels.get(labels.LABEL_TRACK, "?")
+        if labels.LABEL_RETIRED in dep_labels:
+            role = "previous"
+        ready = (dep.get("status") or {}).get("readyReplicas") or 0
+        replicas = (dep.get("spec") or {}).get("replicas", 0)
+        lines.append(
+            f"  {dep_labels.get(labels.LABEL_REVISION, '?'):<8} {role:<9} "
+            f"{dep_labels.get(labels.LABEL_VERSION, 'embedded'):<14} "
+            f"pods {ready}/{replicas} ready"
+        )
+    lines.append("conditions:")
+    lines += [_condition_line(c) for c in status.get("conditions") or []]
+    if events:
+        lines.append("events:")
+        recent = sorted(events, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+        for ev in recent[-8:]:
+            lines.append(
+                f"  {ev.get('type', ''):<8} {ev.get('reason', ''):<20} {ev.get('message', '')}"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def run_live(verb: str, name: str, namespace: str, out: TextIO = sys.stdout) -> int:
+    """promote / abort / status against the cluster of KUBECONFIG (or in-cluster config)."""
+    from docparser_operator.apply import (
+        DOCPARSER,
+        KNOWN_KINDS,
+        ApiError,
+        KubeClient,
+        load_configuration,
+    )
+    from docparser_operator.settings import OperatorSettings
+
+    cfg = load_configuration(OperatorSettings().kubeconfig)
+    client = KubeClient(cfg, user_agent="docparser-operator-cli")
+    try:
+        dp = client.get(DOCPARSER, namespace, name)
+        if dp is None:
+            raise RolloutCommandError(f"DocParser {namespace}/{name} not found")
+        if verb == "status":
+            selector = labels.selector_string(labels.owned_selector(name))
+            deployments = client.list(KNOWN_KINDS["Deployment"], namespace, selector=selector)
+            events = [
+                e
+                for e in client.list(KNOWN_KINDS["Event"], namespace)
+                if (e.get("involvedObject") or {}).get("uid") == dp["metadata"].get("uid")
+            ]
+            out.write(render_status(dp, deployments, events))
+            return 0
+        patch = promote_patch(dp) if verb == "promote" else abort_patch(dp)
+        client.request(
+            "PATCH",
+            DOCPARSER.path(namespace, name),
+            query={"fieldManager": FIELD_MANAGER},
+            body=patch,
+            content_type="application/merge-patch+json",
+        )
+    except ApiError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(
+        f"docparser.io/{name} {verb}d" if verb == "promote" else f"docparser.io/{name} aborted",
+        file=out,
+    )
+    return 0

@@ -1,0 +1,76 @@
+"""`docparser-operator promote | abort | status`: pure rewrites and the real commands."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from docparser_operator.apply import DOCPARSER
+from docparser_operator.rollout_cli import RolloutCommandError, promoted
+from dp_helpers import CANARY_WEIGHTS, GATEWAY, create, docparser, spec_of
+from kube_cluster import Cluster, wait_for
+
+CLI = [sys.executable, "-m", "docparser_operator"]
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def _cli(cluster: Cluster | None, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ}
+    if cluster is not None:
+        env["KUBECONFIG"] = str(cluster.kubeconfig)
+    return subprocess.run(
+        [*CLI, *args], capture_output=True, text=True, timeout=60, check=False, env=env
+    )
+
+
+def test_promoted_moves_the_canary_weights_to_stable() -> None:
+    dp = docparser("inv", canary={"weights": CANARY_WEIGHTS, "weight": 100})
+    after = promoted(dp)
+    assert after["spec"]["weights"] == CANARY_WEIGHTS and "canary" not in after["spec"]
+    assert dp["spec"]["canary"]  # pure: the input is untouched
+    with pytest.raises(RolloutCommandError, match="no canary"):
+        promoted(after)
+
+
+def test_promote_file_rewrites_only_docparsers(tmp_path: Path) -> None:
+    path = tmp_path / "gitops.yaml"
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "k"}}
+    path.write_text(
+        yaml.safe_dump_all(
+            [secret, yaml.safe_load((EXAMPLES / "deepseek-gateway-canary.yaml").read_text())]
+        )
+    )
+    result = _cli(None, "promote", "-f", str(path))
+    assert result.returncode == 0, result.stderr
+    assert "promoted invoices" in result.stderr
+    secret_after, dp = yaml.safe_load_all(path.read_text())
+    assert secret_after == secret
+    assert dp["spec"]["weights"]["version"] == "2026-03-01" and "canary" not in dp["spec"]
+    again = _cli(None, "promote", "-f", str(path))
+    assert again.returncode == 2 and "no DocParser with a canary" in again.stderr
+
+
+def test_promote_abort_and_status_on_a_live_docparser(cluster: Cluster, operator: Any) -> None:
+    create(
+        cluster, docparser("inv", traffic=GATEWAY, canary={"weights": CANARY_WEIGHTS, "weight": 10})
+    )
+    wait_for("status", lambda: (cluster.get(DOCPARSER, "inv").get("status") or {}).get("canary"))
+    shown = _cli(cluster, "status", "inv", "-n", cluster.namespace)
+    assert shown.returncode == 0, shown.stderr
+    assert "canary  2026-03-01" in shown.stdout and "requested 10%" in shown.stdout
+    assert "revisions:" in shown.stdout and "conditions:" in shown.stdout
+
+    result = _cli(cluster, "promote", "inv", "-n", cluster.namespace)
+    assert result.returncode == 0, result.stderr
+    spec = spec_of(cluster, "inv")
+    assert spec["weights"]["version"] == "2026-03-01" and "canary" not in spec
+
+    missing = _cli(cluster, "abort", "inv", "-n", cluster.namespace)
+    assert missing.returncode == 2 and "no canary to abort" in missing.stderr
+    gone = _cli(cluster, "status", "nope", "-n", cluster.namespace)
+    assert gone.returncode == 2 and "not found" in gone.stderr
