@@ -36,6 +36,7 @@ from kubernetes.utils.quantity import parse_quantity
 
 from docparser_operator import labels, naming, rollout, sizing
 from docparser_operator.apply import DOCPARSER, FIELD_MANAGER, ApiError, KubeClient, ref_for
+from docparser_operator.diagnose import diagnose
 from docparser_operator.models import DocParser
 from docparser_operator.render import Plan, render_plan, tracks_of
 from docparser_operator.render.plan import desired as desired_rollout
@@ -180,6 +181,12 @@ def _apply_problem(key: Key, exc: ApiError) -> Problem:
     """A child the API server cannot take: its API is missing (the Gateway API CRDs are not
     installed) or it rejects the object. Reported as Degraded; the other children proceed."""
     kind, name = key
+    if exc.status == 403:
+        return Problem(
+            "Forbidden",
+            f"{kind} {name}: the operator's service account may not write it ({exc.message}); "
+            "grant the verbs the chart's ClusterRole lists",
+        )
     if exc.status == 404:
         return Problem(
             "MissingAPI", f"{kind} {name}: the cluster does not serve {kind} ({exc.message})"
@@ -356,7 +363,7 @@ def execute(
             try:
                 live[action.key] = client.apply(action.obj, force=True)
             except ApiError as exc:
-                if exc.status not in (404, 422):
+                if exc.status not in (403, 404, 422):
                     raise  # transient or unexpected: the caller retries with backoff
                 out.problems.append(_apply_problem(action.key, exc))
                 continue
@@ -390,6 +397,8 @@ def reconcile(client: KubeClient, resource: dict[str, Any], *, now: str | None =
     live = execute(client, namespace, decision, observed, out)
     if decision.plan is not None:
         out.rollout = decision.plan.rollout
+        revisions = {t.revision for t in decision.plan.tracks}
+        out.problems.extend(diagnose(decision.plan.resource.spec, revisions, live, observed.pods))
     out.status = _status(client, resource, decision.plan, live, observed.pods, out, now)
     return out
 

@@ -134,6 +134,9 @@ def _runtime_container(spec: DocParserSpec, tp: TrackPlan) -> dict:
         "livenessProbe": _probe("/livez", period=10, failures=6, timeout=5),
         "lifecycle": {"preStop": {"sleep": {"seconds": PRESTOP_SLEEP_S}}},
         "securityContext": _container_security(),
+        # The last log lines become the termination message when the process wrote none, so
+        # the operator can say why (a sha256 mismatch, a model that cannot load).
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": mounts,
     }
 
@@ -176,6 +179,9 @@ def _fetch_container(spec: DocParserSpec, tp: TrackPlan) -> dict:
             "limits": {"memory": "2Gi"},
         },
         "securityContext": _container_security(),
+        # The last log lines become the termination message when the process wrote none, so
+        # the operator can say why (a sha256 mismatch, a model that cannot load).
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": mounts,
     }
 

@@ -1,0 +1,175 @@
+"""diagnose.py: precise Degraded reasons from pods, the HTTPRoute and the HPA, and the
+operator reporting them on a cluster."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from docparser_operator.diagnose import diagnose
+from docparser_operator.models import DocParser
+from dp_helpers import (
+    CANARY_WEIGHTS,
+    GATEWAY,
+    HPA,
+    ROUTE,
+    condition,
+    create,
+    docparser,
+)
+from kube_cluster import Cluster, wait_for
+
+POD = {"apiVersion": "v1", "kind": "Pod"}
+
+
+def spec(**fields: Any) -> Any:
+    return DocParser.from_resource(docparser("inv", **fields)).spec
+
+
+def pod(revision: str = "r1", **status: Any) -> dict[str, Any]:
+    return {
+        **POD,
+        "metadata": {"name": "inv-r1-x", "labels": {"docparser.io/revision": revision}},
+        "status": status,
+    }
+
+
+def reasons(pods=(), children=None, **fields: Any) -> dict[str, str]:
+    found = diagnose(spec(**fields), {"r1"}, children or {}, list(pods))
+    return {p.reason: p.message for p in found}
+
+
+def test_unschedulable_carries_the_schedulers_message() -> None:
+    message = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+    cond = {
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": "Unschedulable",
+        "message": message,
+    }
+    assert reasons([pod(conditions=[cond])]) == {"Unschedulable": f"pod inv-r1-x: {message}"}
+    assert reasons([pod("old-revision", conditions=[cond])]) == {}  # leaving: not ours to report
+
+
+def test_missing_credentials_secret_is_named() -> None:
+    weights = {**docparser("x")["spec"]["weights"], "credentialsSecretRef": {"name": "s3-keys"}}
+    waiting = {
+        "name": "fetch-weights",
+        "state": {
+            "waiting": {
+                "reason": "CreateContainerConfigError",
+                "message": 'secret "s3-keys" not found',
+            }
+        },
+    }
+    assert "CredentialsSecretMissing" in reasons(
+        [pod(initContainerStatuses=[waiting])], weights=weights
+    )
+    other = {
+        **waiting,
+        "state": {
+            "waiting": {**waiting["state"]["waiting"], "message": 'secret "redis" not found'}
+        },
+    }
+    assert "SecretMissing" in reasons([pod(initContainerStatuses=[other])], weights=weights)
+
+
+@pytest.mark.parametrize(
+    ("message", "reason"),
+    [
+        (
+            "fetch-weights: weights_error: sha256 mismatch for docparser-manifest.json: a != b",
+            "WeightsChecksumMismatch",
+        ),
+        ("fetch-weights: weights_error: NoCredentialsError", "WeightsFetchFailed"),
+    ],
+)
+def test_fetch_failures_use_the_termination_message(message: str, reason: str) -> None:
+    ctr = {
+        "name": "fetch-weights",
+        "lastState": {"terminated": {"exitCode": 1, "message": message}},
+    }
+    found = reasons([pod(initContainerStatuses=[ctr])])
+    assert set(found) == {reason} and message in found[reason]
+
+
+def test_runtime_exit_is_failed_to_load_with_its_reason() -> None:
+    term = {"exitCode": 1, "message": "serve: weights_error: CUDA driver too old"}
+    ctr = {"name": "runtime", "state": {"terminated": term}}
+    assert "CUDA driver too old" in reasons([pod(containerStatuses=[ctr])])["FailedToLoad"]
+
+
+def test_route_not_accepted_and_metrics_unavailable() -> None:
+    route = {
+        "status": {
+            "parents": [
+                {
+                    "parentRef": {"name": "web"},
+                    "conditions": [
+                        {
+                            "type": "Accepted",
+                            "status": "False",
+                            "reason": "NotAllowedByListeners",
+                            "message": "no listener allows namespace ocr",
+                        }
+                    ],
+                }
+            ]
+        }
+    }
+    hpa = {
+        "status": {
+            "conditions": [
+                {
+                    "type": "ScalingActive",
+                    "status": "False",
+                    "reason": "FailedGetPodsMetric",
+                    "message": "no custom metrics API",
+                }
+            ]
+        }
+    }
+    found = reasons(children={("HTTPRoute", "inv"): route, ("HorizontalPodAutoscaler", "inv"): hpa})
+    assert (
+        "NotAllowedByListeners" in found["RouteNotAccepted"]
+        and "Gateway web" in found["RouteNotAccepted"]
+    )
+    assert "no custom metrics API" in found["MetricsUnavailable"]
+
+
+def test_operator_reports_what_the_cluster_says(cluster: Cluster, operator: Any) -> None:
+    """The HPA controller, the Gateway and the scheduler write these statuses; here the test
+    plays them through the status subresources, and the operator names each one."""
+    dp = docparser(
+        "inv",
+        traffic=GATEWAY,
+        replicas={"min": 1, "max": 2},
+        canary={"weights": CANARY_WEIGHTS, "weight": 0},
+    )
+    create(cluster, dp)
+    wait_for("hpa", lambda: cluster.get(HPA, "inv"))
+    wait_for("route", lambda: cluster.get(ROUTE, "inv"))
+    hpa_status = {
+        "currentReplicas": 1,
+        "desiredReplicas": 1,
+        "conditions": [
+            {
+                "type": "ScalingActive",
+                "status": "False",
+                "reason": "FailedGetPodsMetric",
+                "message": "unable to get metric docparser_outstanding_pages",
+                "lastTransitionTime": "2026-01-01T00:00:00Z",
+            }
+        ],
+    }
+    cluster.client.patch_status(HPA, cluster.namespace, "inv", hpa_status)
+    degraded = wait_for(
+        "MetricsUnavailable",
+        lambda: (
+            condition(cluster, "inv", "Degraded").get("reason") == "MetricsUnavailable"
+            and condition(cluster, "inv", "Degraded")
+        ),
+        timeout=30,
+    )
+    assert "docparser_outstanding_pages" in degraded["message"]
+    assert condition(cluster, "inv", "Stalled")["status"] == "True"  # kstatus: Failed
