@@ -13,6 +13,11 @@ Error policy:
 - transient API errors (5xx, 429, 409, connection trouble) raise ``kopf.TemporaryError`` so
   kopf retries with a delay.
 
+State lives in the framework, not in module globals: settings are read and the API client,
+per-object locks and the resync loop's view of every DocParser are created at start-up in
+kopf's ``memo`` (one per operator run), so tests start operators against different clusters
+in one process without resetting anything.
+
 kopf's own writes are kept off the no-op path: it posts Events only for warnings, keeps its
 bookkeeping in annotations (not in ``status``, which the CRD schema owns), and registers no
 deletion handler and no kopf timer (so no finalizer: children go with their owner through
@@ -27,6 +32,7 @@ import copy
 import logging
 import threading
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
@@ -38,57 +44,59 @@ from docparser_operator.reconcile import Outcome, reconcile
 from docparser_operator.settings import OperatorSettings
 
 VERSION = DOCPARSER.api_version.split("/")[1]
-SETTINGS = OperatorSettings()
 ANNOTATION_PREFIX = "docparser.io"
 log = logging.getLogger("docparser_operator")
 
-_client: KubeClient | None = None
-_client_lock = threading.Lock()
-_object_locks: dict[str, threading.Lock] = {}
-_deployment_seen: dict[str, tuple[Any, ...]] = {}
+
+@dataclass
+class OperatorState:
+    """Everything one operator run keeps between handler calls (kept in ``memo.state``)."""
+
+    settings: OperatorSettings
+    client: KubeClient
+    locks: dict[str, threading.Lock] = field(default_factory=dict)
+    locks_guard: threading.Lock = field(default_factory=threading.Lock)
+    deployment_seen: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    known: dict[str, dict[str, Any]] = field(default_factory=dict)  # uid -> latest body
+    resync_task: asyncio.Task[None] | None = None
+
+    def lock_for(self, uid: str) -> threading.Lock:
+        with self.locks_guard:
+            return self.locks.setdefault(uid, threading.Lock())
 
 
-def client() -> KubeClient:
-    """One client per process, built lazily from in-cluster config or KUBECONFIG."""
-    global _client
-    with _client_lock:
-        if _client is None:
-            cfg = load_configuration(OperatorSettings().kubeconfig)
-            _client = KubeClient(cfg, timeout_s=SETTINGS.request_timeout_s)
-        return _client
-
-
-def reset_client() -> None:
-    """Forget the client (tests start operators against different clusters in one process)."""
-    global _client
-    with _client_lock:
-        _client = None
-        _deployment_seen.clear()
-
-
-def _lock_for(uid: str) -> threading.Lock:
-    with _client_lock:
-        return _object_locks.setdefault(uid, threading.Lock())
+def _state(memo: Any) -> OperatorState:
+    return memo.state  # type: ignore[no-any-return]
 
 
 def _plain(body: Mapping[str, Any]) -> dict[str, Any]:
     return copy.deepcopy({k: body[k] for k in body})
 
 
-def run_reconcile(resource: dict[str, Any], *, strict: bool) -> Outcome:
+def _generation(body: Mapping[str, Any]) -> int:
+    return int((body.get("metadata") or {}).get("generation") or 0)
+
+
+def run_reconcile(state: OperatorState, resource: dict[str, Any], *, strict: bool) -> Outcome:
     """Reconcile one DocParser, post its events, translate errors for kopf.
 
     ``strict`` raises PermanentError for an unservable spec (create/update handlers); the
-    timer and the Deployment watcher pass False and just leave the Degraded status."""
-    api = client()
-    with _lock_for(resource["metadata"]["uid"]):
+    resync loop and the Deployment watcher pass False and just leave the Degraded status.
+    The freshness check is inside the per-object lock: a pass that waited for the lock while
+    a newer spec arrived works on the newer one, so an old spec is never re-applied and
+    ``observedGeneration`` never goes backwards."""
+    api = state.client
+    uid = resource["metadata"]["uid"]
+    with state.lock_for(uid):
+        newest = state.known.get(uid)
+        if newest is not None and _generation(newest) > _generation(resource):
+            resource = newest
         try:
             outcome = reconcile(api, resource)
         except ApiError as exc:
             events.post(api, resource, [events.Event("Warning", "ReconcileFailed", str(exc))])
-            if exc.transient:
-                raise kopf.TemporaryError(str(exc), delay=SETTINGS.retry_delay_s) from exc
-            raise kopf.TemporaryError(str(exc), delay=SETTINGS.retry_delay_s * 6) from exc
+            delay = state.settings.retry_delay_s * (1 if exc.transient else 6)
+            raise kopf.TemporaryError(str(exc), delay=delay) from exc
     events.post(api, resource, events.events_for(outcome))
     if strict and outcome.spec_invalid:
         message = "; ".join(p.message for p in outcome.problems if p.reason == "SpecInvalid")
@@ -99,7 +107,7 @@ def run_reconcile(resource: dict[str, Any], *, strict: bool) -> Outcome:
 @kopf.on.login()
 def login(**_: Any) -> kopf.ConnectionInfo:
     """kopf and our client authenticate from the same source (in-cluster, else KUBECONFIG)."""
-    cfg = client().cfg
+    cfg = load_configuration(OperatorSettings().kubeconfig)
     header = cfg.get_api_key_with_prefix("BearerToken") or cfg.get_api_key_with_prefix(
         "authorization"
     )
@@ -116,7 +124,12 @@ def login(**_: Any) -> kopf.ConnectionInfo:
 
 
 @kopf.on.startup()
-def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    ours = OperatorSettings()  # read once per run, from the environment of that moment
+    memo.state = OperatorState(
+        settings=ours,
+        client=KubeClient(load_configuration(ours.kubeconfig), timeout_s=ours.request_timeout_s),
+    )
     settings.posting.level = logging.WARNING
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
         prefix=ANNOTATION_PREFIX
@@ -124,7 +137,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=ANNOTATION_PREFIX, key="last-handled-configuration"
     )
-    settings.networking.request_timeout = SETTINGS.request_timeout_s
+    settings.networking.request_timeout = ours.request_timeout_s
     settings.watching.server_timeout = 300
     settings.queueing.error_delays = [1, 2, 5, 10, 30, 60]
 
@@ -132,39 +145,36 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 @kopf.on.create(API_GROUP, VERSION, PLURAL)
 @kopf.on.update(API_GROUP, VERSION, PLURAL)
 @kopf.on.resume(API_GROUP, VERSION, PLURAL)
-def on_change(body: kopf.Body, **_: Any) -> None:
+def on_change(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     if (body.get("metadata") or {}).get("deletionTimestamp"):
         return
-    run_reconcile(_plain(body), strict=True)
+    run_reconcile(_state(memo), _plain(body), strict=True)
 
 
-# Drift timer. Not a kopf.timer: kopf puts a finalizer on every object with a timer (to stop
+# Drift resync. Not a kopf.timer: kopf puts a finalizer on every object with a timer (to stop
 # it before deletion), which costs a write per DocParser and blocks `kubectl delete` (and
 # namespace deletion) whenever the operator is down. Instead an event handler (no finalizer)
 # keeps the latest body of every DocParser in scope, and one background task resyncs them.
-_known: dict[str, dict[str, Any]] = {}
-_resync_task: asyncio.Task[None] | None = None
-
-
 @kopf.on.event(API_GROUP, VERSION, PLURAL)
-def track(event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None:
+def track(event: Mapping[str, Any], body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    state = _state(memo)
     uid = (body.get("metadata") or {}).get("uid")
     if not uid:
         return
     if event.get("type") == "DELETED" or (body.get("metadata") or {}).get("deletionTimestamp"):
-        _known.pop(uid, None)
+        state.known.pop(uid, None)
     else:
-        _known[uid] = _plain(body)
+        state.known[uid] = _plain(body)
 
 
-def resync_all() -> int:
+def resync_all(state: OperatorState) -> int:
     """Drift correction over every known DocParser; a pass with nothing to do writes nothing."""
     done = 0
-    for uid, body in list(_known.items()):
-        if _known.get(uid) is not body:
+    for uid, body in list(state.known.items()):
+        if state.known.get(uid) is not body:
             continue  # changed or deleted meanwhile: the newer event's handlers cover it
         try:
-            run_reconcile(body, strict=False)
+            run_reconcile(state, body, strict=False)
             done += 1
         except (kopf.TemporaryError, kopf.PermanentError) as exc:
             log.warning(
@@ -178,26 +188,26 @@ def resync_all() -> int:
     return done
 
 
-async def _resync_loop() -> None:
-    await asyncio.sleep(SETTINGS.resync_initial_delay_s)
+async def _resync_loop(state: OperatorState) -> None:
+    await asyncio.sleep(state.settings.resync_initial_delay_s)
     while True:
-        await asyncio.to_thread(resync_all)
-        await asyncio.sleep(SETTINGS.resync_interval_s)
+        await asyncio.to_thread(resync_all, state)
+        await asyncio.sleep(state.settings.resync_interval_s)
 
 
 @kopf.on.startup()
-async def start_resync(**_: Any) -> None:
-    global _resync_task
-    _known.clear()
-    _resync_task = asyncio.get_running_loop().create_task(_resync_loop())
+async def start_resync(memo: kopf.Memo, **_: Any) -> None:
+    state = _state(memo)
+    state.resync_task = asyncio.get_running_loop().create_task(_resync_loop(state))
 
 
 @kopf.on.cleanup()
-async def stop_resync(**_: Any) -> None:
-    if _resync_task is not None:
-        _resync_task.cancel()
+async def stop_resync(memo: kopf.Memo, **_: Any) -> None:
+    state = _state(memo)
+    if state.resync_task is not None:
+        state.resync_task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
-            await _resync_task
+            await state.resync_task
 
 
 def _deployment_signature(body: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -216,8 +226,9 @@ def _deployment_signature(body: Mapping[str, Any]) -> tuple[Any, ...]:
 
 
 @kopf.on.event("apps", "v1", "deployments", labels={labels.LABEL_MANAGED_BY: labels.MANAGED_BY})
-def on_deployment(event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None:
+def on_deployment(event: Mapping[str, Any], body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """A child Deployment moved (pods became ready, a rollout stalled): refresh its owner."""
+    state = _state(memo)
     meta = body.get("metadata") or {}
     owner = next(
         (
@@ -231,27 +242,28 @@ def on_deployment(event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None:
         return
     key = meta.get("uid", "")
     signature = _deployment_signature(body)
-    if event.get("type") != "DELETED" and _deployment_seen.get(key) == signature:
+    if event.get("type") != "DELETED" and state.deployment_seen.get(key) == signature:
         return  # our own no-op (or metadata-only) change: nothing new to report
-    _deployment_seen[key] = signature
+    state.deployment_seen[key] = signature
     if event.get("type") == "DELETED":
-        _deployment_seen.pop(key, None)
-    resource = client().get(DOCPARSER, meta.get("namespace"), owner["name"])
+        state.deployment_seen.pop(key, None)
+    resource = state.client.get(DOCPARSER, meta.get("namespace"), owner["name"])
     if resource is None or resource["metadata"].get("uid") != owner.get("uid"):
         return
     if resource["metadata"].get("deletionTimestamp"):
         return
-    run_reconcile(resource, strict=False)
+    run_reconcile(state, resource, strict=False)
 
 
 def run(namespaces: list[str]) -> None:
     """Entry point of ``docparser-operator run``: all namespaces unless some are named."""
+    settings = OperatorSettings()
     logging.basicConfig(
-        level=SETTINGS.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     kopf.run(
         standalone=True,
         clusterwide=not namespaces,
         namespaces=namespaces,
-        liveness_endpoint=SETTINGS.liveness_endpoint,
+        liveness_endpoint=settings.liveness_endpoint,
     )

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-# The operator under test resyncs every second (must be set before handlers is imported).
+# The operator under test resyncs every second (read when an operator run starts).
 os.environ.setdefault("DOCPARSER_OPERATOR_RESYNC_INTERVAL_S", "1")
 os.environ.setdefault("DOCPARSER_OPERATOR_RESYNC_INITIAL_DELAY_S", "0.5")
 os.environ.setdefault("DOCPARSER_OPERATOR_RETRY_DELAY_S", "0.5")

@@ -18,19 +18,16 @@ from kube_cluster import Cluster
 def running_operator(cluster: Cluster, *, clusterwide: bool = False) -> Iterator[object]:
     """The real operator (kopf `run` of docparser_operator.handlers) against ``cluster``,
     limited to the test namespace unless ``clusterwide`` (the production default)."""
-    from docparser_operator import handlers
     from kopf.testing import KopfRunner
 
     old = os.environ.get("KUBECONFIG")
     os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
-    handlers.reset_client()
     scope = ["--all-namespaces"] if clusterwide else ["--namespace", cluster.namespace]
     args = ["run", "--standalone", *scope, "-m", "docparser_operator.handlers"]
     try:
         with KopfRunner(args, timeout=30) as runner:
             yield runner
     finally:
-        handlers.reset_client()
         if old is None:
             os.environ.pop("KUBECONFIG", None)
         else:
