@@ -70,13 +70,12 @@ class Weights(_Model):
 class Replicas(_Model):
     min: Annotated[int, Field(ge=1, le=1000)] = 1
     max: Annotated[int, Field(ge=1, le=1000)] = 1
-    desired: Annotated[int, Field(ge=0, le=1000)] | None = None  # the autoscaler's (scale)
+    desired: Annotated[int, Field(ge=0, le=1000)] = 1  # the autoscaler's, through /scale
 
     @property
     def size(self) -> int:
         """The DocParser's size now: the autoscaler's choice clamped to [min, max]."""
-        wanted = self.desired if self.desired is not None else self.min
-        return max(self.min, min(self.max, wanted))
+        return max(self.min, min(self.max, self.desired))
 
     @model_validator(mode="after")
     def _cel_rules(self) -> Replicas:

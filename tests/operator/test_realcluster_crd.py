@@ -16,7 +16,7 @@ import pydantic
 import pytest
 import yaml
 from controlplane.kubeapi import KubeApi, KubeApiError
-from docparser_operator.models import DocParserSpec
+from docparser_operator.models import DocParser, DocParserSpec
 
 pytestmark = pytest.mark.realcluster
 
@@ -220,9 +220,12 @@ def test_status_is_written_only_through_the_status_subresource(
     assert real_api.get(path(real_namespace, name))["status"] == status
 
 
-def test_scale_subresource_maps_to_replicas_min_and_keeps_the_rule(
+def test_scale_subresource_writes_the_autoscalers_size(
     real_api: KubeApi, real_namespace: str
 ) -> None:
+    """The HPA (or `kubectl scale`) reads and writes /scale, which maps to
+    spec.replicas.desired (defaulted, so /scale always reads); min and max stay the user's,
+    and the operator clamps the size into them rather than rejecting a GitOps edit of max."""
     name = "scaled"
     real_api.create(
         path(real_namespace), docparser(name, with_changes(replicas={"min": 1, "max": 4}))
@@ -231,9 +234,14 @@ def test_scale_subresource_maps_to_replicas_min_and_keeps_the_rule(
     assert scale["spec"]["replicas"] == 1
 
     real_api.merge_patch(path(real_namespace, name, "scale"), {"spec": {"replicas": 3}})
-    assert real_api.get(path(real_namespace, name))["spec"]["replicas"] == {"min": 3, "max": 4}
+    live = real_api.get(path(real_namespace, name))
+    assert live["spec"]["replicas"] == {"min": 1, "max": 4, "desired": 3}
+
+    real_api.merge_patch(path(real_namespace, name, "scale"), {"spec": {"replicas": 9}})
+    live = real_api.get(path(real_namespace, name))
+    assert DocParser.from_resource(live).spec.replicas.size == 4  # clamped to max
 
     with pytest.raises(KubeApiError) as info:
-        real_api.merge_patch(path(real_namespace, name, "scale"), {"spec": {"replicas": 5}})
+        real_api.merge_patch(path(real_namespace, name), {"spec": {"replicas": {"min": 5}}})
     assert info.value.status_code == 422
     assert model_rule_message(with_changes(replicas={"min": 5, "max": 4})) in str(info.value)

@@ -145,28 +145,36 @@ def test_conflicting_field_manager_is_overridden_and_other_fields_kept(
     assert '"f:image"' not in manager_fields(restored, OTHER_MANAGER)
 
 
-def test_autoscaler_owned_replicas_survive_reapply(
-    real_api: KubeApi, real_namespace: str, operator_client: KubeClient
+def test_autoscaler_owned_size_survives_a_gitops_reapply(
+    real_api: KubeApi, real_namespace: str
 ) -> None:
+    """The one HPA writes the DocParser's size through /scale as its own field manager; a
+    GitOps tool re-applying the manifest (which never names replicas.desired) leaves it."""
     spec = with_changes(replicas={"min": 1, "max": 4})
     children = create_and_render(real_api, real_namespace, "auto", spec)
-    assert any(c["kind"] == "HorizontalPodAutoscaler" for c in children)
-    deployment = next(c for c in children if c["kind"] == "Deployment")
-    assert "replicas" not in deployment["spec"], (
-        "an autoscaled Deployment must leave replicas alone"
-    )
-    operator_client.apply(deployment)
-
-    # What the HPA controller does: update the scale subresource.
-    real_api.request(
+    (hpa,) = [c for c in children if c["kind"] == "HorizontalPodAutoscaler"]
+    assert hpa["spec"]["scaleTargetRef"] == {
+        "apiVersion": "docparser.io/v1alpha1",
+        "kind": "DocParser",
+        "name": "auto",
+    }
+    dp_path = f"/apis/docparser.io/v1alpha1/namespaces/{real_namespace}/docparsers/auto"
+    manifest = {
+        "apiVersion": "docparser.io/v1alpha1",
+        "kind": "DocParser",
+        "metadata": {"name": "auto", "namespace": real_namespace},
+        "spec": spec,
+    }
+    real_api.apply(dp_path, manifest, field_manager="argocd-controller")
+    real_api.request(  # what the HPA controller does
         "PATCH",
-        f"{object_path(deployment)}/scale",
+        f"{dp_path}/scale",
         {"spec": {"replicas": 3}},
         content_type="application/merge-patch+json",
         params={"fieldManager": "horizontal-pod-autoscaler"},
     )
-    reapplied = operator_client.apply(deployment)
-    assert reapplied["spec"]["replicas"] == 3
+    again = real_api.apply(dp_path, manifest, field_manager="argocd-controller")
+    assert again["spec"]["replicas"]["desired"] == 3
 
 
 def test_garbage_collector_removes_children_of_a_deleted_docparser(
