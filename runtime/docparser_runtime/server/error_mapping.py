@@ -19,6 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from docparser_runtime import errors
+from docparser_runtime.errors import public_message
 
 log = logging.getLogger("docparser.server")
 
@@ -66,7 +67,7 @@ def status_for(exc: errors.DocParserError) -> int:
 
 
 def error_body(code: str, message: str) -> dict:
-    return {"error": {"code": code, "message": message}}
+    return {"error": {"code": code, "message": public_message(message)}}
 
 
 def error_response(exc: errors.DocParserError) -> JSONResponse:
