@@ -54,6 +54,13 @@ class PayloadTooLarge(InvalidInput):
     code = "payload_too_large"
 
 
+class DocumentTooComplex(InvalidInput):
+    """Decoding the document hit a sandbox limit (wall clock, CPU time, memory) or crashed
+    the decoder: a valid-looking but hostile or pathological document (422)."""
+
+    code = "document_too_complex"
+
+
 class Unauthenticated(DocParserError):
     """No or malformed credentials (401)."""
 
