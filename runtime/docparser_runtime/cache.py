@@ -180,16 +180,20 @@ class CachedParseService:
             request, engine=engine.name, version=engine.version, settings=self._settings
         )
 
-    async def parse(self, request: Any, *, on_page=None, on_delta=None, deadline=None) -> dict:
+    async def parse(
+        self, request: Any, *, on_page=None, on_delta=None, deadline=None, on_total=None
+    ) -> dict:
         t0 = time.monotonic()
         key = self.key_for(request)
         stored = await self._lookup(key)
         if stored is not None:
             self.cache_metrics.hits.inc()
+            if on_total is not None:
+                on_total(len(stored.get("pages", [])))
             return self._replay(stored, t0, on_page, on_delta)
         self.cache_metrics.misses.inc()
         body = await self._inner.parse(
-            request, on_page=on_page, on_delta=on_delta, deadline=deadline
+            request, on_page=on_page, on_delta=on_delta, deadline=deadline, on_total=on_total
         )
         await self._store(key, body)
         return body

@@ -8,6 +8,21 @@ always be an ``InvalidInput`` (4xx), never an unhandled exception (5xx).
 
 from __future__ import annotations
 
+import re
+
+# A Python object repr (``<_io.BytesIO object at 0x7f...>``) is an internal detail and
+# an address-space oracle; library messages that embed one are scrubbed here, once.
+_OBJECT_REPR = re.compile(r"<[^<>]{0,200}? at 0x[0-9a-fA-F]+>")
+MAX_MESSAGE_CHARS = 2000
+
+
+def public_message(message: str) -> str:
+    """A message safe to show a client: no object reprs, bounded length."""
+    text = _OBJECT_REPR.sub("<object>", message)
+    if len(text) > MAX_MESSAGE_CHARS:
+        text = text[: MAX_MESSAGE_CHARS - 3] + "..."
+    return text
+
 
 class DocParserError(Exception):
     """Base class. ``code`` is stable API; ``message`` is for humans."""
@@ -37,6 +52,13 @@ class PayloadTooLarge(InvalidInput):
     """Upload, pixel count (decompression bomb) or page count beyond limits (413)."""
 
     code = "payload_too_large"
+
+
+class DocumentTooComplex(InvalidInput):
+    """Decoding the document hit a sandbox limit (wall clock, CPU time, memory) or crashed
+    the decoder: a valid-looking but hostile or pathological document (422)."""
+
+    code = "document_too_complex"
 
 
 class Unauthenticated(DocParserError):

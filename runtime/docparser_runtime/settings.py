@@ -59,6 +59,25 @@ class Settings(BaseSettings):
     max_image_pixels: int = Field(80_000_000, ge=1, description="checked before decode")
     max_pages: int = Field(200, ge=1)
     pdf_dpi: int = Field(144, ge=36, le=600)
+    decode_workers: int = Field(
+        2,
+        ge=0,
+        description="sandboxed decoder processes (PDF render, image decode); 0 decodes in the "
+        "server process without limits (development and tests only)",
+    )
+    decode_timeout_s: float = Field(30.0, gt=0, description="wall clock per page decode")
+    decode_cpu_s: int = Field(20, ge=1, description="CPU seconds per page decode (RLIMIT_CPU)")
+    decode_memory_bytes: int = Field(
+        3 * 1024**3,
+        ge=256 * 1024**2,
+        description="address-space limit of each decoder process (RLIMIT_AS)",
+    )
+    decode_lookahead: int = Field(
+        2,
+        ge=1,
+        description="pages of one request decoded per chunk; the next chunk decodes while one "
+        "is inferred, so at most two chunks of decoded pages are held per request",
+    )
     default_tier: int = Field(6, ge=0, le=6)
     max_tier: int = Field(
         6, ge=0, le=6, description="most tiles this deployment serves (GPU memory is sized for it)"

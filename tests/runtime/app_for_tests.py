@@ -16,7 +16,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 
 def make_settings(**overrides) -> Settings:
-    base = {"default_tier": 0, "max_wait_ms": 2.0, "request_timeout_s": 30.0}
+    # decode_workers=0: in-process decoding; the sandbox has its own tests (test_sandbox)
+    # and the live-server suites run with the production default.
+    base = {"default_tier": 0, "max_wait_ms": 2.0, "request_timeout_s": 30.0, "decode_workers": 0}
     return Settings(**{**base, **overrides})
 
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import base64
+import re
 
 import pytest
 from docparser_runtime.engines.base import ParseOptions
 from docparser_runtime.errors import InvalidInput
 from docparser_runtime.server.request_input import build_parse_request, decode_base64_document
+from docparser_runtime.server.request_options import options_from_form, options_schema
 from docparser_runtime.settings import Settings
 
 SETTINGS = Settings(default_tier=4, default_max_new_tokens=1000, max_new_tokens_limit=2000)
@@ -24,35 +26,104 @@ def test_default_max_new_tokens_is_capped_by_the_limit():
     assert build_parse_request(b"x", {}, settings).options.max_new_tokens == 512
 
 
-def test_string_and_native_values_are_accepted():
-    req = build_parse_request(
-        b"x",
-        {"tier": " 2 ", "mode": "grounding", "max_new_tokens": 2000, "pages": 3, "stream": "yes"},
-        SETTINGS,
-    )
+def test_form_text_values_are_converted():
+    options = options_from_form(
+        [("tier", " 2 "), ("mode", "grounding"), ("max_new_tokens", "2000"), ("pages", "3"),
+         ("stream", "yes")]
+    )  # fmt: skip
+    req = build_parse_request(b"x", options, SETTINGS)
     assert req.options == ParseOptions(tier=2, mode="grounding", max_new_tokens=2000)
     assert (req.pages, req.stream) == ("3", True)
+
+
+def test_empty_form_fields_mean_not_given():
+    req = build_parse_request(b"x", options_from_form([("tier", ""), ("mode", " ")]), SETTINGS)
+    assert req.options == ParseOptions(tier=4, mode="markdown", max_new_tokens=1000)
+
+
+def test_json_native_values_are_accepted_and_null_means_default():
+    req = build_parse_request(
+        b"x", {"tier": 2, "mode": "text", "pages": 3, "stream": False, "max_new_tokens": None},
+        SETTINGS,
+    )  # fmt: skip
+    assert req.options == ParseOptions(tier=2, mode="text", max_new_tokens=1000)
+    assert req.pages == "3"
     assert build_parse_request(b"x", {"pages": "1-3, 7"}, SETTINGS).pages == "1-3, 7"
+
+
+@pytest.mark.parametrize("spec", ["5-", "all", "ALL", " 1-3 , 7 ", "2-"])
+def test_documented_page_grammar_is_accepted(spec):
+    assert build_parse_request(b"x", {"pages": spec}, SETTINGS).pages == spec
 
 
 @pytest.mark.parametrize(
     ("fields", "code"),
     [
         ({"tier": 7}, "invalid_tier"),
-        ({"tier": "1.5"}, "invalid_tier"),
+        ({"tier": "2"}, "invalid_tier"),  # JSON: a string is not an integer
+        ({"tier": 1.0}, "invalid_tier"),
         ({"tier": False}, "invalid_tier"),
+        ({"tier": [1]}, "invalid_tier"),
         ({"mode": "MARKDOWN"}, "invalid_mode"),
+        ({"mode": []}, "invalid_mode"),
+        ({"mode": {}}, "invalid_mode"),
+        ({"mode": 1}, "invalid_mode"),
         ({"max_new_tokens": 2001}, "invalid_max_new_tokens"),
-        ({"pages": "1-"}, "invalid_pages"),
+        ({"max_new_tokens": "5"}, "invalid_max_new_tokens"),
+        ({"max_new_tokens": True}, "invalid_max_new_tokens"),
+        ({"pages": "1--"}, "invalid_pages"),
         ({"pages": "0x3"}, "invalid_pages"),
+        ({"pages": "0"}, "invalid_pages"),
+        ({"pages": "3-1"}, "invalid_pages"),
+        ({"pages": True}, "invalid_pages"),
+        ({"pages": [1, 2]}, "invalid_pages"),
         ({"stream": "maybe"}, "invalid_option"),
+        ({"stream": "true"}, "invalid_option"),  # JSON: a string is not a boolean
+        ({"stream": 1}, "invalid_option"),
         ({"temperature": 0.2}, "unknown_field"),
     ],
 )
-def test_invalid_options(fields, code):
+def test_invalid_json_options(fields, code):
     with pytest.raises(InvalidInput) as info:
         build_parse_request(b"x", fields, SETTINGS)
     assert info.value.code == code
+
+
+@pytest.mark.parametrize(
+    ("items", "code"),
+    [
+        ([("tier", "1.5")], "invalid_tier"),
+        ([("tier", "max")], "invalid_tier"),
+        ([("mode", "poetry")], "invalid_mode"),
+        ([("stream", "maybe")], "invalid_option"),
+        ([("pages", "a-b")], "invalid_pages"),
+        ([("teir", "2")], "unknown_field"),
+        ([("tier", "1"), ("tier", "2")], "duplicate_field"),
+        ([("mode", "text"), ("mode", "text")], "duplicate_field"),
+    ],
+)
+def test_invalid_form_options(items, code):
+    with pytest.raises(InvalidInput) as info:
+        options_from_form(items)
+    assert info.value.code == code
+
+
+def test_messages_never_echo_the_value():
+    huge = "x" * 100_000
+    with pytest.raises(InvalidInput) as info:
+        build_parse_request(b"x", {"mode": [huge], "tier": {"a": huge}}, SETTINGS)
+    assert huge[:100] not in info.value.message and len(info.value.message) < 300
+
+
+def test_schema_is_generated_from_the_model():
+    form = options_schema(form=True)
+    assert form["tier"] == {**form["tier"], "type": "integer", "minimum": 0, "maximum": 6}
+    assert form["mode"]["enum"] == ["markdown", "text", "grounding"]
+    assert re.fullmatch(form["pages"]["pattern"], "1-3, 7,9-")
+    assert not re.fullmatch(form["pages"]["pattern"], "1-3-4")
+    json_tier = options_schema(form=False)["tier"]
+    assert {v["type"] for v in json_tier["anyOf"]} == {"integer", "null"}
+    assert "stream" not in options_schema(form=True, include_stream=False)
 
 
 def test_extra_fields_can_be_allowed_by_other_routes():

@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ..errors import DocParserError
+from ..errors import DocParserError, public_message
 from .models import JobStatus
 from .store import ClaimedJob, JobStore
 
@@ -199,7 +199,8 @@ class JobWorker:
                 return  # another replica owns the job now: it reports the outcome
             status = JobStatus.CANCELLED
         except DocParserError as exc:
-            status, error = JobStatus.FAILED, {"code": exc.code, "message": exc.message}
+            message = public_message(exc.message)
+            status, error = JobStatus.FAILED, {"code": exc.code, "message": message}
         except asyncio.CancelledError:
             raise
         except Exception as exc:

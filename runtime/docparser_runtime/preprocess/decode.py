@@ -127,7 +127,12 @@ def _open_header(data: bytes, fmt: str) -> Image.Image:
             f"image dimensions exceed the decoder's safety limit: {exc}",
             code="image_too_large",
         ) from exc
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, EOFError) as exc:
+    except UnidentifiedImageError as exc:
+        # Pillow's message names the BytesIO object (a memory address): not for clients.
+        raise InvalidInput(
+            f"corrupt {fmt.upper()} image: its header cannot be read", code="corrupt_image"
+        ) from exc
+    except (OSError, SyntaxError, ValueError, EOFError) as exc:
         raise InvalidInput(
             f"corrupt {fmt.upper()} image: cannot read its header ({exc})", code="corrupt_image"
         ) from exc

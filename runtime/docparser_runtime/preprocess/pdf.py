@@ -17,7 +17,7 @@ from docparser_runtime.errors import InvalidInput, PayloadTooLarge
 from docparser_runtime.preprocess.decode import to_rgb
 from docparser_runtime.preprocess.page_ranges import parse_page_ranges
 
-_PDFIUM_LOCK = threading.Lock()
+PDFIUM_LOCK = threading.Lock()
 _POINTS_PER_INCH = 72.0
 
 
@@ -33,27 +33,45 @@ def render_pdf(
     resolution that fits: the page is vector data, so shrinking it loses nothing the
     user sent, whereas refusing a valid PDF would.
     """
-    with _PDFIUM_LOCK:
+    with PDFIUM_LOCK:
         doc = _open(data)
         try:
-            count = len(doc)
-            if count == 0:
-                raise InvalidInput("corrupt PDF: it has no pages", code="corrupt_pdf")
-            selected = parse_page_ranges(pages, count)
-            if len(selected) > max_pages:
-                raise PayloadTooLarge(
-                    f"{len(selected)} pages selected, above the limit of {max_pages} per "
-                    f"request; select fewer with the 'pages' option (e.g. '1-{max_pages}')",
-                    code="too_many_pages",
-                )
+            selected = select_pdf_pages(doc, pages, max_pages)
             return [(index, _render_page(doc, index, dpi, max_pixels)) for index in selected]
         finally:
             doc.close()
 
 
+def select_pdf_pages(doc: pdfium.PdfDocument, pages: str | None, max_pages: int) -> list[int]:
+    """The 0-based indices ``pages`` selects from an open document, within ``max_pages``."""
+    count = len(doc)
+    if count == 0:
+        raise InvalidInput("corrupt PDF: it has no pages", code="corrupt_pdf")
+    selected = parse_page_ranges(pages, count)
+    if len(selected) > max_pages:
+        raise PayloadTooLarge(
+            f"{len(selected)} pages selected, above the limit of {max_pages} per "
+            f"request; select fewer with the 'pages' option (e.g. '1-{max_pages}')",
+            code="too_many_pages",
+        )
+    return selected
+
+
+def open_pdf(data: bytes) -> pdfium.PdfDocument:
+    """Open a PDF (caller holds ``PDFIUM_LOCK`` when threads share PDFium, and closes it)."""
+    return _open(data)
+
+
+def render_pdf_page(
+    doc: pdfium.PdfDocument, index: int, *, dpi: int, max_pixels: int
+) -> Image.Image:
+    """Render one page of an open document (see ``render_pdf`` for the pixel cap)."""
+    return _render_page(doc, index, dpi, max_pixels)
+
+
 def pdf_page_count(data: bytes) -> int:
     """Number of pages, without rendering (for limits and job planning)."""
-    with _PDFIUM_LOCK:
+    with PDFIUM_LOCK:
         doc = _open(data)
         try:
             return len(doc)

@@ -10,11 +10,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from PIL import Image
+
 from docparser_runtime.engines.base import PageImage
 from docparser_runtime.errors import InvalidInput
 from docparser_runtime.preprocess.decode import decode_image, sniff_format
 from docparser_runtime.preprocess.page_ranges import parse_page_ranges
-from docparser_runtime.preprocess.pdf import render_pdf
+from docparser_runtime.preprocess.pdf import (
+    PDFIUM_LOCK,
+    open_pdf,
+    render_pdf,
+    render_pdf_page,
+    select_pdf_pages,
+)
 from docparser_runtime.preprocess.tiling import MAX_TIER, plan_tiles
 
 
@@ -67,10 +75,47 @@ def load_document(
     else:
         parse_page_ranges(pages, 1)
         rendered = [(0, decode_image(data, max_pixels=limits.max_pixels))]
-    result = []
-    for index, image in rendered:
-        plan = plan_tiles(image.width, image.height, tier)
-        result.append(
-            PageImage(index=index, image=image, tiles=plan.tiles, vision_tokens=plan.vision_tokens)
-        )
-    return result
+    return [to_page_image(index, image, tier) for index, image in rendered]
+
+
+def to_page_image(index: int, image: Image.Image, tier: int) -> PageImage:
+    """A decoded page with its tiling plan (the visual-token accounting)."""
+    plan = plan_tiles(image.width, image.height, tier)
+    return PageImage(index=index, image=image, tiles=plan.tiles, vision_tokens=plan.vision_tokens)
+
+
+@dataclass(frozen=True)
+class DocumentPlan:
+    """What a document will produce, known before any page is rendered."""
+
+    fmt: str
+    indices: tuple[int, ...]  # 0-based page indices, in order
+
+
+def plan_document(data: bytes, pages: str | None, limits: DecodeLimits) -> DocumentPlan:
+    """Sniff the format and select pages (PDF: opens it and reads the page tree only)."""
+    fmt = sniff_format(data)
+    if fmt != "pdf":
+        parse_page_ranges(pages, 1)
+        return DocumentPlan(fmt, (0,))
+    with PDFIUM_LOCK:
+        doc = open_pdf(data)
+        try:
+            return DocumentPlan(fmt, tuple(select_pdf_pages(doc, pages, limits.max_pages)))
+        finally:
+            doc.close()
+
+
+def render_page(data: bytes, fmt: str, index: int, limits: DecodeLimits, doc=None) -> Image.Image:
+    """Decode one page to RGB: the image itself, or page ``index`` of a PDF (``doc``: an
+    already open ``PdfDocument`` of ``data`` to reuse, else the PDF is opened here)."""
+    if fmt != "pdf":
+        return decode_image(data, max_pixels=limits.max_pixels)
+    with PDFIUM_LOCK:
+        own = doc is None
+        doc = open_pdf(data) if own else doc
+        try:
+            return render_pdf_page(doc, index, dpi=limits.pdf_dpi, max_pixels=limits.max_pixels)
+        finally:
+            if own:
+                doc.close()

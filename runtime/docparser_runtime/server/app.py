@@ -25,11 +25,12 @@ from docparser_runtime.engines.registry import create_engine
 from docparser_runtime.server import routes_health, routes_jobs, routes_openai, routes_parse
 from docparser_runtime.server.auth import create_key_store
 from docparser_runtime.server.batcher import MicroBatcher
+from docparser_runtime.server.decoding import DocumentLoader
 from docparser_runtime.server.error_mapping import install_error_handlers
 from docparser_runtime.server.jobs_runtime import start_jobs, stop_jobs
 from docparser_runtime.server.lifecycle import Lifecycle
 from docparser_runtime.server.metrics import Metrics
-from docparser_runtime.server.parse_service import DocumentLoader, ParseService
+from docparser_runtime.server.parse_service import ParseService
 from docparser_runtime.server.ratelimit import RateLimiter, enforce_limits
 from docparser_runtime.server.sse import install_streaming
 from docparser_runtime.settings import Settings
@@ -98,6 +99,7 @@ async def _bring_up(app: FastAPI, engine: Engine | None, engine_loaded: bool) ->
         settings,
         state.metrics.registry,
     )
+    await state.parse_service.decoder.wait_started()
     state.metrics.set_engine(engine.name, engine.version)
     state.metrics.ready.set(1)
     state.lifecycle.mark_ready()

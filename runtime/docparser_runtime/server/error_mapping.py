@@ -19,11 +19,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from docparser_runtime import errors
+from docparser_runtime.errors import public_message
 
 log = logging.getLogger("docparser.server")
 
 # Most specific class first: lookup walks the exception's MRO.
 STATUS_BY_ERROR: dict[type[errors.DocParserError], int] = {
+    errors.DocumentTooComplex: 422,
     errors.UnsupportedMediaType: 415,
     errors.PayloadTooLarge: 413,
     errors.InvalidInput: 400,
@@ -66,7 +68,7 @@ def status_for(exc: errors.DocParserError) -> int:
 
 
 def error_body(code: str, message: str) -> dict:
-    return {"error": {"code": code, "message": message}}
+    return {"error": {"code": code, "message": public_message(message)}}
 
 
 def error_response(exc: errors.DocParserError) -> JSONResponse:

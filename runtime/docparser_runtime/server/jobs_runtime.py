@@ -29,22 +29,6 @@ log = logging.getLogger("docparser.jobs")
 _POLL_S = 1.0
 
 
-def count_pages(data: bytes, pages: str | None, settings: Settings) -> int | None:
-    """How many pages the job will produce, for progress; None when unknown (the parse
-    itself reports bad input properly, so every failure here is swallowed)."""
-    try:
-        from ..preprocess.decode import sniff_format
-
-        if sniff_format(data) != "pdf":
-            return 1
-        from ..preprocess.page_ranges import parse_page_ranges
-        from ..preprocess.pdf import pdf_page_count
-
-        return min(len(parse_page_ranges(pages, pdf_page_count(data))), settings.max_pages)
-    except Exception:
-        return None
-
-
 def make_runner(app: FastAPI):
     """A ``JobRunner`` bound to the app's (lazily created) parse service."""
     state = app.state
@@ -52,9 +36,16 @@ def make_runner(app: FastAPI):
     async def run(data: bytes, params: dict[str, Any], progress: ProgressFn) -> dict[str, Any]:
         settings: Settings = state.settings
         request = build_parse_request(data, params, settings)
-        total = await asyncio.to_thread(count_pages, data, request.pages, settings) or 0
+        # The page count comes from the parse itself (the sandboxed decoder opens the
+        # document): the server process never parses an untrusted PDF to count pages.
+        total = 0
         done = 0
         pages_changed = asyncio.Event()
+
+        def on_total(count: int) -> None:
+            nonlocal total
+            total = count
+            pages_changed.set()
 
         def on_page(_page: dict) -> None:
             nonlocal done
@@ -64,7 +55,9 @@ def make_runner(app: FastAPI):
         await progress(0, total)
 
         async def attempt() -> dict[str, Any]:
-            parse = asyncio.ensure_future(state.parse_service.parse(request, on_page=on_page))
+            parse = asyncio.ensure_future(
+                state.parse_service.parse(request, on_page=on_page, on_total=on_total)
+            )
             try:
                 while not parse.done():
                     changed = asyncio.ensure_future(pages_changed.wait())

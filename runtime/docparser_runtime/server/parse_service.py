@@ -1,25 +1,29 @@
 """The parse use case: bytes + options -> the reply body of ``/v1/document/parse``.
 
-One place that decodes a document (on a thread pool), sends its pages through the
-micro-batcher, accounts the outstanding work and stage timings in metrics, and assembles
-the reply. The parse route, jobs, the cache and the OpenAI-compatible route all call
+One place that decodes a document (in the sandboxed decoder pool, page by page with a
+bounded look-ahead: ``server/decoding.py``), sends its pages through the micro-batcher,
+accounts the outstanding work and stage timings in metrics, and assembles the reply. The
+parse route, jobs, the cache and the OpenAI-compatible route all call
 ``ParseService.parse`` so they cannot drift apart.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from dataclasses import dataclass
 
-from docparser_runtime.engines.base import Engine, PageImage, PageResult
-from docparser_runtime.errors import DeadlineExceeded, DocParserError, InvalidInput, Overloaded
+from docparser_runtime.engines.base import Engine, PageImage
+from docparser_runtime.errors import InvalidInput, Overloaded
+from docparser_runtime.preprocess.sandbox import release_memory
 from docparser_runtime.server.batcher import MicroBatcher, SubmitTimings
+from docparser_runtime.server.decoding import DocumentLoader, create_decoder
 from docparser_runtime.server.metrics import Metrics
 from docparser_runtime.server.request_input import ParseRequest
 from docparser_runtime.settings import Settings
@@ -29,28 +33,41 @@ log = logging.getLogger("docparser.parse")
 # Between pages in ``content``; the convention of DeepSeek-OCR's own tooling.
 PAGE_SEPARATOR = "\n\n<--- Page Split --->\n\n"
 
-# (data, tier, pages) -> decoded pages; blocking, runs on the preprocessing pool.
-DocumentLoader = Callable[[bytes, int, str | None], list[PageImage]]
 # Called on the event loop as each page finishes, with ``PageResult.to_dict()``.
 PageCallback = Callable[[dict], None]
 # Called on the event loop with (page index, text delta) while a page generates.
 PageDeltaCallback = Callable[[int, str], None]
+# Called once with the number of pages the parse will produce (job progress).
+TotalCallback = Callable[[int], None]
+_OVERLOAD_POLL_S = 0.2
+_TRIM_AFTER_PIXELS = 16_000_000
 
 
-def default_loader(settings: Settings) -> DocumentLoader:
-    """The production loader: ``preprocess.pipeline.load_document`` with settings' limits."""
-    from docparser_runtime.preprocess.pipeline import DecodeLimits, load_document
+@dataclass
+class _Timings:
+    """Stage times of one parse: decoding (summed over pages) and the engine's wall span."""
 
-    limits = DecodeLimits(
-        max_pixels=settings.max_image_pixels,
-        max_pages=settings.max_pages,
-        pdf_dpi=settings.pdf_dpi,
-    )
+    preprocess_s: float = 0.0
+    pixels: int = 0  # decoded, over all pages
+    planned: int = 0  # pages counted in the outstanding-pages gauge
+    settled: int = 0  # of those, pages whose engine call ended
+    queue_s: float | None = None
+    first_start: float | None = None
+    last_end: float | None = None
 
-    def load(data: bytes, tier: int, pages: str | None) -> list[PageImage]:
-        return load_document(data, tier=tier, pages=pages, limits=limits)
+    def add(self, submitted: float, sub: SubmitTimings) -> None:
+        start = submitted + sub.queue_s
+        if self.queue_s is None:
+            self.queue_s = sub.queue_s
+        self.first_start = start if self.first_start is None else min(self.first_start, start)
+        end = start + sub.inference_s
+        self.last_end = end if self.last_end is None else max(self.last_end, end)
 
-    return load
+    @property
+    def inference_s(self) -> float:
+        if self.first_start is None or self.last_end is None:
+            return 0.0
+        return self.last_end - self.first_start
 
 
 class ParseService:
@@ -68,19 +85,13 @@ class ParseService:
         self.engine = engine
         self.batcher = batcher
         self.metrics = metrics
-        self._loader = loader
         workers = preprocess_workers or max(1, min(4, os.cpu_count() or 1))
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="preprocess")
-        self._decoding = 0  # documents handed to the decode pool and not back yet
-
-    @property
-    def loader(self) -> DocumentLoader:
-        if self._loader is None:
-            self._loader = default_loader(self.settings)
-        return self._loader
+        self.decoder = create_decoder(settings, loader, workers=workers)
+        self.decoder.start()
+        self._decoding = 0  # documents being opened (their upload held, pages unknown)
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self.decoder.close()
 
     async def parse(
         self,
@@ -89,122 +100,181 @@ class ParseService:
         on_page: PageCallback | None = None,
         on_delta: PageDeltaCallback | None = None,
         deadline: float | None = None,
+        on_total: TotalCallback | None = None,
     ) -> dict:
         """Parse one document. ``deadline`` (``time.monotonic()``) defaults to
-        now + ``request_timeout_s``. With ``on_delta`` pages are generated one at a time
-        through ``engine.stream_page`` (streaming), otherwise batched."""
+        now + ``request_timeout_s``. Pages are decoded as the pipeline needs them, at most
+        ``decode_lookahead`` ahead of inference. With ``on_delta`` pages are generated one
+        at a time through ``engine.stream_page`` (streaming), otherwise batched."""
         m = self.metrics
         t0 = time.monotonic()
         if deadline is None:
             deadline = t0 + self.settings.request_timeout_s
+        timings = _Timings()
         m.outstanding_requests.inc()
         try:
-            pages = await self._preprocess(request, deadline)
-            t1 = time.monotonic()
-            tokens = sum(p.vision_tokens for p in pages)
-            m.outstanding_pages.inc(len(pages))
-            m.outstanding_vision_tokens.inc(tokens)
-            try:
-                timings = SubmitTimings()
-                if on_delta is not None:
-                    results = await self._stream(
-                        pages, request, on_page, on_delta, deadline, timings
-                    )
-                else:
-                    results = await self._batch(pages, request, on_page, deadline, timings)
-            finally:
-                m.outstanding_pages.dec(len(pages))
-                m.outstanding_vision_tokens.dec(tokens)
+            doc = await self._open(request, deadline, timings)
+            if on_total is not None:
+                on_total(doc.page_count)
+            # Every page of the plan is outstanding work for the autoscaler, decoded yet or
+            # not; each page leaves the gauge when its engine call ends (``_outstanding``).
+            m.outstanding_pages.inc(doc.page_count)
+            timings.planned = doc.page_count
+            if on_delta is not None:
+                done = await self._stream(doc, request, on_page, on_delta, deadline, timings)
+            else:
+                done = await self._batch(doc, request, on_page, deadline, timings)
         finally:
+            m.outstanding_pages.dec(timings.planned - timings.settled)
             m.outstanding_requests.dec()
+            if timings.pixels >= _TRIM_AFTER_PIXELS:
+                # Large pages leave freed heap in glibc's arenas: hand it back to the OS
+                # so one big document does not keep the replica's RSS up for good.
+                await asyncio.to_thread(release_memory)
+        results = [r for r, _ in done]
+        tokens = sum(t for _, t in done)
         t2 = time.monotonic()
-        m.observe_stage("preprocess", t1 - t0)
-        m.observe_stage("queue", timings.queue_s)
+        m.observe_stage("preprocess", timings.preprocess_s)
+        m.observe_stage("queue", timings.queue_s or 0.0)
         m.observe_stage("inference", timings.inference_s)
         m.observe_stage("total", t2 - t0)
         output_tokens = sum(r.output_tokens for r in results)
         m.pages.inc(len(results))
         m.vision_tokens.inc(tokens)
         m.output_tokens.inc(output_tokens)
-        return self._reply(results, tokens, output_tokens, t0, t1, t2, timings)
+        return self._reply(results, tokens, output_tokens, t0, t2, timings)
 
-    async def _preprocess(self, request: ParseRequest, deadline: float) -> list[PageImage]:
-        # Documents waiting for the decode pool hold their upload in memory: bound them
-        # like the page queue, so a burst of large uploads gets 429s instead of an OOM.
+    async def _open(self, request: ParseRequest, deadline: float, timings: _Timings):
+        # Documents being opened hold their upload in memory: bound them like the page
+        # queue, so a burst of large uploads gets 429s instead of an OOM.
         if self._decoding >= self.settings.max_queue_pages:
             self.metrics.rejected.labels(code="overloaded").inc()
             raise Overloaded(
                 f"{self._decoding} documents are being decoded; retry shortly",
                 retry_after_s=1.0,
             )
-        loop = asyncio.get_running_loop()
-        call = (self._load, request.data, request.options.tier, request.pages)
         self._decoding += 1
+        started = time.monotonic()
         try:
-            pages = await asyncio.wait_for(
-                loop.run_in_executor(self._pool, *call), max(0.0, deadline - time.monotonic())
+            doc = await self.decoder.open(
+                request.data, request.options.tier, request.pages, deadline
             )
-        except TimeoutError:
-            raise DeadlineExceeded("the deadline passed while decoding the document") from None
         finally:
             self._decoding -= 1
-        if not pages:
+            timings.preprocess_s += time.monotonic() - started
+        if doc.page_count == 0:
             raise InvalidInput("the document has no pages to parse", code="no_pages")
-        return pages
+        return doc
 
-    def _load(self, data: bytes, tier: int, pages: str | None) -> list[PageImage]:
+    async def _decode(self, doc, position: int, deadline: float, timings: _Timings) -> PageImage:
+        started = time.monotonic()
         try:
-            return self.loader(data, tier, pages)
-        except DocParserError:
-            raise
-        except Exception as exc:
-            # A decoder error the preprocessing layer did not classify is still the
-            # input's fault (the bytes would not decode), never a server error.
-            log.warning("unclassified decode failure: %s", exc, exc_info=True)
-            raise InvalidInput(
-                f"the document could not be decoded ({type(exc).__name__})",
-                code="undecodable_document",
-            ) from None
+            page = await self.decoder.page(doc, position, deadline)
+        finally:
+            timings.preprocess_s += time.monotonic() - started
+        timings.pixels += page.width * page.height
+        return page
 
-    async def _batch(self, pages, request, on_page, deadline, timings) -> list[PageResult]:
+    @contextlib.contextmanager
+    def _outstanding(self, pages: list[PageImage], timings: _Timings):
+        """Decoded pages on their way through the engine: their visual tokens are
+        outstanding work (pages are counted from the plan on, in ``parse``)."""
+        m = self.metrics
+        tokens = sum(p.vision_tokens for p in pages)
+        m.outstanding_vision_tokens.inc(tokens)
+        try:
+            yield
+        finally:
+            m.outstanding_pages.dec(len(pages))
+            timings.settled += len(pages)
+            m.outstanding_vision_tokens.dec(tokens)
+
+    async def _decode_chunk(self, doc, positions, deadline, timings) -> list[PageImage]:
+        tasks = [asyncio.ensure_future(self._decode(doc, p, deadline, timings)) for p in positions]
+        try:
+            return list(await asyncio.gather(*tasks))
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _batch(self, doc, request, on_page, deadline, timings) -> list[tuple]:
+        """Pages go to the batcher in chunks of ``decode_lookahead`` (so a document's pages
+        still share engine batches); the next chunk decodes while this one is inferred, so
+        at most two chunks of decoded pages exist per request."""
         on_result = None if on_page is None else (lambda r: on_page(r.to_dict()))
-        return await self.batcher.submit(
-            pages, request.options, deadline=deadline, timings=timings, on_result=on_result
-        )
+        size = self.settings.decode_lookahead
+        chunks = [range(i, min(i + size, doc.page_count)) for i in range(0, doc.page_count, size)]
+        done: list[tuple] = []
+        upcoming = asyncio.ensure_future(self._decode_chunk(doc, chunks[0], deadline, timings))
+        try:
+            for number in range(len(chunks)):
+                pages = await upcoming
+                if number + 1 < len(chunks):
+                    upcoming = asyncio.ensure_future(
+                        self._decode_chunk(doc, chunks[number + 1], deadline, timings)
+                    )
+                with self._outstanding(pages, timings):
+                    results = await self._submit(pages, request, deadline, timings, on_result,
+                                                 first=number == 0)  # fmt: skip
+                done.extend((r, p.vision_tokens) for r, p in zip(results, pages, strict=True))
+                del pages, results  # decoded pixels go as soon as their chunk is parsed
+        finally:
+            upcoming.cancel()
+            await asyncio.gather(upcoming, return_exceptions=True)
+        return done
+
+    async def _submit(self, pages, request, deadline, timings, on_result, *, first: bool):
+        while True:
+            sub, submitted = SubmitTimings(), time.monotonic()
+            try:
+                results = await self.batcher.submit(
+                    pages, request.options, deadline=deadline, timings=sub, on_result=on_result
+                )
+            except Overloaded:
+                # The first chunk answers 429 at once; later chunks of an admitted document
+                # wait for room instead of wasting the work already done.
+                if first or time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(_OVERLOAD_POLL_S)
+                continue
+            timings.add(submitted, sub)
+            return results
 
     async def _stream(
         self,
-        pages: Sequence[PageImage],
+        doc,
         request: ParseRequest,
         on_page: PageCallback | None,
         on_delta: PageDeltaCallback,
         deadline: float,
-        timings: SubmitTimings,
-    ) -> list[PageResult]:
+        timings: _Timings,
+    ) -> list[tuple]:
         loop = asyncio.get_running_loop()
         stop = threading.Event()
         results = []
         try:
-            for page in pages:
+            for position in range(doc.page_count):
+                page = await self._decode(doc, position, deadline, timings)
 
                 def delta(text: str, index: int = page.index) -> bool:
                     loop.call_soon_threadsafe(on_delta, index, text)
                     return stop.is_set()
 
-                one = SubmitTimings()
-                result = await self.batcher.submit_stream(
-                    page, request.options, delta, deadline=deadline, timings=one
-                )
-                timings.queue_s += one.queue_s
-                timings.inference_s += one.inference_s
-                results.append(result)
+                sub, submitted = SubmitTimings(), time.monotonic()
+                with self._outstanding([page], timings):
+                    result = await self.batcher.submit_stream(
+                        page, request.options, delta, deadline=deadline, timings=sub
+                    )
+                timings.add(submitted, sub)
+                results.append((result, page.vision_tokens))
                 if on_page is not None:
                     on_page(result.to_dict())
         finally:
             stop.set()  # the client went away or failed: stop generating
         return results
 
-    def _reply(self, results, tokens, output_tokens, t0, t1, t2, timings) -> dict:
+    def _reply(self, results, tokens, output_tokens, t0, t2, timings: _Timings) -> dict:
         return {
             "id": f"parse-{uuid.uuid4().hex}",
             "model": {"engine": self.engine.name, "version": self.engine.version},
@@ -217,8 +287,8 @@ class ParseService:
                 "pages": len(results),
             },
             "timings_ms": {
-                "queue": round(timings.queue_s * 1000, 2),
-                "preprocess": round((t1 - t0) * 1000, 2),
+                "queue": round((timings.queue_s or 0.0) * 1000, 2),
+                "preprocess": round(timings.preprocess_s * 1000, 2),
                 "inference": round(timings.inference_s * 1000, 2),
                 "total": round((t2 - t0) * 1000, 2),
             },

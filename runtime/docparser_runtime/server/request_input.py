@@ -14,7 +14,6 @@ import asyncio
 import base64
 import binascii
 import json
-import re
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -25,11 +24,13 @@ from starlette.requests import Request
 
 from docparser_runtime.engines.base import ParseOptions
 from docparser_runtime.errors import InvalidInput, PayloadTooLarge, UnsupportedMediaType
+from docparser_runtime.server.request_options import (
+    RequestOptions,
+    options_from_form,
+    options_from_json,
+)
 from docparser_runtime.settings import Settings
 
-MODES = ("markdown", "text", "grounding")
-OPTION_FIELDS = frozenset({"tier", "mode", "max_new_tokens", "pages", "stream"})
-_PAGES_RE = re.compile(r"^\s*\d+\s*(-\s*\d+\s*)?(,\s*\d+\s*(-\s*\d+\s*)?)*$")
 _RAW_TYPES = ("image/", "application/pdf", "application/octet-stream")
 _FORM_OVERHEAD = 1024 * 1024  # multipart boundaries + option fields
 _INLINE_DECODE_BYTES = 1024 * 1024
@@ -47,75 +48,54 @@ class ParseRequest:
 
 
 # -- options ---------------------------------------------------------------------------
-def _as_int(value: Any, name: str, lo: int, hi: int, code: str) -> int:
-    if isinstance(value, bool):
-        raise InvalidInput(f"{name} must be an integer {lo}..{hi}", code=code)
-    try:
-        number = int(str(value).strip()) if not isinstance(value, int) else value
-    except ValueError:
-        raise InvalidInput(
-            f"{name} must be an integer {lo}..{hi}, got {value!r}", code=code
-        ) from None
-    if not lo <= number <= hi:
-        raise InvalidInput(f"{name} must be within {lo}..{hi}, got {number}", code=code)
-    return number
-
-
-def _as_bool(value: Any, name: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off", ""):
-        return False
-    raise InvalidInput(f"{name} must be a boolean, got {value!r}", code="invalid_option")
-
-
 def build_parse_request(
     data: bytes,
-    fields: Mapping[str, Any],
+    fields: RequestOptions | Mapping[str, Any],
     settings: Settings,
     *,
     filename: str | None = None,
     allowed_extra: frozenset[str] = frozenset(),
 ) -> ParseRequest:
-    """Validate options (typos are errors, not silently ignored) and pair them with data."""
-    unknown = set(fields) - OPTION_FIELDS - allowed_extra
-    if unknown:
-        raise InvalidInput(f"unknown field(s): {', '.join(sorted(unknown))}", code="unknown_field")
+    """Validate options (typos are errors, not silently ignored) and pair them with data.
+
+    ``fields`` is either already validated ``RequestOptions`` (form input) or a mapping
+    with JSON types (JSON bodies, stored job parameters, the OpenAI route), validated
+    strictly here. The deployment-dependent bounds (``max_tier``, the token limit) and
+    the defaults come from ``settings``.
+    """
+    if isinstance(fields, RequestOptions):
+        opts = fields
+    else:
+        opts = options_from_json({k: v for k, v in fields.items() if k not in allowed_extra})
     if not data:
         raise InvalidInput("the document is empty", code="empty_document")
-    tier = fields.get("tier")
     # The deployment's GPU memory is sized for max_tier: a higher tier is refused, not run.
     max_tier = settings.max_tier
-    tier = (
-        min(settings.default_tier, max_tier)
-        if tier in (None, "")
-        else _as_int(tier, "tier", 0, max_tier, "invalid_tier")
-    )
-    mode = fields.get("mode") or "markdown"
-    if mode not in MODES:
-        raise InvalidInput(f"mode must be one of {', '.join(MODES)}", code="invalid_mode")
+    if opts.tier is None:
+        tier = min(settings.default_tier, max_tier)
+    elif opts.tier > max_tier:
+        raise InvalidInput(
+            f"tier must be within 0..{max_tier} on this deployment, got {opts.tier}",
+            code="invalid_tier",
+        )
+    else:
+        tier = opts.tier
     limit = settings.max_new_tokens_limit
-    mnt = fields.get("max_new_tokens")
-    if mnt in (None, ""):
+    if opts.max_new_tokens is None:
         mnt = min(settings.default_max_new_tokens, limit)
+    elif opts.max_new_tokens > limit:
+        raise InvalidInput(
+            f"max_new_tokens must be within 1..{limit}, got {opts.max_new_tokens}",
+            code="invalid_max_new_tokens",
+        )
     else:
-        mnt = _as_int(mnt, "max_new_tokens", 1, limit, "invalid_max_new_tokens")
-    pages = fields.get("pages")
-    if pages in (None, ""):
-        pages = None
-    else:
-        pages = str(pages)
-        if not _PAGES_RE.match(pages):
-            raise InvalidInput(f"pages must look like '1-3,7', got {pages!r}", code="invalid_pages")
-    stream = _as_bool(fields.get("stream", False), "stream")
+        mnt = opts.max_new_tokens
+    pages = opts.pages if opts.pages and opts.pages.strip() else None
     return ParseRequest(
         data=data,
-        options=ParseOptions(tier=tier, mode=mode, max_new_tokens=mnt),
+        options=ParseOptions(tier=tier, mode=opts.mode or "markdown", max_new_tokens=mnt),
         pages=pages,
-        stream=stream,
+        stream=bool(opts.stream),
         filename=filename,
     )
 
@@ -170,24 +150,44 @@ async def _from_multipart(request: Request, settings: Settings, allowed_extra) -
             f"malformed multipart body: {exc.message}", code="invalid_multipart"
         ) from None
     try:
+        if sum(1 for name, _ in form.multi_items() if name == "file") > 1:
+            raise InvalidInput("field 'file' is given more than once", code="duplicate_field")
         upload = form.get("file")
         if not isinstance(upload, UploadFile):
             raise InvalidInput(
                 "multipart field 'file' (a file part) is required", code="missing_file"
             )
+        items = [(k, v) for k, v in form.multi_items() if k != "file" and k not in allowed_extra]
+        if any(not isinstance(v, str) for _, v in items):
+            raise InvalidInput(
+                "only 'file' may be a file part; options are plain form fields",
+                code="invalid_multipart",
+            )
+        options = options_from_form(items)
         data = await upload.read()
         _check_size(data, settings)
-        fields = {k: v for k, v in form.multi_items() if k != "file" and isinstance(v, str)}
-        return build_parse_request(
-            data, fields, settings, filename=upload.filename, allowed_extra=allowed_extra
-        )
+        return build_parse_request(data, options, settings, filename=upload.filename)
     finally:
         await form.close()
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook``: a key given twice is an error, not last-one-wins."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise InvalidInput(f"JSON key {dup!r} is given more than once", code="duplicate_field")
+    return obj
+
+
 def _decode_json_document(body: bytes) -> tuple[dict, bytes]:
     try:
-        payload = json.loads(body)
+        payload = json.loads(body, object_pairs_hook=_unique_keys)
+    except RecursionError:
+        # json's C scanner refuses to recurse past the interpreter's limit: a hostile
+        # body (nested 100,000 deep) is the client's error, never an engine failure.
+        raise InvalidInput("the JSON body is nested too deeply", code="invalid_json") from None
     except (ValueError, UnicodeDecodeError):
         raise InvalidInput("the body is not valid JSON", code="invalid_json") from None
     if not isinstance(payload, dict):
@@ -220,10 +220,10 @@ async def read_parse_request(
     if content_type == "application/json" or content_type.endswith("+json"):
         return await _from_json(request, settings, allowed_extra)
     if content_type.startswith(_RAW_TYPES):
+        items = [(k, v) for k, v in request.query_params.multi_items() if k not in allowed_extra]
+        options = options_from_form(items)
         data = await read_body(request, settings.max_upload_bytes)
-        return build_parse_request(
-            data, dict(request.query_params), settings, allowed_extra=allowed_extra
-        )
+        return build_parse_request(data, options, settings)
     body = await read_body(request, settings.max_upload_bytes)
     if not body:
         raise InvalidInput("the request body is empty", code="empty_body")

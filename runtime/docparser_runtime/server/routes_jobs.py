@@ -11,7 +11,6 @@ running.
 
 from __future__ import annotations
 
-import copy
 import re
 
 from fastapi import APIRouter, Header, Path, Request
@@ -21,19 +20,12 @@ from ..errors import InvalidInput, Overloaded
 from ..jobs import JobStatus, JobStore, request_fingerprint
 from ..jobs.store import not_found
 from .request_input import read_parse_request
-from .routes_parse import _REQUEST_BODY
+from .routes_parse import request_body_schema
 
 router = APIRouter(tags=["jobs"])
 
 _KEY_RE = re.compile(r"^[\x21-\x7e]{1,255}$")  # visible ASCII, like Stripe's keys
 _JOB_ID = Path(description="job id from POST /v1/jobs", max_length=100)
-
-
-def _job_request_body() -> dict:
-    body = copy.deepcopy(_REQUEST_BODY)
-    for media in body["content"].values():
-        media["schema"]["properties"].pop("stream", None)
-    return body
 
 
 _JOB_SCHEMA = {
@@ -88,7 +80,7 @@ async def _public(store: JobStore, job) -> dict:
     "/v1/jobs",
     status_code=202,
     summary="Queue a document parse; poll GET /v1/jobs/{id} for the result",
-    openapi_extra={"requestBody": _job_request_body()},
+    openapi_extra={"requestBody": request_body_schema(include_stream=False)},
     responses={
         202: {"description": "queued (or the job named by Idempotency-Key)", **_JOB_REPLY},
         **{s: _ERROR for s in (400, 401, 403, 409, 413, 415, 429, 503)},

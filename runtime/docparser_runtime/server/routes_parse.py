@@ -20,36 +20,43 @@ from fastapi.responses import JSONResponse, Response
 from docparser_runtime.errors import InvalidInput
 from docparser_runtime.server.error_mapping import CLIENT_CLOSED_STATUS
 from docparser_runtime.server.request_input import read_parse_request
+from docparser_runtime.server.request_options import options_schema
 
 router = APIRouter(tags=["parse"])
 T = TypeVar("T")
 
-_OPTIONS_SCHEMA = {
-    "tier": {"type": "integer", "minimum": 0, "maximum": 6},
-    "mode": {"type": "string", "enum": ["markdown", "text", "grounding"]},
-    "max_new_tokens": {"type": "integer", "minimum": 1},
-    "pages": {"type": "string", "example": "1-3,7"},
-    "stream": {"type": "boolean"},
-}
-_REQUEST_BODY = {
-    "required": True,
-    "content": {
-        "multipart/form-data": {
-            "schema": {
-                "type": "object",
-                "required": ["file"],
-                "properties": {"file": {"type": "string", "format": "binary"}, **_OPTIONS_SCHEMA},
-            }
+
+def request_body_schema(*, include_stream: bool = True) -> dict:
+    """The OpenAPI ``requestBody``, generated from the one ``RequestOptions`` model."""
+    form = options_schema(form=True, include_stream=include_stream)
+    json_options = options_schema(form=False, include_stream=include_stream)
+    return {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["file"],
+                    "properties": {"file": {"type": "string", "format": "binary"}, **form},
+                    "additionalProperties": False,
+                }
+            },
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "required": ["image"],
+                    "properties": {
+                        "image": {"type": "string", "format": "byte"},
+                        **json_options,
+                    },
+                    "additionalProperties": False,
+                }
+            },
         },
-        "application/json": {
-            "schema": {
-                "type": "object",
-                "required": ["image"],
-                "properties": {"image": {"type": "string", "format": "byte"}, **_OPTIONS_SCHEMA},
-            }
-        },
-    },
-}
+    }
+
+
+_REQUEST_BODY = request_body_schema()
 _ERROR = {"description": "error", "content": {"application/json": {}}}
 _RESPONSES = {s: _ERROR for s in (400, 401, 403, 413, 415, 422, 429, 500, 503, 504)}
 

@@ -1,0 +1,170 @@
+"""Where a parse gets its pages from: the sandboxed decoder pool, or (development and
+tests) the server process itself.
+
+WHY an interface with ``open`` + ``page``: a PDF is rendered page by page as the
+pipeline needs it (``ParseService`` keeps a bounded look-ahead), never all selected pages
+up front, so a 200-page document of huge pages costs a few pages of memory, not 48 GB.
+``open`` only sniffs the format and reads the page tree; the deadline of every call is the
+request's, so a decode never outlives the request that asked for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from docparser_runtime.engines.base import PageImage
+from docparser_runtime.errors import DeadlineExceeded, DocParserError, InvalidInput
+from docparser_runtime.preprocess.pipeline import (
+    DecodeLimits,
+    DocumentPlan,
+    plan_document,
+    render_page,
+    to_page_image,
+    validate_tier,
+)
+from docparser_runtime.preprocess.sandbox import DecodePool, SandboxLimits
+from docparser_runtime.settings import Settings
+
+# (data, tier, pages) -> decoded pages; blocking. The test hook that replaces decoding.
+DocumentLoader = Callable[[bytes, int, str | None], list[PageImage]]
+
+
+@dataclass
+class OpenDocument:
+    """A document whose pages are known but not yet decoded."""
+
+    data: bytes
+    tier: int
+    plan: DocumentPlan
+    token: str = field(default_factory=lambda: uuid.uuid4().hex)
+    decoded: list[PageImage] | None = None  # a test loader's pages, decoded at open
+
+    @property
+    def page_count(self) -> int:
+        return len(self.plan.indices)
+
+
+def _classified(exc: Exception) -> DocParserError:
+    """A decoder error the preprocessing layer did not classify is still the input's
+    fault (the bytes would not decode), never a server error."""
+    if isinstance(exc, DocParserError):
+        return exc
+    return InvalidInput(
+        f"the document could not be decoded ({type(exc).__name__})", code="undecodable_document"
+    )
+
+
+class _ThreadDecoding:
+    """Shared by the in-process decoders: blocking calls on a small thread pool."""
+
+    def __init__(self, workers: int) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="preprocess")
+
+    async def _run(self, deadline: float, fn, *args):
+        loop = asyncio.get_running_loop()
+        try:
+            return await asyncio.wait_for(
+                loop.run_in_executor(self._pool, fn, *args), max(0.0, deadline - time.monotonic())
+            )
+        except TimeoutError:
+            raise DeadlineExceeded("the deadline passed while decoding the document") from None
+        except DocParserError:
+            raise
+        except Exception as exc:
+            raise _classified(exc) from None
+
+    def start(self) -> None:
+        """Nothing to start: threads are created on demand."""
+
+    async def wait_started(self) -> None:
+        """Always ready."""
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class InProcessDecoder(_ThreadDecoding):
+    """``decode_workers = 0``: no sandbox (a hostile PDF can stall or exhaust the server)."""
+
+    def __init__(self, limits: DecodeLimits, workers: int) -> None:
+        super().__init__(workers)
+        self.limits = limits
+
+    async def open(self, data: bytes, tier: int, pages: str | None, deadline: float):
+        validate_tier(tier)
+        plan = await self._run(deadline, plan_document, data, pages, self.limits)
+        return OpenDocument(data, tier, plan)
+
+    async def page(self, doc: OpenDocument, position: int, deadline: float) -> PageImage:
+        index = doc.plan.indices[position]
+        image = await self._run(deadline, render_page, doc.data, doc.plan.fmt, index, self.limits)
+        return to_page_image(index, image, doc.tier)
+
+
+class LoaderDecoder(_ThreadDecoding):
+    """Adapts a ``DocumentLoader`` (tests replace decoding with it): decodes at open."""
+
+    def __init__(self, loader: DocumentLoader, workers: int) -> None:
+        super().__init__(workers)
+        self.loader = loader
+
+    async def open(self, data: bytes, tier: int, pages: str | None, deadline: float):
+        decoded = await self._run(deadline, self.loader, data, tier, pages)
+        plan = DocumentPlan("preloaded", tuple(p.index for p in decoded))
+        return OpenDocument(data, tier, plan, decoded=list(decoded))
+
+    async def page(self, doc: OpenDocument, position: int, deadline: float) -> PageImage:
+        assert doc.decoded is not None
+        return doc.decoded[position]
+
+
+class SandboxDecoder:
+    """The production decoder: every page decoded in a limited worker process."""
+
+    def __init__(self, limits: DecodeLimits, pool: DecodePool) -> None:
+        self.limits = limits
+        self.pool = pool
+
+    async def open(self, data: bytes, tier: int, pages: str | None, deadline: float):
+        validate_tier(tier)
+        doc = OpenDocument(data, tier, DocumentPlan("", ()))
+        doc.plan = await self.pool.plan(doc.token, data, pages, self.limits, deadline)
+        return doc
+
+    async def page(self, doc: OpenDocument, position: int, deadline: float) -> PageImage:
+        index = doc.plan.indices[position]
+        image = await self.pool.render(
+            doc.token, doc.data, doc.plan.fmt, index, self.limits, deadline
+        )
+        return to_page_image(index, image, doc.tier)
+
+    def start(self) -> None:
+        """Spawn the workers now."""
+        self.pool.start()
+
+    async def wait_started(self) -> None:
+        """Until a worker has finished its imports (the app is not ready before)."""
+        await self.pool.wait_started()
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+def create_decoder(settings: Settings, loader: DocumentLoader | None = None, *, workers: int = 2):
+    """The decoder the settings ask for (``loader`` wins: it is the tests' hook)."""
+    limits = DecodeLimits.from_settings(settings)
+    if loader is not None:
+        return LoaderDecoder(loader, workers)
+    if settings.decode_workers <= 0:
+        return InProcessDecoder(limits, workers)
+    sandbox = SandboxLimits(
+        timeout_s=settings.decode_timeout_s,
+        cpu_s=settings.decode_cpu_s,
+        memory_bytes=settings.decode_memory_bytes,
+    )
+    return SandboxDecoder(limits, DecodePool(settings.decode_workers, sandbox))

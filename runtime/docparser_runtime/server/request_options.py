@@ -1,0 +1,160 @@
+"""The options of every parse-like request, as ONE pydantic model.
+
+WHY one model: multipart fields, JSON keys, the query string of a raw upload, stored job
+parameters and the OpenAI route's mapped fields used to be checked by hand-written
+converters, and the OpenAPI schema was written separately; the two drifted (``mode: []``
+became markdown, ``pages=5-`` was refused although documented). Here the model is the
+single source of the accepted names, types, bounds and the schema, and every validation
+failure keeps the runtime's error codes (``invalid_tier``, ``unknown_field``, ...).
+
+Two input shapes, two strictness levels:
+- form fields and query strings are text by nature: validated in pydantic's lax mode
+  (``"2"`` -> 2, ``"yes"`` -> True); an empty field means "not given"; a repeated field
+  is an error (``duplicate_field``) rather than last-one-wins;
+- JSON (and stored job parameters) carry real types: validated strictly, so a list, an
+  object, a float or a bool where an integer belongs is refused; ``null`` means "not given".
+Messages never echo the offending value (it could be megabytes, or nested 100,000 deep).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_core import PydanticCustomError
+
+from docparser_runtime.errors import InvalidInput
+from docparser_runtime.preprocess.page_ranges import (
+    MAX_SPEC_CHARS,
+    PAGE_SPEC_PATTERN,
+    parse_page_spec,
+)
+from docparser_runtime.preprocess.tiling import MAX_TIER
+
+Mode = Literal["markdown", "text", "grounding"]
+MODES: tuple[str, ...] = get_args(Mode)
+
+# Error code per option: the codes clients already rely on (docs/api.md).
+_CODE_BY_FIELD = {
+    "tier": "invalid_tier",
+    "mode": "invalid_mode",
+    "max_new_tokens": "invalid_max_new_tokens",
+    "pages": "invalid_pages",
+    "stream": "invalid_option",
+}
+_MAX_MESSAGES = 5
+
+
+class RequestOptions(BaseModel):
+    """Options of ``/v1/document/parse`` and ``/v1/jobs``; None = the server default."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tier: int | None = Field(
+        None,
+        ge=0,
+        le=MAX_TIER,
+        description="most local 768x768 tiles per page (0..DOCPARSER_MAX_TIER); "
+        "default DOCPARSER_DEFAULT_TIER",
+    )
+    mode: Mode | None = Field(
+        None, description="markdown (default) | text | grounding (text with located blocks)"
+    )
+    max_new_tokens: int | None = Field(
+        None, ge=1, description="generation cap per page (1..DOCPARSER_MAX_NEW_TOKENS_LIMIT)"
+    )
+    pages: str | None = Field(
+        None,
+        max_length=MAX_SPEC_CHARS,
+        description="1-based PDF page ranges: N, N-M, N- (to the end), comma-separated, or all",
+        json_schema_extra={"pattern": PAGE_SPEC_PATTERN, "examples": ["1-3,7", "5-", "all"]},
+    )
+    stream: bool | None = Field(None, description="reply as Server-Sent Events")
+
+    @field_validator("pages", mode="before")
+    @classmethod
+    def _page_number_as_spec(cls, value: Any) -> Any:
+        """``"pages": 3`` in JSON means page 3 (a bool is not a page number)."""
+        if isinstance(value, int) and not isinstance(value, bool):
+            return str(value)
+        return value
+
+    @field_validator("pages")
+    @classmethod
+    def _page_grammar(cls, value: str | None) -> str | None:
+        try:
+            parse_page_spec(value)
+        except InvalidInput as exc:
+            raise PydanticCustomError("invalid_pages", exc.message) from None
+        return value
+
+
+def _error_code(errors: list[dict]) -> str:
+    first = errors[0]
+    if first.get("type") == "extra_forbidden":
+        return "unknown_field"
+    loc = first.get("loc") or ("",)
+    return _CODE_BY_FIELD.get(str(loc[0]), "invalid_option")
+
+
+def _error_message(errors: list[dict]) -> str:
+    unknown = sorted(str(e["loc"][0]) for e in errors if e.get("type") == "extra_forbidden")
+    if unknown:
+        return f"unknown field(s): {', '.join(unknown[:_MAX_MESSAGES])}"
+    parts = []
+    for err in errors[:_MAX_MESSAGES]:
+        where = ".".join(str(p) for p in err.get("loc", ())) or "options"
+        parts.append(f"{where}: {err.get('msg', 'invalid value')}")
+    return "; ".join(parts)
+
+
+def _validate(fields: Mapping[str, Any], *, strict: bool) -> RequestOptions:
+    try:
+        return RequestOptions.model_validate(dict(fields), strict=strict)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False, include_input=False, include_context=False)
+        raise InvalidInput(_error_message(errors), code=_error_code(errors)) from None
+
+
+def options_from_json(fields: Mapping[str, Any]) -> RequestOptions:
+    """Options from decoded JSON (or stored job parameters): strict types."""
+    return _validate(fields, strict=True)
+
+
+def options_from_form(items: Iterable[tuple[str, str]]) -> RequestOptions:
+    """Options from form fields or a query string: text values, each name at most once."""
+    fields: dict[str, str] = {}
+    for name, value in items:
+        if name in fields:
+            raise InvalidInput(
+                f"field {name!r} is given more than once; send each option once",
+                code="duplicate_field",
+            )
+        fields[name] = value
+    return _validate({k: v for k, v in fields.items() if v.strip() != ""}, strict=False)
+
+
+def options_schema(*, form: bool, include_stream: bool = True) -> dict[str, dict]:
+    """The options' JSON schema properties for the OpenAPI request bodies.
+
+    A form field cannot be null, so the form variant drops the ``null`` alternative.
+    """
+    properties = RequestOptions.model_json_schema()["properties"]
+    result = {}
+    for name, prop in properties.items():
+        if name == "stream" and not include_stream:
+            continue
+        prop = dict(prop)
+        prop.pop("default", None)
+        prop.pop("title", None)
+        if "anyOf" in prop:
+            variants = [dict(v) for v in prop.pop("anyOf") if not (form and v["type"] == "null")]
+            if "pattern" in prop:  # the pattern describes the string alternative only
+                pattern = prop.pop("pattern")
+                for variant in variants:
+                    if variant["type"] == "string":
+                        variant["pattern"] = pattern
+            prop.update(variants[0] if len(variants) == 1 else {"anyOf": variants})
+        result[name] = prop
+    return result
