@@ -64,7 +64,9 @@ def test_sigterm_drains_in_flight_work(redis_url):
     try:
         server.wait_ready()
         url = server.url
-        running_job = httpx.post(f"{url}/v1/jobs", files={"file": ("d.pdf", pdf(2))}).json()["id"]
+        # Long enough (8 pages behind the in-flight parses) to be running when SIGTERM comes:
+        # the queued job must then still be waiting for its worker.
+        running_job = httpx.post(f"{url}/v1/jobs", files={"file": ("d.pdf", pdf(8))}).json()["id"]
         queued_job = httpx.post(f"{url}/v1/jobs", files={"file": ("e.png", png_bytes())}).json()
         queued_job = queued_job["id"]
 
@@ -87,6 +89,10 @@ def test_sigterm_drains_in_flight_work(redis_url):
                 time.sleep(0.05)
 
         loader = threading.Thread(target=late_load)
+        states = {
+            j: httpx.get(f"{url}/v1/jobs/{j}").json()["status"] for j in (running_job, queued_job)
+        }
+        assert states == {running_job: "running", queued_job: "queued"}, states
         t_signal = time.monotonic()
         server.signal(signal.SIGTERM)
         ready = httpx.get(f"{url}/readyz", timeout=5)
@@ -119,5 +125,5 @@ def test_sigterm_drains_in_flight_work(redis_url):
             await store.close()
 
     first, second, position = asyncio.run(job_states())
-    assert first.status == "succeeded" and first.pages_done == 2
+    assert first.status == "succeeded" and first.pages_done == 8
     assert second.status == "queued" and position == 0  # left for another replica
