@@ -159,8 +159,11 @@ class DocParserSpec(_Model):
     def _cel_rules(self) -> DocParserSpec:
         if self.engine == "deepseek-ocr2" and self.weights is None:
             raise ValueError("weights is required for engine deepseek-ocr2")
-        if self.canary is not None and self.canary.weights == self.weights:
-            raise ValueError("canary.weights must differ from weights (uri, version or sha256)")
+        if self.canary is not None and self.weights is not None:
+            ours, theirs = self.weights, self.canary.weights
+            if (ours.uri, ours.version, ours.sha256) == (theirs.uri, theirs.version, theirs.sha256):
+                # the CRD's rule compares these three only (credentials may differ)
+                raise ValueError("canary.weights must differ from weights (uri, version or sha256)")
         return self
 
     @property

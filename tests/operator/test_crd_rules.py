@@ -164,3 +164,16 @@ def test_crd_names_subresources_and_printer_columns() -> None:
     columns = [c["name"] for c in version["additionalPrinterColumns"]]
     assert columns == ["Ready", "Stable", "Canary", "Weight", "Replicas", "Age"]
     assert "&" not in CRD_FILE.read_text().split("apiVersion:", 1)[1].replace("&&", "")
+
+
+def test_canary_differing_only_in_credentials_is_rejected_by_both(gateway_canary: dict) -> None:
+    """The CEL rule compares uri, version and sha256; `render -f` (the model) must agree, or
+    it would render manifests the API server refuses."""
+    same = dict(gateway_canary["spec"]["weights"], credentialsSecretRef={"name": "other-keys"})
+    resource = _with(gateway_canary, canary={"weights": same, "weight": 5})
+    admission = admit(resource)
+    assert admission.cel == [
+        "spec: canary.weights must differ from weights (uri, version or sha256)"
+    ]
+    with pytest.raises(pydantic.ValidationError, match=r"canary\.weights must differ"):
+        DocParser.from_resource(resource)
