@@ -15,6 +15,7 @@ server already runs the engine on one worker thread, the lock makes that a guara
 from __future__ import annotations
 
 import importlib.metadata
+import itertools
 import math
 import os
 import re
@@ -143,9 +144,19 @@ class RapidOcrEngine(Engine):
         gray = np.asarray(image.convert("L"))
         try:
             with self._lock:
-                result, _ = self._ocr(_pad_extreme_aspect(image), return_word_box=True)
+                # use_cls=False: RapidOCR's own angle classifier squeezes each line crop to
+                # 48x192, so a long line (aspect 30:1) is a smear that it often calls
+                # "180"; the crop is then turned and read as garbage that the score filter
+                # drops: whole lines vanished without a trace (issue 12). Orientation is
+                # decided here on undistorted pieces of each line instead.
+                result, _ = self._ocr(
+                    _pad_extreme_aspect(image), use_cls=False, return_word_box=True, **DETECTION
+                )
                 result = result or []
-                flips = self._flipped(np.asarray(image), result)
+                rgb = np.asarray(image)
+                flips = self._flipped(rgb, result)
+                if 0 < sum(flips) <= len(result) / 2:  # else the page is turned and re-read
+                    result = self._read_turned(rgb, result, flips)
         except Exception as exc:
             raise EngineFailure(
                 f"RapidOCR failed on a {image.width}x{image.height} page: {exc}"
@@ -158,25 +169,49 @@ class RapidOcrEngine(Engine):
         return lines, sum(flips)
 
     def _flipped(self, rgb: np.ndarray, result: list) -> list[bool]:
-        """Ask RapidOCR's angle classifier which line crops are upside down.
+        """Which lines are upside down, by majority over pieces of each line.
 
-        RapidOCR turns such crops before recognition but does not say so, and its
-        character boxes are then mirrored; we need to know for spacing and for
-        upside-down pages.
+        The classifier was trained on 48x192 crops (aspect 4); each line is cut into
+        pieces of about that aspect so none is distorted. Used to detect upside-down
+        pages (most lines flipped).
         """
-        crops, index = [], []
+        pieces, owner = [], []
         for i, item in enumerate(result):
             x1, y1, x2, y2 = _int_box(item[0], rgb.shape[1], rgb.shape[0])
-            if x2 - x1 >= 2 and y2 - y1 >= 2:
-                crops.append(np.ascontiguousarray(rgb[y1:y2, x1:x2, ::-1]))  # BGR
-                index.append(i)
-        flips = [False] * len(result)
-        if crops:
-            _, labels, _ = self._ocr.text_cls(crops)
+            if x2 - x1 < 2 or y2 - y1 < 2:
+                continue
+            for a, b in _orientation_pieces(x1, x2, y2 - y1):
+                pieces.append(np.ascontiguousarray(rgb[y1:y2, a:b, ::-1]))  # BGR
+                owner.append(i)
+        votes = [0] * len(result)
+        counts = [0] * len(result)
+        if pieces:
+            _, labels, _ = self._ocr.text_cls(pieces)
             threshold = self._ocr.text_cls.cls_thresh
-            for i, (label, score) in zip(index, labels, strict=True):
-                flips[i] = "180" in str(label) and float(score) > threshold
-        return flips
+            for i, (label, score) in zip(owner, labels, strict=True):
+                counts[i] += 1
+                votes[i] += "180" in str(label) and float(score) > threshold
+        return [c > 0 and 2 * v > c for v, c in zip(votes, counts, strict=True)]
+
+    def _read_turned(self, rgb: np.ndarray, result: list, flips: list[bool]) -> list:
+        """Recognise the upside-down lines of an upright page again, turned 180 degrees
+        (their character boxes would be mirrored, so they are dropped)."""
+        index = [i for i, flipped in enumerate(flips) if flipped]
+        crops = []
+        for i in index:
+            x1, y1, x2, y2 = _int_box(result[i][0], rgb.shape[1], rgb.shape[0])
+            crops.append(np.ascontiguousarray(rgb[y1:y2, x1:x2, ::-1][::-1, ::-1]))
+        texts, _ = self._ocr.text_rec(crops)
+        result = list(result)
+        for i, (text, score, *_) in zip(index, texts, strict=True):
+            result[i] = [result[i][0], text, score]
+        return result
+
+
+# RapidOCR's per-call detection settings (it resets them on every call with keyword
+# arguments). Defaults of the wheel except where the corpus of bench/fidelity.py said
+# otherwise; see docs/benchmarks.md ("Fidelity").
+DETECTION = {"box_thresh": 0.5, "unclip_ratio": 1.6, "text_score": 0.5}
 
 
 def usable_cpus(cgroup_cpu_max: str = "/sys/fs/cgroup/cpu.max") -> int:
@@ -191,6 +226,13 @@ def usable_cpus(cgroup_cpu_max: str = "/sys/fs/cgroup/cpu.max") -> int:
     except (OSError, ValueError):
         pass
     return cpus
+
+
+def _orientation_pieces(x1: int, x2: int, height: int) -> list[tuple[int, int]]:
+    """Split ``[x1, x2)`` into about-equal pieces of roughly 4x ``height`` each."""
+    n = max(1, round((x2 - x1) / max(4 * height, 1)))
+    edges = np.linspace(x1, x2, n + 1).round().astype(int)
+    return [(int(a), int(b)) for a, b in itertools.pairwise(edges) if b - a >= 2]
 
 
 def _pad_extreme_aspect(image: Image.Image) -> Image.Image:
