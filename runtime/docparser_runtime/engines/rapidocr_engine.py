@@ -255,8 +255,9 @@ class RapidOcrEngine(Engine):
 
 
 # RapidOCR's per-call detection settings (it resets them on every call with keyword
-# arguments). Defaults of the wheel except where the corpus of bench/fidelity.py said
-# otherwise; see docs/benchmarks.md ("Fidelity").
+# arguments): the wheel's defaults. With line orientation decided here, the corpus of
+# bench/fidelity.py loses no line with them; the lower box threshold / larger unclip
+# ratio first suspected in issue 12 were not the cause (docs/benchmarks.md, "Fidelity").
 DETECTION = {"box_thresh": 0.5, "unclip_ratio": 1.6, "text_score": 0.5}
 
 
