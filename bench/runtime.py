@@ -10,6 +10,8 @@ Prints one table. Rows:
   engine thread, the JSON reply; ``docparser-runtime serve`` as a separate process on
   127.0.0.1 (result cache off), ``concurrency`` clients posting one page each; latency
   per request.
+- ``audit``: time of the coverage audit (``engines.coverage``, issue 12) as a share of the
+  engine's time, in-process rows (target < 10%).
 - ``cpu ms/p``: CPU time of *both* processes (benchmark client and server) per page
   during the cell: unlike wall time, it hardly moves when other tenants load the box.
 The two paths of one concurrency run in ABBA order on the two halves of the pages
@@ -47,6 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "runtime"))  # tiny_deepseek
 
 from docparser_runtime.engines.base import Engine, ParseOptions  # noqa: E402
+from docparser_runtime.engines.coverage import audit_results  # noqa: E402
 from docparser_runtime.preprocess.pipeline import DecodeLimits, load_document  # noqa: E402
 from docparser_runtime.settings import Settings  # noqa: E402
 
@@ -67,12 +70,14 @@ class Cell:
     wall_s: float
     latencies_s: list[float]
     cpu_s: float = 0.0
+    audit_s: float = 0.0  # coverage audit (in-process only), part of wall_s
 
     def __add__(self, other: Cell) -> Cell:
         return Cell(
             self.engine, self.path, self.concurrency, self.max_batch,
             self.pages + other.pages, self.wall_s + other.wall_s,
             self.latencies_s + other.latencies_s, self.cpu_s + other.cpu_s,
+            self.audit_s + other.audit_s,
         )  # fmt: skip
 
     @property
@@ -118,7 +123,7 @@ def _in_process(engine: Engine, pages, opts: ParseOptions, batch: int, name, cpu
     limits = DecodeLimits.from_settings(Settings())
     warm = load_document(pages[0], tier=opts.tier, pages=None, limits=limits)
     engine.infer_batch(warm * batch, opts)  # untimed, like the HTTP path's first request
-    latencies = []
+    latencies, audit_s = [], 0.0
     cpu0, start = cpu_clock(), time.perf_counter()
     for i in range(0, len(pages), batch):
         t0 = time.perf_counter()
@@ -126,10 +131,13 @@ def _in_process(engine: Engine, pages, opts: ParseOptions, batch: int, name, cpu
             load_document(data, tier=opts.tier, pages=None, limits=limits)[0]
             for data in pages[i : i + batch]
         ]
-        engine.infer_batch(decoded, opts)
+        results = engine.infer_batch(decoded, opts)
+        audit_results(engine, decoded, results, opts)  # as the server's engine thread does
+        audit_s += sum(r.audit_s for r in results)
         latencies += [time.perf_counter() - t0] * len(decoded)
     wall = time.perf_counter() - start
-    return Cell(name, "in-process", batch, batch, len(pages), wall, latencies, cpu_clock() - cpu0)
+    cpu = cpu_clock() - cpu0
+    return Cell(name, "in-process", batch, batch, len(pages), wall, latencies, cpu, audit_s)
 
 
 # -- HTTP -----------------------------------------------------------------------------
@@ -268,15 +276,22 @@ def bench_engine(name, engine, server, pages, opts, concurrencies, max_batch) ->
 
 def print_table(cells: list[Cell]) -> None:
     header = f"{'engine':<14} {'path':<11} {'conc':>4} {'batch':>5} {'pages':>5} "
-    header += f"{'pages/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'cpu ms/p':>8}"
+    header += f"{'pages/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'cpu ms/p':>8} {'audit':>6}"
     print(header)
     print("-" * len(header))
     for c in cells:
         print(
             f"{c.engine:<14} {c.path:<11} {c.concurrency:>4} {c.max_batch:>5} {c.pages:>5} "
             f"{c.pages_per_s:>8.2f} {c.pct(0.5):>8.1f} {c.pct(0.99):>8.1f} "
-            f"{c.cpu_s / c.pages * 1000:>8.0f}"
+            f"{c.cpu_s / c.pages * 1000:>8.0f} {audit_share(c):>6}"
         )
+
+
+def audit_share(cell: Cell) -> str:
+    """The coverage audit's time as a share of the engine's (in-process rows only)."""
+    if cell.path != "in-process" or cell.audit_s <= 0:
+        return "-"
+    return f"{100 * cell.audit_s / (cell.wall_s - cell.audit_s):.1f}%"
 
 
 def summarize(cells: list[Cell]) -> None:

@@ -229,7 +229,13 @@ class CachedParseService:
         body["id"] = f"parse-{uuid.uuid4().hex}"
         body["cached"] = True
         total_ms = round((time.monotonic() - t0) * 1000, 2)
-        body["timings_ms"] = {"queue": 0.0, "preprocess": 0.0, "inference": 0.0, "total": total_ms}
+        body["timings_ms"] = {
+            "queue": 0.0,
+            "preprocess": 0.0,
+            "inference": 0.0,
+            "audit": 0.0,
+            "total": total_ms,
+        }
         return body
 
     def close(self) -> None:

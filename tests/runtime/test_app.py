@@ -66,7 +66,7 @@ async def test_multipart_parse_reply_has_the_documented_shape():
         "output_tokens": page["output_tokens"],
         "pages": 1,
     }
-    assert set(body["timings_ms"]) == {"queue", "preprocess", "inference", "total"}
+    assert set(body["timings_ms"]) == {"queue", "preprocess", "inference", "audit", "total"}
     assert body["timings_ms"]["total"] >= body["timings_ms"]["inference"] >= 0
 
 

@@ -61,9 +61,26 @@ class Block:
         return {"text": self.text, "bbox": [round(v, 1) for v in self.bbox], "type": self.type}
 
 
+@dataclass(frozen=True)
+class PageWarning:
+    """Something the reply may be missing; ``uncovered_text``: ink at ``bbox`` (page
+    pixels) that no block accounts for (see ``engines.coverage``)."""
+
+    code: str
+    bbox: BBox
+
+    def to_dict(self) -> dict:
+        return {"code": self.code, "bbox": [round(v, 1) for v in self.bbox]}
+
+
 @dataclass
 class PageResult:
-    """What an engine returns for one page."""
+    """What an engine returns for one page.
+
+    ``coverage``: boxes of everything the engine read, when finer than ``blocks`` (a
+    paragraph block's box would hide a line missing from its middle); ``None`` means the
+    blocks' boxes. ``warnings`` and ``audit_s`` are filled by the coverage audit.
+    """
 
     index: int
     content: str
@@ -74,6 +91,9 @@ class PageResult:
     blocks: list[Block] = field(default_factory=list)
     output_tokens: int = 0
     truncated: bool = False
+    coverage: list[BBox] | None = None
+    warnings: list[PageWarning] = field(default_factory=list)
+    audit_s: float = 0.0
 
     def to_dict(self) -> dict:
         return {
@@ -86,6 +106,7 @@ class PageResult:
             "blocks": [b.to_dict() for b in self.blocks],
             "output_tokens": self.output_tokens,
             "truncated": self.truncated,
+            "warnings": [w.to_dict() for w in self.warnings],
         }
 
 
@@ -117,6 +138,12 @@ class Engine(abc.ABC):
     @abc.abstractmethod
     def infer_batch(self, pages: Sequence[PageImage], options: ParseOptions) -> list[PageResult]:
         """Parse pages that share ``options``; results in input order."""
+
+    def locates_text(self, options: ParseOptions) -> bool:
+        """Whether results for ``options`` locate all the text they read (blocks or
+        ``coverage`` boxes), so that ink outside them was not read. Only then is a page
+        audited (``engines.coverage``)."""
+        return False
 
     def stream_page(
         self, page: PageImage, options: ParseOptions, on_delta: DeltaCallback

@@ -142,6 +142,11 @@ class DeepseekOcr2Engine(Engine):
     def close(self) -> None:
         self._model = self._processor = None
 
+    def locates_text(self, options: ParseOptions) -> bool:
+        """The markdown and grounding prompts put a located header before every block;
+        ``text`` (Free OCR) locates nothing, so its pages cannot be audited."""
+        return options.mode in ("markdown", "grounding")
+
     # ---------------------------------------------------------------- inference
 
     def infer_batch(self, pages: Sequence[PageImage], options: ParseOptions) -> list[PageResult]:

@@ -15,6 +15,7 @@ server already runs the engine on one worker thread, the lock makes that a guara
 from __future__ import annotations
 
 import importlib.metadata
+import itertools
 import math
 import os
 import re
@@ -22,8 +23,9 @@ import threading
 from collections.abc import Sequence
 
 import numpy as np
-from PIL import Image
+from PIL import Image, ImageDraw
 
+from docparser_runtime import audit
 from docparser_runtime.engines.base import Engine, PageImage, PageResult, ParseOptions
 from docparser_runtime.engines.deskew import MIN_SKEW_DEG, Rotation, estimate_skew
 from docparser_runtime.engines.layout import (
@@ -102,24 +104,26 @@ class RapidOcrEngine(Engine):
         if abs(angle) >= MIN_SKEW_DEG:
             rotation = Rotation(image.size, angle)
             image = rotation.apply(image)
-        lines, flipped = self._read(image)
-        upside_down = bool(lines) and flipped > len(lines) / 2
+        lines, upside_down = self._read(image)
         if upside_down:
-            # Most lines needed the classifier's 180-degree turn: the page is upside
-            # down. Read it turned, so reading order runs top to bottom, and map the
-            # boxes back to the page as sent.
+            # Most detected lines are upside down: so is the page. Read it turned, so
+            # reading order runs top to bottom, and map the boxes back to the page as sent.
             image = image.transpose(Image.Transpose.ROTATE_180)
             lines, _ = self._read(image)
+        lines += self._recover(image, lines)
         regions = layout_page(lines, detect_tables(np.asarray(image.convert("L"))))
         content = render_text(regions) if options.mode == "text" else render_markdown(regions)
         blocks = to_blocks(regions)
         w, h = image.size
-        for block in blocks:
+
+        def to_page(bbox):
             if upside_down:
-                x1, y1, x2, y2 = block.bbox
-                block.bbox = (w - x2, h - y2, w - x1, h - y1)
-            if rotation is not None:
-                block.bbox = rotation.bbox_to_original(block.bbox)
+                x1, y1, x2, y2 = bbox
+                bbox = (w - x2, h - y2, w - x1, h - y1)
+            return bbox if rotation is None else rotation.bbox_to_original(bbox)
+
+        for block in blocks:
+            block.bbox = to_page(block.bbox)
         return PageResult(
             index=page.index,
             content=content,
@@ -129,54 +133,148 @@ class RapidOcrEngine(Engine):
             vision_tokens=page.vision_tokens,
             blocks=blocks,
             output_tokens=rough_token_count(content),
+            coverage=[to_page(line.bbox) for line in lines],
         )
+
+    def locates_text(self, options: ParseOptions) -> bool:
+        return True  # every line it reads has a box (``PageResult.coverage``)
+
+    def _recover(self, image: Image.Image, lines: list[OcrLine]) -> list[OcrLine]:
+        """Re-read ink that no line covers: crop it (other lines whited out), upscale
+        small text, read again. Cheap when nothing is missing (one audit pass)."""
+        regions = audit.audit(image, [line.bbox for line in lines])[:MAX_REREADS]
+        if not regions:
+            return []
+        blank = image.copy()
+        draw = ImageDraw.Draw(blank)
+        for line in lines:
+            draw.rectangle(line.bbox, fill="white")
+        found = []
+        for region in regions:
+            found += self._read_region(blank, region.bbox)
+        return found
+
+    def _read_region(self, page: Image.Image, bbox) -> list[OcrLine]:
+        x1, y1, x2, y2 = bbox
+        pad = max(8.0, 0.5 * (y2 - y1))
+        box = (
+            max(int(x1 - pad), 0),
+            max(int(y1 - pad), 0),
+            min(int(x2 + pad) + 1, page.width),
+            min(int(y2 + pad) + 1, page.height),
+        )
+        crop = page.crop(box)
+        zoom = max(1.0, min(REREAD_TEXT_PX / max(y2 - y1, 1.0), 4.0))
+        if zoom > 1.0:
+            size = (round(crop.width * zoom), round(crop.height * zoom))
+            crop = crop.resize(size, Image.Resampling.BICUBIC)
+        lines, _ = self._read(crop)
+        return [_moved(line, box[0], box[1], zoom) for line in lines]
 
     def recognize(self, image: Image.Image) -> list[OcrLine]:
         """Text lines of one RGB page (raster order), spaces between words restored."""
         return self._read(image)[0]
 
-    def _read(self, image: Image.Image) -> tuple[list[OcrLine], int]:
-        """OCR lines and how many of them the angle classifier found upside down."""
+    def _read(self, image: Image.Image) -> tuple[list[OcrLine], bool]:
+        """OCR lines, and whether most detected lines are upside down (then they are not
+        read: the caller turns the page)."""
         if self._ocr is None:
             raise Unavailable("the rapidocr engine is not loaded")
         image = image.convert("RGB")
         gray = np.asarray(image.convert("L"))
         try:
             with self._lock:
-                result, _ = self._ocr(_pad_extreme_aspect(image), return_word_box=True)
+                # use_cls=False: RapidOCR's own angle classifier squeezes each line crop to
+                # 48x192, so a long line (aspect 30:1) is a smear that it often calls
+                # "180"; the crop is then turned and read as garbage that the score filter
+                # drops: whole lines vanished without a trace (issue 12). Orientation is
+                # decided here on undistorted pieces of each line instead, on every
+                # detected line (text_score 0: an upside-down line reads as low-score junk).
+                settings = {**DETECTION, "text_score": 0.0}
+                result, _ = self._ocr(
+                    _pad_extreme_aspect(image), use_cls=False, return_word_box=True, **settings
+                )
                 result = result or []
-                flips = self._flipped(np.asarray(image), result)
+                rgb = np.asarray(image)
+                flips = self._flipped(rgb, result)
+                if sum(flips) > len(result) / 2:
+                    return [], True
+                if any(flips):
+                    result = self._read_turned(rgb, result, flips)
         except Exception as exc:
             raise EngineFailure(
                 f"RapidOCR failed on a {image.width}x{image.height} page: {exc}"
             ) from exc
         lines = []
         for item, flipped in zip(result, flips, strict=True):
+            if float(item[2]) < DETECTION["text_score"]:
+                continue
             line = _to_line(item, gray, image.size, respace=not flipped)
             if line is not None:
                 lines.append(line)
-        return lines, sum(flips)
+        return lines, False
 
     def _flipped(self, rgb: np.ndarray, result: list) -> list[bool]:
-        """Ask RapidOCR's angle classifier which line crops are upside down.
+        """Which lines are upside down, by majority over pieces of each line.
 
-        RapidOCR turns such crops before recognition but does not say so, and its
-        character boxes are then mirrored; we need to know for spacing and for
-        upside-down pages.
+        The classifier was trained on 48x192 crops (aspect 4); each line is cut into
+        pieces of about that aspect so none is distorted. Used to detect upside-down
+        pages (most lines flipped).
         """
-        crops, index = [], []
+        pieces, owner = [], []
         for i, item in enumerate(result):
             x1, y1, x2, y2 = _int_box(item[0], rgb.shape[1], rgb.shape[0])
-            if x2 - x1 >= 2 and y2 - y1 >= 2:
-                crops.append(np.ascontiguousarray(rgb[y1:y2, x1:x2, ::-1]))  # BGR
-                index.append(i)
-        flips = [False] * len(result)
-        if crops:
-            _, labels, _ = self._ocr.text_cls(crops)
+            if x2 - x1 < 2 or y2 - y1 < 2:
+                continue
+            for a, b in _orientation_pieces(x1, x2, y2 - y1):
+                pieces.append(np.ascontiguousarray(rgb[y1:y2, a:b, ::-1]))  # BGR
+                owner.append(i)
+        votes = [0] * len(result)
+        counts = [0] * len(result)
+        if pieces:
+            _, labels, _ = self._ocr.text_cls(pieces)
             threshold = self._ocr.text_cls.cls_thresh
-            for i, (label, score) in zip(index, labels, strict=True):
-                flips[i] = "180" in str(label) and float(score) > threshold
-        return flips
+            for i, (label, score) in zip(owner, labels, strict=True):
+                counts[i] += 1
+                votes[i] += "180" in str(label) and float(score) > threshold
+        return [c > 0 and 2 * v > c for v, c in zip(votes, counts, strict=True)]
+
+    def _read_turned(self, rgb: np.ndarray, result: list, flips: list[bool]) -> list:
+        """Recognise the upside-down lines of an upright page again, turned 180 degrees
+        (their character boxes would be mirrored, so they are dropped)."""
+        index = [i for i, flipped in enumerate(flips) if flipped]
+        crops = []
+        for i in index:
+            x1, y1, x2, y2 = _int_box(result[i][0], rgb.shape[1], rgb.shape[0])
+            crops.append(np.ascontiguousarray(rgb[y1:y2, x1:x2, ::-1][::-1, ::-1]))
+        texts, _ = self._ocr.text_rec(crops)
+        result = list(result)
+        for i, (text, score, *_) in zip(index, texts, strict=True):
+            result[i] = [result[i][0], text, score]
+        return result
+
+
+# RapidOCR's per-call detection settings (it resets them on every call with keyword
+# arguments): the wheel's defaults. With line orientation decided here, the corpus of
+# bench/fidelity.py loses no line with them; the lower box threshold / larger unclip
+# ratio first suspected in issue 12 were not the cause (docs/benchmarks.md, "Fidelity").
+DETECTION = {"box_thresh": 0.5, "unclip_ratio": 1.6, "text_score": 0.5}
+
+
+MAX_REREADS = 8  # uncovered regions re-read per page; the rest are reported
+REREAD_TEXT_PX = 40.0  # re-read regions are upscaled to about this text height
+
+
+def _moved(line: OcrLine, dx: float, dy: float, zoom: float) -> OcrLine:
+    """A line read on a crop (offset ``dx, dy``, upscaled ``zoom``) in page pixels."""
+    x1, y1, x2, y2 = line.bbox
+    return OcrLine(
+        text=line.text,
+        bbox=(dx + x1 / zoom, dy + y1 / zoom, dx + x2 / zoom, dy + y2 / zoom),
+        score=line.score,
+        char_centers=tuple(dx + c / zoom for c in line.char_centers),
+        ink_height=line.ink_height / zoom,
+    )
 
 
 def usable_cpus(cgroup_cpu_max: str = "/sys/fs/cgroup/cpu.max") -> int:
@@ -191,6 +289,13 @@ def usable_cpus(cgroup_cpu_max: str = "/sys/fs/cgroup/cpu.max") -> int:
     except (OSError, ValueError):
         pass
     return cpus
+
+
+def _orientation_pieces(x1: int, x2: int, height: int) -> list[tuple[int, int]]:
+    """Split ``[x1, x2)`` into about-equal pieces of roughly 4x ``height`` each."""
+    n = max(1, round((x2 - x1) / max(4 * height, 1)))
+    edges = np.linspace(x1, x2, n + 1).round().astype(int)
+    return [(int(a), int(b)) for a, b in itertools.pairwise(edges) if b - a >= 2]
 
 
 def _pad_extreme_aspect(image: Image.Image) -> Image.Image:

@@ -91,6 +91,7 @@ async def _bring_up(app: FastAPI, engine: Engine | None, engine_loaded: bool) ->
         max_wait_ms=settings.max_wait_ms,
         max_queue_pages=settings.max_queue_pages,
         metrics=state.metrics,
+        audit=settings.coverage_audit,
     )
     batcher.start()
     state.batcher = batcher

@@ -27,6 +27,7 @@ from docparser_runtime.engines.base import (
     PageResult,
     ParseOptions,
 )
+from docparser_runtime.engines.coverage import audit_results
 from docparser_runtime.errors import (
     DeadlineExceeded,
     DocParserError,
@@ -82,8 +83,10 @@ class MicroBatcher:
         max_wait_ms: float,
         max_queue_pages: int,
         metrics: Metrics | None = None,
+        audit: bool = True,
     ) -> None:
         self.engine = engine
+        self.audit = audit  # run engines.coverage.audit_results after each engine call
         self.max_batch_size = max_batch_size
         self.max_wait_s = max_wait_ms / 1000.0
         self.max_queue_pages = max_queue_pages
@@ -271,6 +274,16 @@ class MicroBatcher:
             self._queue = alive
             self._set_queue_gauge()
 
+    def _infer(self, pages, options: ParseOptions, on_delta) -> list[PageResult]:
+        """On the engine thread: the engine, then the coverage audit of its pages."""
+        if on_delta is not None:
+            results = [self.engine.stream_page(pages[0], options, on_delta)]
+        else:
+            results = self.engine.infer_batch(pages, options)
+        if self.audit and len(results) == len(pages):
+            audit_results(self.engine, pages, results, options)
+        return results
+
     async def _execute(self, batch: list[_Item]) -> None:
         loop = asyncio.get_running_loop()
         pages = [it.page for it in batch]
@@ -283,13 +296,8 @@ class MicroBatcher:
         self._running = batch
         self._busy_since = start
         try:
-            if batch[0].on_delta is not None:
-                call = (self.engine.stream_page, pages[0], options, batch[0].on_delta)
-                results = [await loop.run_in_executor(self._executor, *call)]
-            else:
-                results = await loop.run_in_executor(
-                    self._executor, self.engine.infer_batch, pages, options
-                )
+            call = (self._infer, pages, options, batch[0].on_delta)
+            results = await loop.run_in_executor(self._executor, *call)
             if len(results) != len(batch):
                 raise EngineFailure(f"engine returned {len(results)} results for {len(batch)}")
         except asyncio.CancelledError:

@@ -16,10 +16,10 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from docparser_runtime.engines.base import Engine, PageImage
+from docparser_runtime.engines.base import Engine, PageImage, PageResult
 from docparser_runtime.errors import InvalidInput, Overloaded
 from docparser_runtime.preprocess.sandbox import release_memory
 from docparser_runtime.server.batcher import MicroBatcher, SubmitTimings
@@ -134,14 +134,17 @@ class ParseService:
         results = [r for r, _ in done]
         tokens = sum(t for _, t in done)
         t2 = time.monotonic()
+        audit_s = sum(r.audit_s for r in results)
         m.observe_stage("preprocess", timings.preprocess_s)
         m.observe_stage("queue", timings.queue_s or 0.0)
-        m.observe_stage("inference", timings.inference_s)
+        m.observe_stage("inference", timings.inference_s - audit_s)
+        m.observe_stage("audit", audit_s)
         m.observe_stage("total", t2 - t0)
         output_tokens = sum(r.output_tokens for r in results)
         m.pages.inc(len(results))
         m.vision_tokens.inc(tokens)
         m.output_tokens.inc(output_tokens)
+        self._count_warnings(results)
         return self._reply(results, tokens, output_tokens, t0, t2, timings)
 
     async def _open(self, request: ParseRequest, deadline: float, timings: _Timings):
@@ -274,13 +277,25 @@ class ParseService:
             stop.set()  # the client went away or failed: stop generating
         return results
 
+    def _count_warnings(self, results: Sequence[PageResult]) -> None:
+        engine = self.engine.name
+        for r in results:
+            for warning in r.warnings:
+                self.metrics.audit_warnings.labels(engine=engine, code=warning.code).inc()
+            if r.warnings or r.truncated:
+                self.metrics.incomplete_pages.labels(engine=engine).inc()
+
     def _reply(self, results, tokens, output_tokens, t0, t2, timings: _Timings) -> dict:
+        audit_s = sum(r.audit_s for r in results)
+        warnings = sum(len(r.warnings) for r in results)
         return {
             "id": f"parse-{uuid.uuid4().hex}",
             "model": {"engine": self.engine.name, "version": self.engine.version},
             "content": PAGE_SEPARATOR.join(r.content for r in results),
             "pages": [r.to_dict() for r in results],
             "vision_tokens": tokens,
+            "complete": warnings == 0 and not any(r.truncated for r in results),
+            "warnings": warnings,
             "usage": {
                 "vision_tokens": tokens,
                 "output_tokens": output_tokens,
@@ -289,7 +304,8 @@ class ParseService:
             "timings_ms": {
                 "queue": round((timings.queue_s or 0.0) * 1000, 2),
                 "preprocess": round(timings.preprocess_s * 1000, 2),
-                "inference": round(timings.inference_s * 1000, 2),
+                "inference": round((timings.inference_s - audit_s) * 1000, 2),
+                "audit": round(audit_s * 1000, 2),
                 "total": round((t2 - t0) * 1000, 2),
             },
             "cached": False,
