@@ -13,7 +13,7 @@ export UV_LINK_MODE ?= hardlink
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install install-test run test test-fast lint fmt controlplane system-deps bench clean
+.PHONY: install install-test run test test-fast lint lint-checks fmt controlplane system-deps bench clean
 
 # uv installs from a shared cache (torch is several GB); pip is only used to get uv.
 $(UV):
@@ -28,8 +28,13 @@ $(VENV)/.installed-base: runtime/pyproject.toml operator/pyproject.toml | $(BIN)
 	$(UV) pip install --python $(BIN)/python -e ./runtime -e ./operator
 	touch $@
 
+# Lint install: the base install plus ruff, import-linter and mypy (no torch).
+$(VENV)/.installed-lint: $(VENV)/.installed-base requirements-lint.txt
+	$(UV) pip install --python $(BIN)/python -r requirements-lint.txt
+	touch $@
+
 # Test install: adds the DeepSeek-OCR-2 extra (torch, transformers) and test tools.
-$(VENV)/.installed-test: $(VENV)/.installed-base requirements-test.txt
+$(VENV)/.installed-test: $(VENV)/.installed-lint requirements-test.txt
 	$(UV) pip install --python $(BIN)/python -e './runtime[deepseek]' -e ./operator -r requirements-test.txt
 	touch $@
 
@@ -58,17 +63,24 @@ controlplane: install-test
 	@$(BIN)/python tests/controlplane/gateway_crds.py \
 		|| echo "Gateway API CRDs not fetched: realcluster and HTTPRoute schema tests will be skipped"
 
-test: install-test system-deps controlplane
+# ruff (check and format), the import contracts of pyproject.toml and mypy --strict.
+lint-checks:
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
+	$(BIN)/mypy
+
+test: install-test system-deps controlplane
+	$(MAKE) --no-print-directory lint-checks
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 test-fast: install-test
 	$(BIN)/python -m pytest -m "not slow and not realcluster" $(PYTEST_ARGS)
 
-lint: install-test
-	$(BIN)/ruff check .
+lint: $(VENV)/.installed-lint
+	$(MAKE) --no-print-directory lint-checks
 
-fmt: install-test
+fmt: $(VENV)/.installed-lint
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 

@@ -144,7 +144,8 @@ class KubeClient:
         headers = {"Accept": "application/json", "User-Agent": self.user_agent}
         if content_type:
             headers["Content-Type"] = content_type
-        for auth in self.cfg.auth_settings().values():
+        settings: Any = self.cfg.auth_settings()  # the package types it as a bare object map
+        for auth in settings.values():
             if auth.get("in") == "header" and auth.get("value"):
                 headers[auth["key"]] = auth["value"]
         return headers
@@ -187,11 +188,12 @@ class KubeClient:
     def get(self, ref: ResourceRef, namespace: str | None, name: str) -> dict[str, Any] | None:
         """The object, or None when it does not exist."""
         try:
-            return self.request("GET", ref.path(namespace, name))
+            answer: dict[str, Any] = self.request("GET", ref.path(namespace, name))
         except ApiError as exc:
             if exc.status == 404:
                 return None
             raise
+        return answer
 
     def list(
         self, ref: ResourceRef, namespace: str | None, *, selector: str | None = None
@@ -219,41 +221,47 @@ class KubeClient:
         query = {"fieldManager": manager}
         if force:
             query["force"] = "true"
-        return self.request(
+        answer: dict[str, Any] = self.request(
             "PATCH",
             ref.path(meta.get("namespace"), meta["name"]),
             query=query,
             body=obj,
             content_type="application/apply-patch+yaml",
         )
+        return answer
 
     def patch_status(
         self, ref: ResourceRef, namespace: str, name: str, status: dict[str, Any]
     ) -> dict[str, Any]:
         """Merge-patch the status subresource (a plain replace of the fields we compute)."""
-        return self.request(
+        answer: dict[str, Any] = self.request(
             "PATCH",
             ref.path(namespace, name, "status"),
             body={"status": status},
             content_type="application/merge-patch+json",
         )
+        return answer
 
     def patch(
         self, ref: ResourceRef, namespace: str, name: str, body: dict[str, Any]
     ) -> dict[str, Any]:
         """Merge-patch an object as our field manager (scaling a previous revision, whose
         template we no longer render and so must not apply)."""
-        return self.request(
+        answer: dict[str, Any] = self.request(
             "PATCH",
             ref.path(namespace, name),
             query={"fieldManager": FIELD_MANAGER},
             body=body,
             content_type="application/merge-patch+json",
         )
+        return answer
 
     def create(self, obj: dict[str, Any]) -> dict[str, Any]:
         ref = ref_for(obj)
-        return self.request("POST", ref.path(obj["metadata"].get("namespace")), body=obj)
+        answer: dict[str, Any] = self.request(
+            "POST", ref.path(obj["metadata"].get("namespace")), body=obj
+        )
+        return answer
 
     def delete(self, ref: ResourceRef, namespace: str | None, name: str, *, uid: str) -> bool:
         """Delete only the object with this uid (a same-named newcomer is never hit)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from typing import TextIO
+from typing import Any, TextIO
 
 import yaml
 from pydantic import ValidationError
@@ -30,12 +30,12 @@ class _NoAliasDumper(yaml.SafeDumper):
         return True
 
 
-def to_yaml_stream(objects: Sequence[dict]) -> str:
+def to_yaml_stream(objects: Sequence[dict[str, Any]]) -> str:
     """The render output format: one ``---``-separated document per object, keys in order."""
     return yaml.dump_all(objects, Dumper=_NoAliasDumper, sort_keys=False, explicit_start=True)
 
 
-def _read_documents(path: str) -> list[dict]:
+def _read_documents(path: str) -> list[dict[str, Any]]:
     if path == "-":
         return [d for d in yaml.safe_load_all(sys.stdin) if d]
     with open(path, encoding="utf-8") as handle:
@@ -51,11 +51,13 @@ def _describe(err: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def render_documents(documents: Sequence[dict], *, canary_ready: bool, err: TextIO) -> list[dict]:
+def render_documents(
+    documents: Sequence[dict[str, Any]], *, canary_ready: bool, err: TextIO
+) -> list[dict[str, Any]]:
     """Children of every DocParser in ``documents``; raises ValueError naming a bad one."""
     from docparser_operator.render import render_all
 
-    children: list[dict] = []
+    children: list[dict[str, Any]] = []
     for index, doc in enumerate(documents):
         if not isinstance(doc, dict) or doc.get("kind") != KIND:
             kind = doc.get("kind") if isinstance(doc, dict) else type(doc).__name__
@@ -158,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    return int(args.func(args))
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ def _terminated(ctr: dict[str, Any]) -> dict[str, Any] | None:
     """The container's failed termination, now or in its last restart."""
     for where in ("state", "lastState"):
         term = (ctr.get(where) or {}).get("terminated")
-        if term and term.get("exitCode", 0) != 0:
+        if isinstance(term, dict) and term.get("exitCode", 0) != 0:
             return term
     return None
 

@@ -54,10 +54,10 @@ class OperatorState:
 
     settings: OperatorSettings
     client: KubeClient
-    locks: dict[str, threading.Lock] = field(default_factory=dict)
+    locks: dict[str, threading.Lock] = field(default_factory=dict[str, Any])
     locks_guard: threading.Lock = field(default_factory=threading.Lock)
-    deployment_seen: dict[str, tuple[Any, ...]] = field(default_factory=dict)
-    known: dict[str, dict[str, Any]] = field(default_factory=dict)  # uid -> latest body
+    deployment_seen: dict[str, tuple[Any, ...]] = field(default_factory=dict[str, Any])
+    known: dict[str, dict[str, Any]] = field(default_factory=dict[str, Any])  # uid -> latest body
     resync_task: asyncio.Task[None] | None = None
 
     def lock_for(self, uid: str) -> threading.Lock:
@@ -108,10 +108,10 @@ def run_reconcile(state: OperatorState, resource: dict[str, Any], *, strict: boo
 def login(**_: Any) -> kopf.ConnectionInfo:
     """kopf and our client authenticate from the same source (in-cluster, else KUBECONFIG)."""
     cfg = load_configuration(OperatorSettings().kubeconfig)
-    header = cfg.get_api_key_with_prefix("BearerToken") or cfg.get_api_key_with_prefix(
+    header: str | None = cfg.get_api_key_with_prefix("BearerToken") or cfg.get_api_key_with_prefix(
         "authorization"
     )
-    scheme, _, token = (header or "").rpartition(" ")
+    scheme, _sep, token = (header or "").rpartition(" ")
     return kopf.ConnectionInfo(
         server=cfg.host,
         ca_path=cfg.ssl_ca_cert,

@@ -26,7 +26,7 @@ LABEL_REVISION = "docparser.io/revision"
 LABEL_RETIRED = "docparser.io/retired-generation"
 
 # Children that serve both tracks (endpoint Service, HTTPRoute, PDB) carry this track value.
-TRACK_SHARED = "shared"
+TRACK_SHARED: Literal["shared"] = "shared"
 TrackLabel = Track | Literal["shared"]
 
 

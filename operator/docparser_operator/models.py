@@ -9,7 +9,7 @@ the same messages so `docparser-operator render -f` rejects what `kubectl apply`
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
@@ -248,6 +248,6 @@ class DocParser(BaseModel):
     status: DocParserStatus | None = None
 
     @classmethod
-    def from_resource(cls, resource: dict) -> DocParser:
+    def from_resource(cls, resource: dict[str, Any]) -> DocParser:
         """Parse a resource dict (API object or manifest); raises pydantic.ValidationError."""
         return cls.model_validate(resource)

@@ -70,8 +70,8 @@ class Outcome:
     pruned: list[Key] = field(default_factory=list)
     conflicts: list[Key] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
-    status: dict[str, Any] = field(default_factory=dict)
-    previous_status: dict[str, Any] = field(default_factory=dict)
+    status: dict[str, Any] = field(default_factory=dict[str, Any])
+    previous_status: dict[str, Any] = field(default_factory=dict[str, Any])
     status_written: bool = False
     rollout: rollout.Rollout | None = None
     created_revisions: list[str] = field(default_factory=list)
@@ -308,7 +308,7 @@ def decide(resource: dict[str, Any], observed: Observed, *, previous_weight: int
         if current is not None and labels.LABEL_RETIRED in (
             current["metadata"].get("labels") or {}
         ):
-            patch = {"metadata": {"labels": {labels.LABEL_RETIRED: None}}}  # wanted again
+            patch: dict[str, Any] = {"metadata": {"labels": {labels.LABEL_RETIRED: None}}}
             decision.actions.append(Action("scale", key, "grow", obj=patch))
     kept = set(step.keep)
     generation = str(meta.get("generation", 1))

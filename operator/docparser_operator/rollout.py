@@ -243,11 +243,11 @@ def plan(desired: Desired, observed: list[RevisionState], *, previous_weight: in
         surplus -= max(0, drop - unready)
         new[r] = cur[r] - drop
     budget = desired.size + desired.max_surge - sum(new.values())
-    for r in (stable, canary):
-        if r is None or new[r] >= targets[r]:
+    for grower in (stable, canary):
+        if grower is None or new[grower] >= targets[grower]:
             continue
-        grow = max(0, min(targets[r] - new[r], budget))
-        new[r] += grow
+        grow = max(0, min(targets[grower] - new[grower], budget))
+        new[grower] += grow
         budget -= grow
     after = {r: min(ready[r], new[r]) for r in targets}
 

@@ -153,7 +153,13 @@ def track_state(obs: TrackObservation) -> TrackState:
 
 
 def _condition(
-    ctype: str, ok: bool, reason: str, message: str, generation: int, previous: dict, now: str
+    ctype: str,
+    ok: bool,
+    reason: str,
+    message: str,
+    generation: int,
+    previous: dict[str, Any],
+    now: str,
 ) -> dict[str, Any]:
     status = "True" if ok else "False"
     old = previous.get(ctype)

@@ -9,6 +9,7 @@ HPA, the PDB and the HTTPRoute) so golden files and apply batches never reorder.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from docparser_operator.models import DocParser
 from docparser_operator.render.deployment import pod_template, render_deployment
@@ -33,9 +34,9 @@ def tracks_of(resource: DocParser) -> tuple[TrackPlan, ...]:
     )
 
 
-def render_plan(plan: Plan) -> list[dict]:
+def render_plan(plan: Plan) -> list[dict[str, Any]]:
     gateway = plan.resource.spec.traffic.router == "gateway"
-    children: list[dict] = []
+    children: list[dict[str, Any]] = []
     for tp in plan.tracks:
         children.append(render_deployment(plan, tp))
     if gateway:
@@ -53,7 +54,7 @@ def render_plan(plan: Plan) -> list[dict]:
     return children
 
 
-def render_all(resource: dict, *, canary_ready: bool = True) -> list[dict]:
+def render_all(resource: dict[str, Any], *, canary_ready: bool = True) -> list[dict[str, Any]]:
     """Every child of ``resource`` once settled; ``canary_ready=False``: before the canary's
     pods are Ready (all traffic on stable). Raises pydantic.ValidationError on a bad spec."""
     model = DocParser.from_resource(resource)

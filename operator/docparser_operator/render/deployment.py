@@ -18,6 +18,7 @@ revisions by their replicas. Choices a GPU OCR service needs (and generic charts
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from docparser_operator import naming, sizing
 from docparser_operator.labels import LABEL_REVISION, pod_labels, pod_selector
@@ -47,7 +48,7 @@ def termination_grace_seconds(spec: DocParserSpec) -> int:
     return PRESTOP_SLEEP_S + RUNTIME_DRAIN_GRACE_S + drain_seconds(spec) + 15
 
 
-def _container_security() -> dict:
+def _container_security() -> dict[str, Any]:
     return {
         "runAsNonRoot": True,
         "runAsUser": RUNTIME_UID,
@@ -57,7 +58,7 @@ def _container_security() -> dict:
     }
 
 
-def _env(spec: DocParserSpec, tp: TrackPlan) -> list[dict]:
+def _env(spec: DocParserSpec, tp: TrackPlan) -> list[dict[str, Any]]:
     env = {
         "DOCPARSER_MAX_BATCH_SIZE": str(spec.runtime.max_batch_size),
         "DOCPARSER_DEFAULT_MAX_NEW_TOKENS": str(spec.runtime.max_new_tokens),
@@ -78,7 +79,7 @@ def _env(spec: DocParserSpec, tp: TrackPlan) -> list[dict]:
         env["DOCPARSER_WEIGHTS_SHA256"] = tp.weights.sha256
     if spec.auth and spec.auth.api_key_secret_ref:
         env["DOCPARSER_API_KEYS_FILE"] = API_KEYS_DIR
-    rendered = [{"name": k, "value": v} for k, v in env.items()]
+    rendered: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in env.items()]
     redis = spec.runtime.redis_url_secret_ref
     if redis is not None:
         # Jobs and the result cache in Redis: any replica answers for any job.
@@ -87,7 +88,7 @@ def _env(spec: DocParserSpec, tp: TrackPlan) -> list[dict]:
     return rendered
 
 
-def _probe(path: str, *, period: int, failures: int, timeout: int) -> dict:
+def _probe(path: str, *, period: int, failures: int, timeout: int) -> dict[str, Any]:
     return {
         "httpGet": {"path": path, "port": naming.HTTP_PORT_NAME},
         "periodSeconds": period,
@@ -96,7 +97,7 @@ def _probe(path: str, *, period: int, failures: int, timeout: int) -> dict:
     }
 
 
-def _resources(spec: DocParserSpec) -> dict:
+def _resources(spec: DocParserSpec) -> dict[str, Any]:
     memory = sizing.host_memory_request(spec)
     cpu = spec.resources.cpu or ("2" if spec.gpus else "1")
     requests = {"cpu": cpu, "memory": memory}
@@ -107,9 +108,9 @@ def _resources(spec: DocParserSpec) -> dict:
     return {"requests": requests, "limits": limits}
 
 
-def _runtime_container(spec: DocParserSpec, tp: TrackPlan) -> dict:
+def _runtime_container(spec: DocParserSpec, tp: TrackPlan) -> dict[str, Any]:
     args = ["serve", "--engine", spec.engine, "--host", "0.0.0.0", "--port", str(naming.HTTP_PORT)]
-    mounts = [{"name": "tmp", "mountPath": "/tmp"}]
+    mounts: list[dict[str, Any]] = [{"name": "tmp", "mountPath": "/tmp"}]
     if tp.weights is not None:
         args += ["--model-path", naming.model_path(tp.weights.version)]
         mounts.append({"name": "weights", "mountPath": naming.WEIGHTS_MOUNT, "readOnly": True})
@@ -141,10 +142,10 @@ def _runtime_container(spec: DocParserSpec, tp: TrackPlan) -> dict:
     }
 
 
-def _fetch_container(spec: DocParserSpec, tp: TrackPlan) -> dict:
+def _fetch_container(spec: DocParserSpec, tp: TrackPlan) -> dict[str, Any]:
     weights = tp.weights
     assert weights is not None
-    mounts = [
+    mounts: list[dict[str, Any]] = [
         {"name": "tmp", "mountPath": "/tmp"},
         {"name": "weights", "mountPath": naming.WEIGHTS_MOUNT},
     ]
@@ -186,8 +187,8 @@ def _fetch_container(spec: DocParserSpec, tp: TrackPlan) -> dict:
     }
 
 
-def _volumes(spec: DocParserSpec, tp: TrackPlan) -> list[dict]:
-    volumes: list[dict] = [{"name": "tmp", "emptyDir": {"sizeLimit": "2Gi"}}]
+def _volumes(spec: DocParserSpec, tp: TrackPlan) -> list[dict[str, Any]]:
+    volumes: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {"sizeLimit": "2Gi"}}]
     if tp.weights is not None:
         volumes.append(
             {"name": "weights", "emptyDir": {"sizeLimit": sizing.weights_volume_limit(spec)}}
@@ -224,10 +225,10 @@ def _pod_annotations(spec: DocParserSpec, tp: TrackPlan) -> dict[str, str]:
     return annotations
 
 
-def pod_template(resource: DocParser, tp: TrackPlan) -> dict:
+def pod_template(resource: DocParser, tp: TrackPlan) -> dict[str, Any]:
     """The pod template of one track's revision, without its revision label (the hash input)."""
     spec = resource.spec
-    pod_spec: dict = {
+    pod_spec: dict[str, Any] = {
         "automountServiceAccountToken": False,
         "securityContext": {
             "runAsNonRoot": True,
@@ -256,7 +257,7 @@ def pod_template(resource: DocParser, tp: TrackPlan) -> dict:
     }
 
 
-def render_deployment(plan: Plan, tp: TrackPlan) -> dict:
+def render_deployment(plan: Plan, tp: TrackPlan) -> dict[str, Any]:
     spec = plan.resource.spec
     name = naming.revision_name(plan.name, tp.revision)
     template = pod_template(plan.resource, tp)

@@ -15,6 +15,8 @@ five minutes after ``scaleDownStabilizationSeconds`` of low load: GPU pods are s
 
 from __future__ import annotations
 
+from typing import Any
+
 from docparser_operator import naming
 from docparser_operator.models import Autoscaling
 from docparser_operator.naming import API_VERSION, KIND
@@ -24,7 +26,7 @@ from docparser_operator.render.plan import Plan
 POD_METRICS = {"queue": "docparser_outstanding_pages", "inflight": "docparser_outstanding_requests"}
 
 
-def _metric(autoscaling: Autoscaling) -> dict:
+def _metric(autoscaling: Autoscaling) -> dict[str, Any]:
     if autoscaling.metric == "cpu":
         return {
             "type": "Resource",
@@ -42,7 +44,7 @@ def _metric(autoscaling: Autoscaling) -> dict:
     }
 
 
-def render_hpa(plan: Plan) -> dict:
+def render_hpa(plan: Plan) -> dict[str, Any]:
     autoscaling = plan.resource.spec.autoscaling
     replicas = plan.resource.spec.replicas
     return {

@@ -10,6 +10,8 @@ decode for minutes.
 
 from __future__ import annotations
 
+from typing import Any
+
 from docparser_operator import naming
 from docparser_operator.labels import TRACK_SHARED
 from docparser_operator.render.meta import object_meta
@@ -28,11 +30,15 @@ def backend_weights(plan: Plan) -> dict[str, int]:
     return weights
 
 
-def render_httproute(plan: Plan) -> dict:
+def render_httproute(plan: Plan) -> dict[str, Any]:
     traffic = plan.resource.spec.traffic
     gateway = traffic.gateway_ref
     assert gateway is not None  # CRD rule: router gateway needs gatewayRef
-    parent: dict = {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": gateway.name}
+    parent: dict[str, Any] = {
+        "group": "gateway.networking.k8s.io",
+        "kind": "Gateway",
+        "name": gateway.name,
+    }
     if gateway.namespace:
         parent["namespace"] = gateway.namespace
     if gateway.section_name:
@@ -41,7 +47,7 @@ def render_httproute(plan: Plan) -> dict:
         {"name": naming.revision_name(plan.name, rev), "port": naming.HTTP_PORT, "weight": w}
         for rev, w in backend_weights(plan).items()
     ]
-    spec: dict = {
+    spec: dict[str, Any] = {
         "parentRefs": [parent],
         "rules": [
             {

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from docparser_operator.labels import TrackLabel, child_labels
 from docparser_operator.naming import API_VERSION, KIND
 from docparser_operator.render.plan import Plan
@@ -14,11 +16,11 @@ def object_meta(
     *,
     version: str | None = None,
     annotations: dict[str, str] | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """Metadata of one child. The owner reference appears only when the DocParser has a uid
     (a live object); `render -f` on a manifest has none, and `kubectl apply` of its output
     then creates unowned objects, as a GitOps user expects."""
-    meta: dict = {
+    meta: dict[str, Any] = {
         "name": name,
         "namespace": plan.namespace,
         "labels": child_labels(plan.name, track, version),

@@ -10,13 +10,15 @@ broken canary never pins a node.
 
 from __future__ import annotations
 
+from typing import Any
+
 from docparser_operator import naming
 from docparser_operator.labels import TRACK_SHARED, pod_selector
 from docparser_operator.render.meta import object_meta
 from docparser_operator.render.plan import Plan
 
 
-def render_pdb(plan: Plan) -> dict:
+def render_pdb(plan: Plan) -> dict[str, Any]:
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from typing import Any
 
 from docparser_operator import rollout
 from docparser_operator.models import DocParser, Weights
@@ -65,7 +66,7 @@ def spec_tracks(resource: DocParser) -> tuple[TrackPlan, ...]:
     return (stable, TrackPlan("canary", spec.canary.weights))
 
 
-def revision_of(template: dict) -> str:
+def revision_of(template: dict[str, Any]) -> str:
     """Content hash of a pod template: equal templates are one revision."""
     body = json.dumps(template, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(body.encode()).hexdigest()[:REVISION_CHARS]

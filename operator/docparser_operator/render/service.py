@@ -11,13 +11,15 @@ to Ready pods, so a revision still loading gets none.
 
 from __future__ import annotations
 
+from typing import Any
+
 from docparser_operator import naming
 from docparser_operator.labels import LABEL_REVISION, TRACK_SHARED, TrackLabel, pod_selector
 from docparser_operator.render.meta import object_meta
 from docparser_operator.render.plan import Plan
 
 
-def _service(plan: Plan, name: str, track: TrackLabel, selector: dict[str, str]) -> dict:
+def _service(plan: Plan, name: str, track: TrackLabel, selector: dict[str, str]) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -38,17 +40,17 @@ def _service(plan: Plan, name: str, track: TrackLabel, selector: dict[str, str])
     }
 
 
-def render_endpoint_service(plan: Plan) -> dict:
+def render_endpoint_service(plan: Plan) -> dict[str, Any]:
     selector = pod_selector(plan.name, plan.rollout.endpoint_revision)
     return _service(plan, naming.endpoint_service(plan.name), TRACK_SHARED, selector)
 
 
-def render_canary_service(plan: Plan, revision: str) -> dict:
+def render_canary_service(plan: Plan, revision: str) -> dict[str, Any]:
     selector = pod_selector(plan.name, revision)
     return _service(plan, naming.canary_service(plan.name), "canary", selector)
 
 
-def render_revision_service(plan: Plan, revision: str) -> dict:
+def render_revision_service(plan: Plan, revision: str) -> dict[str, Any]:
     """The HTTPRoute backend of one revision (router gateway)."""
     step = plan.rollout.get(revision)
     service = _service(
