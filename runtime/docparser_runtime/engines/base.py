@@ -14,6 +14,8 @@ from typing import Literal
 
 from PIL import Image
 
+from docparser_runtime.pages import PageImage
+
 Mode = Literal["markdown", "text", "grounding"]
 BBox = tuple[float, float, float, float]
 
@@ -29,24 +31,6 @@ class ParseOptions:
     def batch_key(self) -> tuple[int, str, int]:
         """Pages may share one generate() call only when this key is equal."""
         return (self.tier, self.mode, self.max_new_tokens)
-
-
-@dataclass(frozen=True)
-class PageImage:
-    """One decoded RGB page with its tiling plan (from ``preprocess.tiling``)."""
-
-    index: int
-    image: Image.Image
-    tiles: int
-    vision_tokens: int
-
-    @property
-    def width(self) -> int:
-        return self.image.width
-
-    @property
-    def height(self) -> int:
-        return self.image.height
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """Asynchronous jobs: a store (memory or Redis) and workers that run queued parses."""
 
+from .factory import create_job_store
 from .models import Job, JobStatus, request_fingerprint
-from .store import ClaimedJob, JobStore, create_job_store
+from .store import ClaimedJob, JobStore
 from .worker import JobRunner, JobStopped, JobWorker
 
 __all__ = [

@@ -133,19 +133,3 @@ def not_found(job_id: str) -> NotFound:
 
 def already_finished(job: Job) -> Conflict:
     return Conflict(f"job {job.id!r} already {job.status}; nothing to cancel", code="job_finished")
-
-
-def create_job_store(settings) -> JobStore:
-    """Redis when ``settings.redis_url`` is set (any replica answers for any job),
-    else the in-memory store (single replica)."""
-    if settings.redis_url:
-        from .redis_store import RedisJobStore
-
-        return RedisJobStore.from_url(
-            settings.redis_url,
-            ttl_s=settings.job_ttl_s,
-            max_attempts=settings.job_max_attempts,
-        )
-    from .memory_store import MemoryJobStore
-
-    return MemoryJobStore(ttl_s=settings.job_ttl_s)

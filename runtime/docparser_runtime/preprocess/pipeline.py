@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from PIL import Image
 
-from docparser_runtime.engines.base import PageImage
 from docparser_runtime.errors import InvalidInput
+from docparser_runtime.pages import PageImage
 from docparser_runtime.preprocess.decode import decode_image, sniff_format
 from docparser_runtime.preprocess.page_ranges import parse_page_ranges
 from docparser_runtime.preprocess.pdf import (

@@ -1,0 +1,23 @@
+"""Which job store a process uses: a module of its own, so that the store interface
+(``store.py``) never imports its implementations and the two stores stay independent
+(import-linter contracts in pyproject.toml)."""
+
+from __future__ import annotations
+
+from .store import JobStore
+
+
+def create_job_store(settings) -> JobStore:
+    """Redis when ``settings.redis_url`` is set (any replica answers for any job),
+    else the in-memory store (single replica)."""
+    if settings.redis_url:
+        from .redis_store import RedisJobStore
+
+        return RedisJobStore.from_url(
+            settings.redis_url,
+            ttl_s=settings.job_ttl_s,
+            max_attempts=settings.job_max_attempts,
+        )
+    from .memory_store import MemoryJobStore
+
+    return MemoryJobStore(ttl_s=settings.job_ttl_s)
