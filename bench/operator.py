@@ -48,7 +48,7 @@ def main() -> int:
 
 
 def run_one(n: int, timeout: float) -> tuple[int, float, float, float, int]:
-    from conftest import running_operator
+    from operator_runner import running_operator
     from docparser_operator.apply import DOCPARSER, KNOWN_KINDS
     from dp_helpers import GATEWAY, docparser
     from kube_cluster import emulator_cluster, wait_for

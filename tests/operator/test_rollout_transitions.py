@@ -106,6 +106,7 @@ def test_canary_walk_promote_and_revert_on_gateway(cluster: Cluster, operator: A
             st = settle(cluster, "inv", "back on v1")
             assert st["stable"]["revision"] == v1 and "canary" not in st
             assert route_weights(cluster, "inv") == {"stable": 100}
+        print(f"\n{cluster.backend}: {sampler.report()}")  # the figures docs/benchmarks.md quotes
         assert sampler.violations == [], sampler.report()
         assert len(sampler.samples) >= 5, sampler.report()
         assert max(s.behind for s in sampler.samples) >= 2
@@ -142,6 +143,7 @@ def test_service_router_autoscaled_within_n_gpus(cluster: Cluster, operator: Any
             set_spec(cluster, "inv", promoted)
             st = settle(cluster, "inv", "promoted")
             assert st["stable"]["version"] == "2026-03-01" and st["stable"]["readyReplicas"] == 4
+        print(f"\n{cluster.backend}: {sampler.report()}")  # the figures docs/benchmarks.md quotes
         assert sampler.violations == [], sampler.report()
         budget = max(s.behind for s in sampler.samples)
         assert budget <= 4, sampler.report()
@@ -163,6 +165,7 @@ def test_runtime_change_rolls_a_new_revision_make_before_break(
         assert dep_name(cluster, "inv") != old
         assert cluster.get(DEPLOY, old)["spec"]["replicas"] == 0
         assert st["stable"]["readyReplicas"] == 2
+        print(f"\n{cluster.backend}: {sampler.report()}")  # the figures docs/benchmarks.md quotes
         assert sampler.violations == [], sampler.report()
 
 
@@ -185,4 +188,5 @@ def test_canary_that_never_becomes_ready_gets_no_traffic(cluster: Cluster, opera
         assert route_weights(cluster, "inv") == {"stable": 100, "canary": 0}
         assert condition(cluster, "inv", "Ready")["status"] == "True"
         assert cluster.get(DOCPARSER, "inv")["status"]["stable"]["readyReplicas"] == 2
+        print(f"\n{cluster.backend}: {sampler.report()}")  # the figures docs/benchmarks.md quotes
         assert sampler.violations == [], sampler.report()
