@@ -70,7 +70,7 @@ def _settings_from_args(args: argparse.Namespace):
 
 def serve(args: argparse.Namespace) -> int:
     from docparser_runtime.server.app import create_app
-    from docparser_runtime.server.drain import run_server
+    from docparser_runtime.server.drain import run_server, write_termination_message
 
     settings = _settings_from_args(args)
     logging.basicConfig(
@@ -82,11 +82,13 @@ def serve(args: argparse.Namespace) -> int:
     try:
         check_serving_weights(settings)  # refuse unverified weights unless allowed
     except WeightsError as exc:
-        print(f"serve: {exc.code}: {exc.message}", file=sys.stderr)
+        message = f"serve: {exc.code}: {exc.message}"
+        print(message, file=sys.stderr)
+        write_termination_message(settings.termination_log, message)
         return 1
     app = create_app(settings)
-    run_server(app, settings)  # SIGTERM: readyz 503 first, then drain (server/drain.py)
-    return 0
+    # SIGTERM: readyz 503 first, then drain; an engine that cannot load exits 1 with why
+    return run_server(app, settings)
 
 
 def fetch_weights(args: argparse.Namespace) -> int:

@@ -47,6 +47,15 @@ class Settings(BaseSettings):
     no_repeat_ngram_window: int = Field(90, ge=1, description="recent tokens the ban looks at")
     allow_unverified_weights: bool = False
     weights_sha256: str | None = Field(None, description="pinned manifest sha256 for serve")
+    exit_on_load_failure: bool = Field(
+        True,
+        description="serve exits non-zero when the engine cannot load (Kubernetes restarts it "
+        "and shows why) instead of idling with /readyz 503",
+    )
+    termination_log: str = Field(
+        "/dev/termination-log",
+        description="where serve writes why it exits (the pod's terminationMessagePath)",
+    )
 
     # Batching and backpressure
     max_batch_size: int = Field(8, ge=1, le=256)

@@ -84,6 +84,9 @@ async def _bring_up(app: FastAPI, engine: Engine | None, engine_loaded: bool) ->
     except Exception as exc:
         log.exception("engine failed to start")
         state.lifecycle.mark_failed(f"{type(exc).__name__}: {exc}")
+        stop = getattr(state, "stop_on_load_failure", None)
+        if stop is not None and settings.exit_on_load_failure:
+            stop()  # `serve` then exits non-zero with the reason (server/drain.run_server)
         return
     batcher = MicroBatcher(
         engine,

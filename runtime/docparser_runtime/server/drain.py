@@ -26,6 +26,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from .jobs_runtime import stop_taking_jobs
+from .lifecycle import State
 
 log = logging.getLogger("docparser.drain")
 
@@ -75,8 +76,21 @@ class DrainingServer(uvicorn.Server):
         self._loop.call_later(self.grace_s, super().handle_exit, sig, None)
 
 
-def run_server(app: FastAPI, settings) -> None:
-    """Serve ``app`` until a signal, then drain (used by ``docparser-runtime serve``)."""
+def write_termination_message(path: str, message: str) -> None:
+    """Best effort: Kubernetes shows this file's text as the container's termination
+    message (and the operator reports it as FailedToLoad); nothing else depends on it."""
+    try:
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(message[:4000])
+    except OSError as exc:
+        log.warning("could not write the termination message to %s: %s", path, exc)
+
+
+def run_server(app: FastAPI, settings) -> int:
+    """Serve ``app`` until a signal, then drain (used by ``docparser-runtime serve``).
+
+    Returns the exit status: 1 when the engine could not load (the lifespan stops the
+    server at once and the reason goes to ``settings.termination_log``), else 0."""
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -85,4 +99,13 @@ def run_server(app: FastAPI, settings) -> None:
         timeout_graceful_shutdown=int(settings.drain_timeout_s) or None,
         access_log=False,
     )
-    DrainingServer(config, app, grace_s=settings.drain_grace_s).run()
+    server = DrainingServer(config, app, grace_s=settings.drain_grace_s)
+    app.state.stop_on_load_failure = lambda: setattr(server, "should_exit", True)
+    server.run()
+    lifecycle = app.state.lifecycle
+    if lifecycle.state is State.FAILED:
+        reason = f"serve: engine failed to load: {lifecycle.reason}"
+        write_termination_message(settings.termination_log, reason)
+        log.error("%s", reason)
+        return 1
+    return 0
