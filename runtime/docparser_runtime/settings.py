@@ -100,6 +100,16 @@ class Settings(BaseSettings):
     # Protection
     api_keys_file: Path | None = None
     rate_limit_rps: float = Field(0.0, ge=0, description="per key; 0 disables")
+    forwarded_allow_ips: str = Field(
+        "",
+        description="comma-separated proxy addresses (or *) whose X-Forwarded-For/-Proto are "
+        "trusted; empty: none, so limits key on the real peer (a mesh sidecar on 127.0.0.1 "
+        "would otherwise let any client choose its own address)",
+    )
+    max_connections: int = Field(
+        1000, ge=1, description="concurrent connections and requests before 503 (uvicorn)"
+    )
+    keep_alive_timeout_s: float = Field(5.0, gt=0, description="idle keep-alive connections")
     rate_limit_burst: int = Field(20, ge=1)
     max_concurrency_per_key: int = Field(0, ge=0, description="0 disables")
     url_fetch_allowlist: list[str] = Field(default_factory=list)

@@ -98,6 +98,11 @@ def run_server(app: FastAPI, settings) -> int:
         log_level=settings.log_level.lower(),
         timeout_graceful_shutdown=int(settings.drain_timeout_s) or None,
         access_log=False,
+        # Proxy headers only from configured proxies (uvicorn trusts 127.0.0.1 by default).
+        proxy_headers=bool(settings.forwarded_allow_ips),
+        forwarded_allow_ips=settings.forwarded_allow_ips or "",
+        limit_concurrency=settings.max_connections,
+        timeout_keep_alive=settings.keep_alive_timeout_s,
     )
     server = DrainingServer(config, app, grace_s=settings.drain_grace_s)
     app.state.stop_on_load_failure = lambda: setattr(server, "should_exit", True)
