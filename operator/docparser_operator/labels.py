@@ -35,17 +35,22 @@ def owned_selector(name: str) -> dict[str, str]:
     return {LABEL_MANAGED_BY: MANAGED_BY, LABEL_INSTANCE: name}
 
 
-def child_labels(name: str, track: TrackLabel, version: str | None = None) -> dict[str, str]:
+def _labels(name: str, key: str, value: str, version: str | None) -> dict[str, str]:
     labels = {
         LABEL_NAME: APP_NAME,
         LABEL_INSTANCE: name,
         LABEL_MANAGED_BY: MANAGED_BY,
         LABEL_COMPONENT: "runtime",
-        LABEL_TRACK: track,
+        key: value,
     }
     if version:
         labels[LABEL_VERSION] = version
     return labels
+
+
+def child_labels(name: str, track: TrackLabel, version: str | None = None) -> dict[str, str]:
+    """Labels of a child object: its role (track), never used to select pods."""
+    return _labels(name, LABEL_TRACK, track, version)
 
 
 def pod_selector(name: str, revision: str | None = None) -> dict[str, str]:
@@ -58,16 +63,7 @@ def pod_selector(name: str, revision: str | None = None) -> dict[str, str]:
 
 def pod_labels(name: str, revision: str, version: str | None) -> dict[str, str]:
     """Labels of a revision's pods (its template): fixed for the revision's whole life."""
-    labels = {
-        LABEL_NAME: APP_NAME,
-        LABEL_INSTANCE: name,
-        LABEL_MANAGED_BY: MANAGED_BY,
-        LABEL_COMPONENT: "runtime",
-        LABEL_REVISION: revision,
-    }
-    if version:
-        labels[LABEL_VERSION] = version
-    return labels
+    return _labels(name, LABEL_REVISION, revision, version)
 
 
 def selector_string(selector: dict[str, str]) -> str:
