@@ -48,10 +48,10 @@ def main() -> int:
 
 
 def run_one(n: int, timeout: float) -> tuple[int, float, float, float, int]:
-    from operator_runner import running_operator
     from docparser_operator.apply import DOCPARSER, KNOWN_KINDS
     from dp_helpers import GATEWAY, docparser
     from kube_cluster import emulator_cluster, wait_for
+    from operator_runner import running_operator
 
     with tempfile.TemporaryDirectory() as tmp:
         gen = emulator_cluster(Path(tmp), "bench")
