@@ -120,6 +120,25 @@ class Settings(BaseSettings):
     max_queued_jobs: int = Field(
         1000, ge=1, description="queued jobs before POST /v1/jobs answers 429 (uploads are held)"
     )
+    max_queued_jobs_per_key: int = Field(
+        100,
+        ge=0,
+        description="queued jobs one API key may hold before 429 job_quota_exceeded, so one "
+        "tenant cannot fill the queue for the others; 0 disables (applies only when API keys "
+        "are configured)",
+    )
+    max_finished_job_bytes: int = Field(
+        256 * 1024 * 1024,
+        ge=0,
+        description="memory store: bytes of finished jobs (results) kept; the oldest are "
+        "forgotten first past it (Redis keeps results job_ttl_s); 0 = TTL only",
+    )
+    redis_write_retries: int = Field(
+        6,
+        ge=0,
+        description="retries (backoff 0.2 s doubling, at most 5 s) of a job's progress and "
+        "result writes after a Redis connection error; 6 rides out about 13 s",
+    )
     job_workers: int = Field(1, ge=0, description="jobs run concurrently per replica")
     job_lease_s: float = Field(15.0, gt=0, description="a dead replica's jobs requeue after")
     job_max_attempts: int = Field(3, ge=1, description="replica deaths before a job fails")

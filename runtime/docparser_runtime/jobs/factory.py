@@ -17,7 +17,15 @@ def create_job_store(settings) -> JobStore:
             settings.redis_url,
             ttl_s=settings.job_ttl_s,
             max_attempts=settings.job_max_attempts,
+            max_queued=settings.max_queued_jobs,
+            max_queued_per_owner=settings.max_queued_jobs_per_key,
+            write_retries=settings.redis_write_retries,
         )
     from .memory_store import MemoryJobStore
 
-    return MemoryJobStore(ttl_s=settings.job_ttl_s)
+    return MemoryJobStore(
+        ttl_s=settings.job_ttl_s,
+        max_queued=settings.max_queued_jobs,
+        max_queued_per_owner=settings.max_queued_jobs_per_key,
+        max_finished_bytes=settings.max_finished_job_bytes,
+    )

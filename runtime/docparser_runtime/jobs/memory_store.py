@@ -3,37 +3,84 @@
 Everything lives in dicts guarded by one ``asyncio.Condition`` (all callers are on the
 event loop). Jobs do not survive the process: on shutdown, queued jobs are failed with
 a clear error instead of silently vanishing.
+
+Finished jobs are bounded by bytes, not only by the TTL: a flood of (cheap, cached)
+submissions would otherwise keep every result for a day and exhaust the process. Past
+``max_finished_bytes`` the oldest finished jobs are forgotten first (their ids then
+answer 404, exactly as after the TTL); queued and running jobs are never evicted.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections import deque
 from typing import Any
 
 from .models import Job, JobStatus, new_job_id
-from .store import ClaimedJob, JobStore, already_finished, conflict_for_key, not_found
+from .store import (
+    ClaimedJob,
+    JobStore,
+    already_finished,
+    conflict_for_key,
+    not_found,
+    queue_full,
+    quota_exceeded,
+)
+
+# What a finished job costs besides its result and error: the record, its dict entries,
+# ids and params. Counted so that a flood of jobs without results is bounded as well.
+JOB_OVERHEAD_BYTES = 1024
+
+
+def finished_size(job: Job) -> int:
+    """Bytes a finished job is charged for (its result as JSON, the largest part)."""
+    size = JOB_OVERHEAD_BYTES
+    for part in (job.result, job.error):
+        if part is not None:
+            size += len(json.dumps(part, separators=(",", ":")))
+    return size
 
 
 class MemoryJobStore(JobStore):
-    def __init__(self, *, ttl_s: float) -> None:
+    def __init__(
+        self,
+        *,
+        ttl_s: float,
+        max_queued: int = 0,
+        max_queued_per_owner: int = 0,
+        max_finished_bytes: int = 0,
+    ) -> None:
+        """Limits of 0 mean unlimited. ``max_finished_bytes`` may be exceeded by the one
+        most recent result alone (it is kept until the next job finishes, so a client
+        polling for a large result still gets it)."""
         self.ttl_s = ttl_s
+        self.max_queued = max_queued
+        self.max_queued_per_owner = max_queued_per_owner
+        self.max_finished_bytes = max_finished_bytes
         self._jobs: dict[str, Job] = {}
         self._inputs: dict[str, bytes] = {}
-        self._expires: dict[str, float] = {}  # terminal jobs only
+        # Terminal jobs only, in the order they finished (= expiry order, one TTL).
+        self._expires: dict[str, float] = {}
+        self._sizes: dict[str, int] = {}
+        self.finished_bytes = 0
         self._queue: deque[str] = deque()
         self._idem: dict[str, str] = {}  # idempotency key -> job id
         self._cond = asyncio.Condition()
+
+    def _forget(self, job_id: str) -> None:
+        job = self._jobs.pop(job_id, None)
+        del self._expires[job_id]
+        self.finished_bytes -= self._sizes.pop(job_id, 0)
+        if job and job.idempotency_key and self._idem.get(job.idempotency_key) == job_id:
+            del self._idem[job.idempotency_key]
 
     def _sweep(self) -> None:
         """Drop finished jobs older than the TTL (lazy: on every access)."""
         now = time.time()
         for job_id in [j for j, t in self._expires.items() if t <= now]:
-            job = self._jobs.pop(job_id, None)
-            del self._expires[job_id]
-            if job and job.idempotency_key and self._idem.get(job.idempotency_key) == job_id:
-                del self._idem[job.idempotency_key]
+            self._forget(job_id)
 
     def _terminate(self, job: Job, status: JobStatus) -> None:
         job.status = status
@@ -41,6 +88,13 @@ class MemoryJobStore(JobStore):
         job.worker = None
         self._inputs.pop(job.id, None)
         self._expires[job.id] = job.updated_at + self.ttl_s
+        size = finished_size(job)
+        self._sizes[job.id] = size
+        self.finished_bytes += size
+        if self.max_finished_bytes:
+            # Oldest first; bounded by the number of finished jobs; never the newest.
+            while self.finished_bytes > self.max_finished_bytes and len(self._expires) > 1:
+                self._forget(next(iter(self._expires)))
 
     async def submit(
         self,
@@ -58,6 +112,13 @@ class MemoryJobStore(JobStore):
                 if existing.fingerprint != fingerprint:
                     raise conflict_for_key(idempotency_key)
                 return existing, False
+            if self.max_queued and len(self._queue) >= self.max_queued:
+                raise queue_full(self.max_queued)
+            if owner is not None and self.max_queued_per_owner:
+                # O(queue) and the queue is bounded by max_queued: simple and exact.
+                mine = sum(1 for j in self._queue if self._jobs[j].owner == owner)
+                if mine >= self.max_queued_per_owner:
+                    raise quota_exceeded(self.max_queued_per_owner)
             job = Job(
                 id=new_job_id(),
                 params=dict(params),

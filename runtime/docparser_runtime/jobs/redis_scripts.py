@@ -4,27 +4,62 @@ Kept apart from ``redis_store.py`` so the store reads as plain Python; the key l
 is described there. ``KEYS``/``ARGV`` are listed at the top of every script.
 """
 
+# A job's owner (API key id) is recorded in a set of its queued jobs while it is queued,
+# so the per-key quota is one SCARD inside the script that enqueues. Every script that
+# moves a job in or out of "queued" keeps that set in step (ARGV names the key prefix).
+_OWNER_QUEUED = """
+local function owner_set(prefix, job_key)
+  local owner = redis.call('HGET', job_key, 'owner')
+  if owner and owner ~= '' then return prefix .. owner end
+  return nil
+end
+"""
+
 SUBMIT = """
--- KEYS: job, input, queue, [idem]; ARGV: id, fingerprint, ttl, job prefix, input, fields...
-if #KEYS == 4 then
-  local existing = redis.call('GET', KEYS[4])
+-- KEYS: job, input, queue, owner queued set, [idem]
+-- ARGV: id, fingerprint, ttl, job prefix, input, max queued (0 = none),
+--       max queued for this owner (0 = none), fields...
+-- -> {'created'|'existing'|'conflict', id} or {'full'|'quota', limit}
+if #KEYS == 5 then
+  local existing = redis.call('GET', KEYS[5])
   if existing then
     local sep = string.find(existing, ' ', 1, true)
     local fp, id = string.sub(existing, 1, sep - 1), string.sub(existing, sep + 1)
     if fp ~= ARGV[2] then return {'conflict', id} end
     if redis.call('EXISTS', ARGV[4] .. id) == 1 then return {'existing', id} end
   end
-  redis.call('SET', KEYS[4], ARGV[2] .. ' ' .. ARGV[1], 'EX', ARGV[3])
 end
-redis.call('HSET', KEYS[1], unpack(ARGV, 6))
+local max_queued, max_owner = tonumber(ARGV[6]), tonumber(ARGV[7])
+if max_queued > 0 and redis.call('LLEN', KEYS[3]) >= max_queued then
+  return {'full', ARGV[6]}
+end
+if max_owner > 0 and redis.call('SCARD', KEYS[4]) >= max_owner then
+  -- Self-healing: drop ids that are no longer queued (expired or edited by hand), so a
+  -- stale entry can never lock a key out. Bounded: the set holds about max_owner ids.
+  for _, id in ipairs(redis.call('SMEMBERS', KEYS[4])) do
+    if redis.call('HGET', ARGV[4] .. id, 'status') ~= 'queued' then
+      redis.call('SREM', KEYS[4], id)
+    end
+  end
+  if redis.call('SCARD', KEYS[4]) >= max_owner then return {'quota', ARGV[7]} end
+end
+if #KEYS == 5 then
+  redis.call('SET', KEYS[5], ARGV[2] .. ' ' .. ARGV[1], 'EX', ARGV[3])
+end
+redis.call('HSET', KEYS[1], unpack(ARGV, 8))
 redis.call('SET', KEYS[2], ARGV[5])
 redis.call('LPUSH', KEYS[3], ARGV[1])
+if redis.call('HGET', KEYS[1], 'owner') ~= '' then redis.call('SADD', KEYS[4], ARGV[1]) end
 return {'created', ARGV[1]}
 """
 
-START = """
--- KEYS: job, processing; ARGV: id, worker, now
+START = (
+    _OWNER_QUEUED
+    + """
+-- KEYS: job, processing; ARGV: id, worker, now, owner set prefix
 if redis.call('HGET', KEYS[1], 'status') == 'queued' then
+  local owned = owner_set(ARGV[4], KEYS[1])
+  if owned then redis.call('SREM', owned, ARGV[1]) end
   redis.call('HSET', KEYS[1], 'status', 'running', 'worker', ARGV[2], 'updated_at', ARGV[3])
   redis.call('HINCRBY', KEYS[1], 'attempts', 1)
   return 1
@@ -32,12 +67,17 @@ end
 redis.call('LREM', KEYS[2], 0, ARGV[1])
 return 0
 """
+)
 
-CANCEL = """
--- KEYS: job, queue, input; ARGV: id, now, ttl
+CANCEL = (
+    _OWNER_QUEUED
+    + """
+-- KEYS: job, queue, input; ARGV: id, now, ttl, owner set prefix
 local st = redis.call('HGET', KEYS[1], 'status')
 if not st then return 'missing' end
 if st == 'queued' then
+  local owned = owner_set(ARGV[4], KEYS[1])
+  if owned then redis.call('SREM', owned, ARGV[1]) end
   redis.call('LREM', KEYS[2], 0, ARGV[1])
   redis.call('HSET', KEYS[1], 'status', 'cancelled', 'updated_at', ARGV[2], 'worker', '')
   redis.call('DEL', KEYS[3])
@@ -50,6 +90,7 @@ if st == 'running' then
 end
 return st
 """
+)
 
 PROGRESS = """
 -- KEYS: job; ARGV: worker, now, pages_done, pages_total -> 1 = stop, 0 = go on
@@ -73,20 +114,28 @@ if #KEYS == 4 then redis.call('EXPIRE', KEYS[4], ARGV[4]) end
 return 1
 """
 
-RELEASE = """
--- KEYS: job, processing, queue; ARGV: id, worker, now
+RELEASE = (
+    _OWNER_QUEUED
+    + """
+-- KEYS: job, processing, queue; ARGV: id, worker, now, owner set prefix
 redis.call('LREM', KEYS[2], 0, ARGV[1])
 if redis.call('HGET', KEYS[1], 'status') ~= 'running' then return 0 end
 if redis.call('HGET', KEYS[1], 'worker') ~= ARGV[2] then return 0 end
 redis.call('HSET', KEYS[1], 'status', 'queued', 'worker', '', 'pages_done', '0',
            'updated_at', ARGV[3])
 redis.call('RPUSH', KEYS[3], ARGV[1])
+local owned = owner_set(ARGV[4], KEYS[1])
+if owned then redis.call('SADD', owned, ARGV[1]) end
 return 1
 """
+)
 
-REQUEUE_DEAD = """
+REQUEUE_DEAD = (
+    _OWNER_QUEUED
+    + """
 -- KEYS: lease, processing, queue, workers
--- ARGV: worker, job prefix, input prefix, now, ttl, max attempts, error json
+-- ARGV: worker, job prefix, input prefix, now, ttl, max attempts, error json,
+--       owner set prefix
 if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
 local n = 0
 while true do
@@ -112,6 +161,8 @@ while true do
       redis.call('HSET', jk, 'status', 'queued', 'worker', '', 'pages_done', '0',
                  'updated_at', ARGV[4])
       redis.call('RPUSH', KEYS[3], id)
+      local owned = owner_set(ARGV[8], jk)
+      if owned then redis.call('SADD', owned, id) end
       n = n + 1
     end
   end
@@ -119,6 +170,7 @@ end
 redis.call('SREM', KEYS[4], ARGV[1])
 return n
 """
+)
 
 
 RETURN_UNSTARTED = """

@@ -5,16 +5,26 @@ Layout (prefix ``docparser:``): ``job:{id}`` hash (the ``Job`` fields), ``input:
 take from the right), ``processing:{worker}`` (list a worker's claimed ids move into with
 BLMOVE, the "reliable queue" pattern), ``lease:{worker}`` (renewed by a heartbeat, expires
 when the pod dies), ``workers`` (set of workers that may hold jobs), ``idem:{key}``
-("fingerprint id"). Every multi-key state change is one Lua script, so concurrent
-replicas (and the reaper) never see half an update.
+("fingerprint id"), ``queued_by:{owner}`` (set of an API key's queued job ids: the
+per-key quota). Every multi-key state change is one Lua script, so concurrent replicas
+(and the reaper) never see half an update; the queue limits are checked in the same
+script that enqueues.
+
+Worker-side writes (progress, finish, release, heartbeat) retry connection errors with
+bounded exponential backoff: a Redis restart or a reset connection must not fail a job
+that already ran for minutes. The scripts they run are idempotent for the same worker
+(a retried write finds the state it left, or reports that the job moved on).
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
+import logging
 import time
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -23,7 +33,20 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from ..errors import Unavailable
 from . import redis_scripts as scripts
 from .models import Job, JobStatus, new_job_id
-from .store import ClaimedJob, JobStore, already_finished, conflict_for_key, not_found
+from .store import (
+    ClaimedJob,
+    JobStore,
+    already_finished,
+    conflict_for_key,
+    not_found,
+    queue_full,
+    quota_exceeded,
+)
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+_TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
 
 
 def _unavailable_when_unreachable(method):
@@ -51,11 +74,29 @@ class RedisJobStore(JobStore):
         ttl_s: int,
         max_attempts: int = 3,
         prefix: str = "docparser:",
+        max_queued: int = 0,
+        max_queued_per_owner: int = 0,
+        write_retries: int = 6,
+        retry_base_s: float = 0.2,
+        retry_cap_s: float = 5.0,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
+        """``max_queued`` / ``max_queued_per_owner``: 0 = unlimited. ``write_retries``:
+        extra tries of a worker-side write after a connection error, sleeping
+        ``retry_base_s * 2**n`` (at most ``retry_cap_s``) in between; the defaults ride
+        out about 13 s of outage, less than the default job lease (15 s), after which
+        another replica may take the job over anyway. ``sleep`` is the seam tests use
+        to act between a failure and its retry."""
         self.r = client
         self.ttl_s = int(ttl_s)
         self.max_attempts = max_attempts
         self.p = prefix
+        self.max_queued = max_queued
+        self.max_queued_per_owner = max_queued_per_owner
+        self.write_retries = write_retries
+        self.retry_base_s = retry_base_s
+        self.retry_cap_s = retry_cap_s
+        self._sleep = sleep
         self._submit = client.register_script(scripts.SUBMIT)
         self._start = client.register_script(scripts.START)
         self._cancel = client.register_script(scripts.CANCEL)
@@ -86,6 +127,31 @@ class RedisJobStore(JobStore):
         return f"{self.p}lease:{worker_id}"
 
     @property
+    def _owner_prefix(self) -> str:
+        return f"{self.p}queued_by:"
+
+    async def _retrying(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
+        """Run ``call`` again after a connection error, with bounded backoff (the
+        connection pool reconnects; redis-py reloads scripts a restart forgot)."""
+        for attempt in range(self.write_retries + 1):
+            try:
+                return await call()
+            except _TRANSIENT as exc:
+                if attempt == self.write_retries:
+                    raise
+                delay = min(self.retry_base_s * 2**attempt, self.retry_cap_s)
+                log.warning(
+                    "job store %s failed (%s); retry %d/%d in %.1fs",
+                    what,
+                    type(exc).__name__,
+                    attempt + 1,
+                    self.write_retries,
+                    delay,
+                )
+                await self._sleep(delay)
+        raise AssertionError("unreachable")  # the loop returns or raises
+
+    @property
     def _queue(self) -> str:
         return f"{self.p}queue"
 
@@ -111,14 +177,21 @@ class RedisJobStore(JobStore):
             fingerprint=fingerprint,
             owner=owner,
         )
-        keys = [self._job(job.id), self._input(job.id), self._queue]
+        owner_set = self._owner_prefix + (owner or "")
+        keys = [self._job(job.id), self._input(job.id), self._queue, owner_set]
         if idempotency_key is not None:
             keys.append(self._idem(idempotency_key))
         flat = [x for kv in job.to_fields().items() for x in kv]
-        args = [job.id, fingerprint, self.ttl_s, f"{self.p}job:", data, *flat]
+        per_owner = self.max_queued_per_owner if owner else 0
+        args = [job.id, fingerprint, self.ttl_s, f"{self.p}job:", data, self.max_queued]
+        args += [per_owner, *flat]
         outcome, job_id = await self._submit(keys=keys, args=args)
         if outcome == b"conflict":
             raise conflict_for_key(idempotency_key or "")
+        if outcome == b"full":
+            raise queue_full(int(job_id))
+        if outcome == b"quota":
+            raise quota_exceeded(int(job_id))
         if outcome == b"existing":
             return await self.get(job_id.decode()), False
         return job, True
@@ -143,7 +216,8 @@ class RedisJobStore(JobStore):
     @_unavailable_when_unreachable
     async def cancel(self, job_id: str) -> Job:
         keys = [self._job(job_id), self._queue, self._input(job_id)]
-        outcome = await self._cancel(keys=keys, args=[job_id, time.time(), self.ttl_s])
+        args = [job_id, time.time(), self.ttl_s, self._owner_prefix]
+        outcome = await self._cancel(keys=keys, args=args)
         if outcome == b"missing":
             raise not_found(job_id)
         job = await self.get(job_id)
@@ -164,7 +238,8 @@ class RedisJobStore(JobStore):
                 return None
             job_id = raw.decode()
             keys = [self._job(job_id), self._processing(worker_id)]
-            if not await self._start(keys=keys, args=[job_id, worker_id, time.time()]):
+            args = [job_id, worker_id, time.time(), self._owner_prefix]
+            if not await self._start(keys=keys, args=args):
                 continue  # cancelled (or expired) between the move and the start
             data = await self.r.get(self._input(job_id))
             job = await self.get(job_id)
@@ -182,7 +257,11 @@ class RedisJobStore(JobStore):
         self, job_id: str, worker_id: str, *, pages_done: int, pages_total: int
     ) -> bool:
         args = [worker_id, time.time(), pages_done, pages_total]
-        return bool(await self._progress(keys=[self._job(job_id)], args=args))
+        return bool(
+            await self._retrying(
+                "progress", lambda: self._progress(keys=[self._job(job_id)], args=args)
+            )
+        )
 
     async def finish(
         self,
@@ -193,30 +272,34 @@ class RedisJobStore(JobStore):
         result: dict[str, Any] | None = None,
         error: dict[str, str] | None = None,
     ) -> bool:
-        job = await self.get(job_id)
-        keys = [self._job(job_id), self._processing(worker_id), self._input(job_id)]
-        if job.idempotency_key:
-            keys.append(self._idem(job.idempotency_key))
-        args = [
-            job_id,
-            worker_id,
-            time.time(),
-            self.ttl_s,
-            str(status),
+        payload = (
             "" if result is None else json.dumps(result),
             "" if error is None else json.dumps(error),
-        ]
-        return bool(await self._finish(keys=keys, args=args))
+        )
+
+        async def write() -> bool:
+            raw = await self.r.hget(self._job(job_id), "idempotency_key")
+            keys = [self._job(job_id), self._processing(worker_id), self._input(job_id)]
+            if raw:
+                keys.append(self._idem(raw.decode()))
+            args = [job_id, worker_id, time.time(), self.ttl_s, str(status), *payload]
+            return bool(await self._finish(keys=keys, args=args))
+
+        return await self._retrying("finish", write)
 
     async def release(self, job_id: str, worker_id: str) -> None:
         keys = [self._job(job_id), self._processing(worker_id), self._queue]
-        await self._release(keys=keys, args=[job_id, worker_id, time.time()])
+        args = [job_id, worker_id, time.time(), self._owner_prefix]
+        await self._retrying("release", lambda: self._release(keys=keys, args=args))
 
     async def heartbeat(self, worker_id: str, *, lease_s: float) -> None:
-        async with self.r.pipeline(transaction=True) as pipe:
-            pipe.set(self._lease(worker_id), b"1", px=max(int(lease_s * 1000), 1))
-            pipe.sadd(self._workers, worker_id)
-            await pipe.execute()
+        async def beat() -> None:
+            async with self.r.pipeline(transaction=True) as pipe:
+                pipe.set(self._lease(worker_id), b"1", px=max(int(lease_s * 1000), 1))
+                pipe.sadd(self._workers, worker_id)
+                await pipe.execute()
+
+        await self._retrying("heartbeat", beat)
 
     async def reap(self) -> int:
         requeued = 0
@@ -241,6 +324,7 @@ class RedisJobStore(JobStore):
             self.ttl_s,
             self.max_attempts,
             error,
+            self._owner_prefix,
         ]
         return int(await self._requeue_dead(keys=keys, args=args))
 

@@ -18,7 +18,7 @@ import abc
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import Conflict, NotFound
+from ..errors import Conflict, NotFound, Overloaded
 from .models import Job, JobStatus
 
 
@@ -46,7 +46,13 @@ class JobStore(abc.ABC):
         """Queue a new job; returns ``(job, created)``. ``created`` is False when the
         idempotency key already names a job with the same fingerprint. Raises
         ``Conflict`` when the key names a job with another fingerprint. Callers scope
-        ``idempotency_key`` per owner (two API keys never share a key space)."""
+        ``idempotency_key`` per owner (two API keys never share a key space).
+
+        Raises ``Overloaded`` (``job_queue_full``) when ``max_queued`` jobs are queued,
+        or (``job_quota_exceeded``) when ``owner`` already has ``max_queued_per_owner``
+        queued jobs. Both checks are atomic with the enqueue, so parallel submitters on
+        any number of replicas never overshoot; an idempotent replay of an existing job
+        is answered even when the queue is full (it adds nothing)."""
 
     @abc.abstractmethod
     async def get(self, job_id: str) -> Job:
@@ -133,3 +139,23 @@ def not_found(job_id: str) -> NotFound:
 
 def already_finished(job: Job) -> Conflict:
     return Conflict(f"job {job.id!r} already {job.status}; nothing to cancel", code="job_finished")
+
+
+QUEUE_FULL_RETRY_AFTER_S = 5.0
+
+
+def queue_full(limit: int) -> Overloaded:
+    return Overloaded(
+        f"the job queue is full ({limit} jobs); retry later",
+        retry_after_s=QUEUE_FULL_RETRY_AFTER_S,
+        code="job_queue_full",
+    )
+
+
+def quota_exceeded(limit: int) -> Overloaded:
+    return Overloaded(
+        f"this API key already has {limit} queued jobs (DOCPARSER_MAX_QUEUED_JOBS_PER_KEY); "
+        "wait for some to start or cancel them",
+        retry_after_s=QUEUE_FULL_RETRY_AFTER_S,
+        code="job_quota_exceeded",
+    )

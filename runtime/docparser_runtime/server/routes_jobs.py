@@ -16,7 +16,7 @@ import re
 from fastapi import APIRouter, Header, Path, Request
 from fastapi.responses import JSONResponse
 
-from ..errors import InvalidInput, Overloaded
+from ..errors import InvalidInput
 from ..jobs import JobStatus, JobStore, request_fingerprint
 from ..jobs.store import not_found
 from .request_input import read_parse_request
@@ -112,14 +112,9 @@ async def create_job(
         owner = _owner(request)
         if idempotency_key is not None and owner is not None:
             idempotency_key = f"{owner}/{idempotency_key}"  # one key space per API key
-        # Every queued job holds its upload (memory or Redis): bound the queue. A retry with
-        # an Idempotency-Key still gets its existing job through submit() when not full.
-        if await store.queue_depth() >= state.settings.max_queued_jobs:
-            raise Overloaded(
-                f"the job queue is full ({state.settings.max_queued_jobs} jobs); retry later",
-                retry_after_s=5.0,
-                code="job_queue_full",
-            )
+        # Every queued job holds its upload (memory or Redis): the store bounds the queue
+        # and each key's share of it atomically with the enqueue (429 job_queue_full /
+        # job_quota_exceeded); an Idempotency-Key replay still gets its existing job.
         job, created = await store.submit(
             data=parsed.data,
             params=params,
