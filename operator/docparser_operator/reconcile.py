@@ -26,16 +26,22 @@ from __future__ import annotations
 
 import copy
 import datetime
-import hashlib
-import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import pydantic
-from kubernetes.utils.quantity import parse_quantity
 
 from docparser_operator import labels, naming, rollout, sizing
-from docparser_operator.apply import DOCPARSER, FIELD_MANAGER, ApiError, KubeClient, ref_for
+from docparser_operator.apply import DOCPARSER, ApiError, KubeClient, ref_for
+from docparser_operator.children import (
+    Key,
+    Observed,
+    needs_apply,
+    observe,
+    owned_by,
+    prepare,
+    revision_states,
+)
 from docparser_operator.diagnose import diagnose
 from docparser_operator.models import DocParser
 from docparser_operator.render import Plan, render_plan, tracks_of
@@ -47,17 +53,6 @@ from docparser_operator.status import (
     build_status,
     status_changed,
 )
-
-CHILD_KINDS = (
-    "Deployment",
-    "Service",
-    "HorizontalPodAutoscaler",
-    "PodDisruptionBudget",
-    "HTTPRoute",
-)
-HASH_ANNOTATION = "docparser.io/desired-hash"
-
-Key = tuple[str, str]  # (kind, name)
 
 
 @dataclass
@@ -85,90 +80,6 @@ def now_rfc3339() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-# pure helpers ---------------------------------------------------------------------------------
-def owner_reference(resource: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "apiVersion": naming.API_VERSION,
-        "kind": naming.KIND,
-        "name": resource["metadata"]["name"],
-        "uid": resource["metadata"]["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-
-
-def owned_by(obj: dict[str, Any], uid: str) -> bool:
-    """True only when ``obj`` names the DocParser with this uid as its controller."""
-    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
-    return any(r.get("uid") == uid and r.get("controller") for r in refs)
-
-
-def desired_hash(obj: dict[str, Any]) -> str:
-    body = json.dumps(obj, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(body.encode()).hexdigest()[:16]
-
-
-def prepare(children: list[dict[str, Any]], resource: dict[str, Any]) -> list[dict[str, Any]]:
-    """Stamp ownership, labels and the desired-hash on every child."""
-    name = resource["metadata"]["name"]
-    out = []
-    for child in children:
-        obj = copy.deepcopy(child)
-        meta = obj.setdefault("metadata", {})
-        meta["namespace"] = resource["metadata"]["namespace"]
-        meta.setdefault("labels", {}).update(labels.owned_selector(name))
-        meta["ownerReferences"] = [owner_reference(resource)]
-        meta.setdefault("annotations", {})[HASH_ANNOTATION] = desired_hash(obj)
-        out.append(obj)
-    return out
-
-
-def _covers(live: Any, want: Any) -> bool:
-    """Whether ``live`` holds every value of ``want`` (server defaults may add more)."""
-    if isinstance(want, dict):
-        return isinstance(live, dict) and all(_covers(live.get(k), v) for k, v in want.items())
-    if isinstance(want, list):
-        return (
-            isinstance(live, list)
-            and len(live) == len(want)
-            and all(_covers(a, b) for a, b in zip(live, want, strict=True))
-        )
-    if live == want:
-        return True
-    if isinstance(want, bool) or not isinstance(want, int | float | str):
-        return False
-    # the API server returns quantities in canonical form ("1" for 1, "500m" for "0.5")
-    if not isinstance(want, str) and isinstance(live, str) and live == str(want):
-        return True
-    return _same_quantity(live, want)
-
-
-def _same_quantity(live: Any, want: Any) -> bool:
-    if not isinstance(live, str | int) or isinstance(live, bool):
-        return False
-    try:
-        return bool(parse_quantity(live) == parse_quantity(want))
-    except (ValueError, TypeError, ArithmeticError):
-        return False
-
-
-def needs_apply(want: dict[str, Any], live: dict[str, Any] | None) -> bool:
-    """Apply unless the live object already carries exactly what we would apply."""
-    if live is None:
-        return True
-    meta = live.get("metadata") or {}
-    managers = {
-        m.get("manager") for m in meta.get("managedFields") or [] if m.get("operation") == "Apply"
-    }
-    if FIELD_MANAGER not in managers:
-        return True
-    if (meta.get("annotations") or {}).get(HASH_ANNOTATION) != want["metadata"]["annotations"][
-        HASH_ANNOTATION
-    ]:
-        return True
-    return not _covers(live, want)
-
-
 def _problem_from_validation(exc: pydantic.ValidationError) -> Problem:
     parts = []
     for err in exc.errors()[:5]:
@@ -192,52 +103,6 @@ def _apply_problem(key: Key, exc: ApiError) -> Problem:
             "MissingAPI", f"{kind} {name}: the cluster does not serve {kind} ({exc.message})"
         )
     return Problem("ChildRejected", f"{kind} {name} rejected by the API server: {exc.message}")
-
-
-# observe ----------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Observed:
-    """The live children of one DocParser and the pods of its revisions."""
-
-    children: dict[Key, dict[str, Any]]
-    pods: list[dict[str, Any]]
-
-
-def observe(client: KubeClient, namespace: str, name: str) -> Observed:
-    """Every live object labelled as a child of this DocParser (owned or not), and its pods."""
-    selector = labels.selector_string(labels.owned_selector(name))
-    live: dict[Key, dict[str, Any]] = {}
-    for kind in CHILD_KINDS:
-        for obj in client.list(ref_for(kind), namespace, selector=selector):
-            live[(kind, obj["metadata"]["name"])] = obj
-    pods = client.list(
-        ref_for("Pod"), namespace, selector=labels.selector_string(labels.pod_selector(name))
-    )
-    return Observed(live, pods)
-
-
-def revision_states(observed: Observed, uid: str) -> list[rollout.RevisionState]:
-    """Our Deployments, one per revision, as the planner sees them."""
-    states = []
-    for (kind, _), obj in observed.children.items():
-        meta = obj["metadata"]
-        revision = (meta.get("labels") or {}).get(labels.LABEL_REVISION)
-        if kind != "Deployment" or not revision or not owned_by(obj, uid):
-            continue
-        role = (meta.get("labels") or {}).get(labels.LABEL_TRACK)
-        status = obj.get("status") or {}
-        retired = (meta.get("labels") or {}).get(labels.LABEL_RETIRED, "")
-        states.append(
-            rollout.RevisionState(
-                revision=revision,
-                role="canary" if role == "canary" else "stable",
-                replicas=(obj.get("spec") or {}).get("replicas", 1) or 0,
-                ready=status.get("readyReplicas") or 0,
-                created=meta.get("creationTimestamp") or "",
-                retired=int(retired) if retired.isdigit() else None,
-            )
-        )
-    return states
 
 
 # decide (pure) ----------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""reconcile.py: pure helpers, then single reconcile passes against the `cluster` fixture."""
+"""children.py's pure helpers, then single reconcile passes against the `cluster` fixture."""
 
 from __future__ import annotations
 
@@ -8,13 +8,8 @@ from typing import Any
 import pytest
 from docparser_operator import events
 from docparser_operator.apply import DOCPARSER, FIELD_MANAGER, KNOWN_KINDS, KubeClient
-from docparser_operator.reconcile import (
-    HASH_ANNOTATION,
-    needs_apply,
-    owned_by,
-    prepare,
-    reconcile,
-)
+from docparser_operator.children import HASH_ANNOTATION, needs_apply, owned_by, prepare
+from docparser_operator.reconcile import reconcile
 from docparser_operator.render import render_all
 from dp_helpers import CANARY_WEIGHTS, GATEWAY, docparser, revision_in
 from kube_cluster import Cluster, client_for
