@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from docparser_operator.labels import TRACK_SHARED
 from docparser_operator.render import render_all
 from golden import CASES, Case
 
@@ -16,7 +17,7 @@ def test_every_child_is_labelled_and_namespaced(case: Case) -> None:
         assert meta["labels"]["app.kubernetes.io/managed-by"] == "docparser-operator"
         assert meta["labels"]["app.kubernetes.io/name"] == "docparser"
         assert meta["labels"]["app.kubernetes.io/instance"] == resource["metadata"]["name"]
-        assert meta["labels"]["docparser.io/track"] in {"stable", "canary", "shared"}
+        assert meta["labels"]["docparser.io/track"] in {"stable", "canary", TRACK_SHARED}
         assert "ownerReferences" not in meta  # a manifest has no uid
 
 
@@ -29,10 +30,10 @@ def test_order_is_stable() -> None:
         ("Service", "stable"),
         ("Service", "canary"),
         ("Service", "canary"),
-        ("Service", "shared"),
-        ("HorizontalPodAutoscaler", "shared"),
-        ("PodDisruptionBudget", "shared"),
-        ("HTTPRoute", "shared"),
+        ("Service", TRACK_SHARED),
+        ("HorizontalPodAutoscaler", TRACK_SHARED),
+        ("PodDisruptionBudget", TRACK_SHARED),
+        ("HTTPRoute", TRACK_SHARED),
     ]
 
 

@@ -288,7 +288,7 @@ def test_destination_that_is_a_mount_point(model_src, tmp_path, monkeypatch):
 def test_concurrent_fetches_into_one_dest_download_once(http_src, tmp_path):
     """Two pods sharing a volume: the lock makes the second find verified weights."""
     url, src, digest, requests = http_src
-    dest = tmp_path / "shared" / "model"
+    dest = tmp_path / "volume" / "model"
     errors = []
 
     def run():
