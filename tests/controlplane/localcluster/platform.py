@@ -1,0 +1,148 @@
+"""What `cluster-up` puts on a Ready node: our images, the CRDs and the chart (operator as a pod).
+
+WHY here and not in the supervisor: images and the chart change with every source edit, the
+node does not. A second `make cluster-up` reuses the running node and only rebuilds (cached by
+content hash), re-imports and upgrades what changed.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from ..gateway_crds import crds_dir
+from ..harness import binaries_dir
+from .configs import Layout
+from .images import ImageError, import_archive
+
+REPO = Path(__file__).resolve().parents[3]
+RELEASE, NAMESPACE = "docparser-operator", "docparser-system"
+OPERATOR_IMAGE, RUNTIME_IMAGE = "docparser/operator:dev", "docparser/runtime:dev"
+HELM_VERSION_FILE = REPO / "scripts" / "build-helm.sh"
+
+
+class PlatformError(RuntimeError):
+    """Images, CRDs or the chart could not be installed; says which step."""
+
+
+def helm_binary() -> Path:
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "docparser" / "helm"
+    found = sorted(root.glob("*/helm"))
+    if not found:
+        raise PlatformError(
+            "helm is not built: run `bash scripts/build-helm.sh` (make controlplane)"
+        )
+    return found[-1]
+
+
+def _run(argv: list[str], what: str, timeout: float, env: dict[str, str] | None = None) -> str:
+    try:
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired as err:
+        raise PlatformError(f"{what}: timed out after {timeout:.0f}s") from err
+    if result.returncode != 0:
+        raise PlatformError(f"{what} failed:\n{(result.stdout + result.stderr)[-3000:]}")
+    return result.stdout
+
+
+def build_images(timeout: float) -> dict[str, Path]:
+    """Run scripts/build-images.sh (cached by content hash); returns image name -> archive."""
+    out = _run(["bash", str(REPO / "scripts" / "build-images.sh")], "building the images", timeout)
+    archives = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == "image":
+            archives[parts[1].removeprefix("docker.io/")] = Path(parts[2])
+    if not archives:
+        raise PlatformError(
+            f"scripts/build-images.sh printed no `image NAME ARCHIVE` lines:\n{out[-2000:]}"
+        )
+    return archives
+
+
+def import_images(layout: Layout, archives: dict[str, Path]) -> None:
+    """Import each archive unless this exact archive was the last one imported for that image."""
+    marker_dir = layout.root / "imported"
+    marker_dir.mkdir(parents=True, exist_ok=True)
+    for name, archive in archives.items():
+        marker = marker_dir / name.replace("/", "_").replace(":", "_")
+        if marker.exists() and marker.read_text() == str(archive):
+            continue
+        try:
+            import_archive(layout, archive)
+        except ImageError as err:
+            raise PlatformError(f"importing {name}: {err}") from err
+        marker.write_text(str(archive))
+
+
+def install_chart(layout: Layout, timeout: float, image_id: str) -> None:
+    """CRDs applied, chart upgraded; `image_id` (the archive's name) in a pod annotation, so a
+    rebuilt operator image rolls the operator pod and an unchanged one does not."""
+    env = {**os.environ, "KUBECONFIG": str(layout.admin_kubeconfig)}
+    kubectl = str(binaries_dir() / "kubectl")
+    # Helm never upgrades a chart's crds/: apply them (ours and the Gateway API's) every time.
+    crds = [REPO / "crds" / "docparser.yaml"]
+    gateway = crds_dir()
+    crds += sorted(gateway.glob("gateway.networking.k8s.io_*.yaml")) if gateway.is_dir() else []
+    for crd in crds:
+        _run(
+            [kubectl, "apply", "--server-side", "--force-conflicts", "-f", str(crd)],
+            f"applying {crd.name}",
+            60,
+            env,
+        )
+    repository, tag = OPERATOR_IMAGE.split(":")
+    _run(
+        [
+            str(helm_binary()),
+            "upgrade",
+            "--install",
+            RELEASE,
+            str(REPO / "charts" / "docparser-operator"),
+            "--namespace",
+            NAMESPACE,
+            "--create-namespace",
+            "--set",
+            f"image.repository={repository}",
+            "--set",
+            f"image.tag={tag}",
+            "--set",
+            "image.pullPolicy=Never",
+            "--set",
+            "resyncIntervalSeconds=15",
+            "--set-string",
+            f"podAnnotations.docparser\\.io/image-archive={image_id}",
+            "--wait",
+            "--timeout",
+            f"{int(timeout)}s",
+        ],
+        "helm upgrade --install",
+        timeout + 30,
+        env,
+    )
+    _run(
+        [
+            kubectl,
+            "-n",
+            NAMESPACE,
+            "rollout",
+            "status",
+            f"deployment/{RELEASE}",
+            f"--timeout={int(timeout)}s",
+        ],
+        "waiting for the operator",
+        timeout + 10,
+        env,
+    )
+
+
+def install_platform(layout: Layout, *, images: bool, timeout: float) -> None:
+    start = time.monotonic()
+    if images:
+        archives = build_images(timeout)
+        import_images(layout, archives)
+        print(f"cluster-up: images {', '.join(archives)} loaded ({time.monotonic() - start:.1f}s)")
+        install_chart(layout, timeout, archives[OPERATOR_IMAGE].name)
+        print(f"cluster-up: operator running in {NAMESPACE} ({time.monotonic() - start:.1f}s)")
