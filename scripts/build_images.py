@@ -343,6 +343,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise BuildError(
                     f"base image: {exc} (log: {base_log})\n" + "\n".join(tail)
                 ) from None
+            say(f"base ready in {time.monotonic() - started:.0f}s ({base_id[:12]})")
             archives = [
                 (image, build(image, base_id, no_cache=opts.no_cache, check=not opts.no_verify))
                 for image in images
