@@ -13,7 +13,8 @@ export UV_LINK_MODE ?= hardlink
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install install-test run test test-fast lint lint-checks fmt controlplane system-deps bench clean
+.PHONY: install install-test run test test-fast lint lint-checks fmt controlplane system-deps bench \
+	images images-lock clean
 
 # uv installs from a shared cache (torch is several GB); pip is only used to get uv.
 $(UV):
@@ -87,6 +88,16 @@ fmt: $(VENV)/.installed-lint
 bench: install-test
 	$(BIN)/python bench/runtime.py
 	$(BIN)/python bench/operator.py
+
+# The runtime (CPU) and operator images, built locally with buildah on a debootstrapped
+# Debian base, no registry (root; see docs/operations.md "Images"). Prints one line per image:
+# `image <name containerd imports it as> <OCI archive>`. IMAGES_ARGS: e.g. --only runtime.
+images:
+	$(PYTHON) scripts/build_images.py $(IMAGES_ARGS)
+
+# Regenerate the pinned, hashed locks the images install from (after a pyproject change).
+images-lock: | $(UV)
+	UV=$(UV) bash scripts/images-lock.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

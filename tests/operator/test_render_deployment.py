@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import json
+from pathlib import Path
 
 import pytest
 from docparser_operator.models import DocParser
@@ -10,6 +12,7 @@ from docparser_operator.render import render_all
 from docparser_operator.render.deployment import (
     PRESTOP_SLEEP_S,
     RUNTIME_DRAIN_GRACE_S,
+    RUNTIME_ENTRYPOINT,
     drain_seconds,
 )
 from golden import CASES, Case, check_golden, of_kind
@@ -17,6 +20,7 @@ from golden import CASES, Case, check_golden, of_kind
 GATEWAY = Case("deepseek-gateway-canary")
 SERVICE = Case("deepseek-service-router")
 MINIMAL = Case("rapidocr-minimal")
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
@@ -79,7 +83,7 @@ def test_init_container_fetches_and_verifies_each_tracks_weights() -> None:
     for track, weights in [("stable", spec["weights"]), ("canary", spec["canary"]["weights"])]:
         dep = deps[track]
         fetch = _container(dep, "fetch-weights")
-        assert fetch["command"] == ["docparser-runtime"]
+        assert "command" not in fetch  # the image's ENTRYPOINT (tini) runs the args
         assert fetch["args"] == [
             "fetch-weights",
             "--source",
@@ -97,6 +101,17 @@ def test_init_container_fetches_and_verifies_each_tracks_weights() -> None:
         assert env["DOCPARSER_MODEL_VERSION"] == weights["version"]
         assert dep["metadata"]["labels"]["docparser.io/version"] == weights["version"]
         assert "docparser.io/version" not in dep["spec"]["selector"]["matchLabels"]
+
+
+def test_containers_keep_the_images_tini_entrypoint() -> None:
+    """A ``command`` would replace ``tini -- docparser-runtime``; args alone keep it."""
+    for dep in _deployments(GATEWAY.resource()).values():
+        for name in ("runtime", "fetch-weights"):
+            assert "command" not in _container(dep, name)
+    assert _container(dep)["args"][0] == "serve"
+    dockerfile = (REPO / "Dockerfile.runtime").read_text()
+    entrypoint = next(line for line in dockerfile.splitlines() if line.startswith("ENTRYPOINT"))
+    assert entrypoint == f"ENTRYPOINT {json.dumps(list(RUNTIME_ENTRYPOINT))}"
 
 
 def test_pvc_source_is_mounted_read_only_and_copied_verified() -> None:

@@ -13,6 +13,10 @@ revisions by their replicas. Choices a GPU OCR service needs (and generic charts
 - preStop sleeps while endpoints drop the pod, then the runtime drains in-flight requests;
   terminationGracePeriodSeconds covers both (longest decode: maxNewTokens at a slow rate).
 - Non-root, no capabilities, read-only root filesystem; /tmp is an emptyDir.
+- Containers set ``args`` only, never ``command``: a command would replace the image's
+  ENTRYPOINT ``tini -- docparser-runtime`` (Dockerfile.runtime). Without tini the server is
+  PID 1, where the kernel drops signals that have no handler yet (a SIGTERM during startup
+  does nothing) and orphaned processes are never reaped.
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ STARTUP_PERIOD_S = 10
 MIN_DECODE_TOKENS_PER_S = 20  # a slow GPU decoding one long page; bounds the drain time
 DOWNLOAD_ALLOWANCE_S = 3600  # extra progress deadline for the init container's download
 GPU_RESOURCE = "nvidia.com/gpu"
+# What the runtime image runs before a container's args (its ENTRYPOINT, Dockerfile.runtime).
+RUNTIME_ENTRYPOINT = ("/usr/bin/tini", "--", "docparser-runtime")
 
 
 def drain_seconds(spec: DocParserSpec) -> int:
@@ -121,7 +127,6 @@ def _runtime_container(spec: DocParserSpec, tp: TrackPlan) -> dict[str, Any]:
         "name": "runtime",
         "image": spec.runtime.image,
         "imagePullPolicy": spec.runtime.image_pull_policy,
-        "command": ["docparser-runtime"],
         "args": args,
         "env": _env(spec, tp),
         "ports": [
@@ -158,7 +163,6 @@ def _fetch_container(spec: DocParserSpec, tp: TrackPlan) -> dict[str, Any]:
         "name": "fetch-weights",
         "image": spec.runtime.image,
         "imagePullPolicy": spec.runtime.image_pull_policy,
-        "command": ["docparser-runtime"],
         "args": [
             "fetch-weights",
             "--source",
