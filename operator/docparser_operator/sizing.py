@@ -67,6 +67,16 @@ def parse_quantity(text: str) -> int:
     return int(float(match.group(1)) * _UNITS[match.group(2) or ""])
 
 
+def parse_cpu_millis(text: str) -> int:
+    """Millicores of a Kubernetes CPU quantity such as ``100m``, ``0.5`` or ``2``."""
+    if text.endswith("m") and text[:-1].isdigit():
+        return int(text[:-1])
+    try:
+        return int(float(text) * 1000)
+    except ValueError as err:
+        raise ValueError(f"not a CPU quantity: {text!r}") from err
+
+
 def format_gib(n_bytes: int) -> str:
     return f"{n_bytes / GIB:.1f}GiB"
 

@@ -268,3 +268,14 @@ def test_fixed_size_split_by_canary_weight() -> None:
         deps["stable"]["spec"]["replicas"],
         deps["canary"]["spec"]["replicas"],
     ) == (2, 2)
+
+
+@pytest.mark.parametrize(("cpu", "init_cpu"), [("100m", "100m"), ("0.25", "0.25"), ("4", "500m")])
+def test_weights_fetcher_never_asks_more_cpu_than_the_pod(cpu: str, init_cpu: str) -> None:
+    """A pod schedules by max(init, containers): a bigger init request would make a small CPU
+    pod unschedulable where its own spec fits (seen on a 2-core node)."""
+    resource = copy.deepcopy(SERVICE.resource())
+    resource["spec"]["resources"]["cpu"] = cpu
+    dep = _deployments(resource)["stable"]
+    assert _container(dep, "fetch-weights")["resources"]["requests"]["cpu"] == init_cpu
+    assert _container(dep)["resources"]["requests"]["cpu"] == cpu

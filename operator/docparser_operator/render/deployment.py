@@ -34,6 +34,7 @@ RUNTIME_UID = 10001
 API_KEYS_DIR = "/var/run/secrets/docparser/api-keys"
 PVC_SOURCE_MOUNT = "/weights-source"
 PRESTOP_SLEEP_S = 10
+INIT_CPU_MILLIS = 500  # the weights fetcher: download and sha256, one core is plenty
 RUNTIME_DRAIN_GRACE_S = 5  # runtime keeps serving with /readyz 503 after SIGTERM
 STARTUP_PERIOD_S = 10
 MIN_DECODE_TOKENS_PER_S = 20  # a slow GPU decoding one long page; bounds the drain time
@@ -103,10 +104,21 @@ def _probe(path: str, *, period: int, failures: int, timeout: int) -> dict[str, 
     }
 
 
+def _pod_cpu(spec: DocParserSpec) -> str:
+    return spec.resources.cpu or ("2" if spec.gpus else "1")
+
+
+def _init_cpu(spec: DocParserSpec) -> str:
+    """Half a core for fetching and hashing, never more than the pod's own request: a pod's
+    scheduling size is the larger of its init and regular containers, so a bigger init request
+    would make a small CPU pod unschedulable where its spec fits."""
+    pod = _pod_cpu(spec)
+    return pod if sizing.parse_cpu_millis(pod) < INIT_CPU_MILLIS else f"{INIT_CPU_MILLIS}m"
+
+
 def _resources(spec: DocParserSpec) -> dict[str, Any]:
     memory = sizing.host_memory_request(spec)
-    cpu = spec.resources.cpu or ("2" if spec.gpus else "1")
-    requests = {"cpu": cpu, "memory": memory}
+    requests = {"cpu": _pod_cpu(spec), "memory": memory}
     limits = {"memory": memory}
     if spec.gpus:
         requests[GPU_RESOURCE] = str(spec.gpus)
@@ -180,7 +192,7 @@ def _fetch_container(spec: DocParserSpec, tp: TrackPlan) -> dict[str, Any]:
             else {}
         ),
         "resources": {
-            "requests": {"cpu": "500m", "memory": "1Gi"},
+            "requests": {"cpu": _init_cpu(spec), "memory": "1Gi"},
             "limits": {"memory": "2Gi"},
         },
         "securityContext": _container_security(),
