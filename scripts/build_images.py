@@ -319,14 +319,39 @@ def preflight() -> None:
         raise BuildError("needs root (debootstrap, and buildah's storage under /var/lib)")
 
 
+def check_current(images: list[Image]) -> int:
+    """Whether the archives for this tree exist (the e2e suite asks before starting a cluster;
+    a build there would not fit a test's time)."""
+    base_id = debian_base.image_id(debian_base.BASE_REF) if shutil.which("buildah") else None
+    if not base_id:
+        say(f"not built: no base image {debian_base.BASE_REF} (run `make images`)")
+        return 1
+    lines = []
+    for image in images:
+        archive = archive_path(image, content_hash(image, base_id))
+        if not archive.exists():
+            say(f"not built: {image.name} for this tree ({archive.name}; run `make images`)")
+            return 1
+        lines.append(f"image {image.ref} {archive}")
+    print("\n".join(lines))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", choices=[i.name for i in IMAGES], action="append")
     parser.add_argument("--no-cache", action="store_true", help="rebuild every layer")
     parser.add_argument("--refresh-base", action="store_true", help="debootstrap afresh")
     parser.add_argument("--no-verify", action="store_true", help="skip running the images")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="build nothing: exit 0 and print the image lines when every archive is current",
+    )
     opts = parser.parse_args(argv)
     images = [i for i in IMAGES if not opts.only or i.name in opts.only]
+    if opts.check:
+        return check_current(images)
     try:
         preflight()
         with exclusive_cache():
