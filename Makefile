@@ -71,7 +71,7 @@ lint-checks:
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 
-# The local cluster's images (scripts/build-images.sh: a Debian base from debootstrap, buildah,
+# The local cluster's images (scripts/build_images.py: a Debian base from debootstrap, buildah,
 # no registry; cached by content hash). Bounded like the control plane: when they are not
 # built, the e2e/cluster scenarios skip and say why.
 CLUSTER_IMAGES_TIMEOUT ?= 1800

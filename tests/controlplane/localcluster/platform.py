@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -48,8 +49,10 @@ def _run(argv: list[str], what: str, timeout: float, env: dict[str, str] | None 
 
 
 def build_images(timeout: float) -> dict[str, Path]:
-    """Run scripts/build-images.sh (cached by content hash); returns image name -> archive."""
-    out = _run(["bash", str(REPO / "scripts" / "build-images.sh")], "building the images", timeout)
+    """Run scripts/build_images.py (cached by content hash); returns image name -> archive."""
+    out = _run(
+        [sys.executable, str(REPO / "scripts" / "build_images.py")], "building the images", timeout
+    )
     archives = {}
     for line in out.splitlines():
         parts = line.split()
@@ -57,7 +60,7 @@ def build_images(timeout: float) -> dict[str, Path]:
             archives[parts[1].removeprefix("docker.io/")] = Path(parts[2])
     if not archives:
         raise PlatformError(
-            f"scripts/build-images.sh printed no `image NAME ARCHIVE` lines:\n{out[-2000:]}"
+            f"scripts/build_images.py printed no `image NAME ARCHIVE` lines:\n{out[-2000:]}"
         )
     return archives
 

@@ -1,0 +1,91 @@
+"""Scenarios 5 and 6 on real pods: deleting a DocParser removes every child and the pods
+drain; the weights init container verifies pvc:// weights (right sha256 serves, wrong never
+becomes Ready and the DocParser says why).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from cluster_support import (
+    conditions,
+    docparser,
+    owned_children,
+    page_png,
+    parse,
+    record,
+    service_url,
+    wait_for,
+    wait_ready,
+    weights_volume,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
+
+
+def test_delete_removes_every_child_and_pods_drain(cluster, namespace):
+    weights = weights_volume(cluster, namespace, ("v1",))
+    name = "gone"
+    cluster.apply(
+        docparser(name, namespace, cluster.runtime_image, weights=weights["v1"], replicas=2)
+    )
+    wait_ready(cluster, namespace, name, timeout=300)
+    assert owned_children(cluster, namespace, name)
+    pods = cluster.items("pods", namespace, f"app.kubernetes.io/instance={name}")
+    grace = pods[0]["spec"]["terminationGracePeriodSeconds"]
+    start = time.monotonic()
+    cluster.kubectl("-n", namespace, "delete", "dp", name, "--wait=false")
+
+    # While they go, pods are Terminating (preStop runs), never killed at once.
+    def terminating() -> bool:
+        live = cluster.items("pods", namespace, f"app.kubernetes.io/instance={name}")
+        return not live or all(p["metadata"].get("deletionTimestamp") for p in live)
+
+    wait_for(cluster, namespace, "pods marked for deletion", terminating, 60, interval=0.5)
+    wait_for(
+        cluster,
+        namespace,
+        "every child gone",
+        lambda: not owned_children(cluster, namespace, name),
+        grace + 60,
+        interval=1,
+    )
+    took = time.monotonic() - start
+    record("delete", f"DocParser with 2 pods: every child gone after {took:.0f}s (grace {grace}s)")
+    assert cluster.kubectl("-n", namespace, "get", "dp", "-o", "name").strip() == ""
+
+
+def test_weights_init_container_verifies_the_sha256(cluster, namespace):
+    weights = weights_volume(cluster, namespace, ("v1",))
+    good = weights["v1"]
+    cluster.apply(docparser("good", namespace, cluster.runtime_image, weights=good))
+    wrong = type(good)(good.version, good.uri, "0" * 64)
+    cluster.apply(docparser("wrong", namespace, cluster.runtime_image, weights=wrong))
+
+    obj = wait_ready(cluster, namespace, "good", timeout=300)
+    assert obj["status"]["stable"]["version"] == "v1"
+    reply = parse(service_url(cluster, namespace, "good"), page_png())
+    assert reply.status_code == 200 and reply.json()["model"]["version"] == "v1", reply.text
+
+    def says_why() -> dict | None:
+        dp = cluster.get("docparser", "wrong", namespace)
+        ready = conditions(dp).get("Ready") or {}
+        degraded = conditions(dp).get("Degraded") or {}
+        return (
+            dp
+            if degraded.get("reason") == "WeightsChecksumMismatch" and ready.get("status") != "True"
+            else None
+        )
+
+    dp = wait_for(cluster, namespace, "the wrong sha256 reported", says_why, 180)
+    degraded = conditions(dp)["Degraded"]
+    record(
+        "weights",
+        f"wrong sha256: Degraded={degraded['status']} {degraded['reason']}: "
+        f"{degraded['message'][:160]}",
+    )
+    pods = cluster.items("pods", namespace, "app.kubernetes.io/instance=wrong")
+    assert pods and not any(
+        c.get("ready") for p in pods for c in (p.get("status") or {}).get("containerStatuses") or []
+    )

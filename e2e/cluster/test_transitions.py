@@ -1,0 +1,151 @@
+"""Scenarios 3 and 4 on real pods: changes under continuous load lose no request, and a
+rollout with maxSurge 0 on a node whose GPUs are all taken completes.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from cluster_support import (
+    Load,
+    docparser,
+    page_png,
+    record,
+    service_url,
+    wait_for,
+    wait_ready,
+    weights_volume,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
+
+
+def _revisions(cluster, namespace: str, name: str) -> dict[str, int]:
+    """Deployment name -> replicas, for the report."""
+    return {
+        d["metadata"]["name"]: d["spec"].get("replicas", 0)
+        for d in cluster.items("deployments", namespace, f"app.kubernetes.io/instance={name}")
+    }
+
+
+def test_setting_change_promotion_and_revert_lose_no_request(cluster, namespace):
+    """Bounded load (3 clients) through the Service for the whole walk:
+    v1 -> runtime setting change -> canary v2 at 50% -> promote v2 -> git revert to v1."""
+    weights = weights_volume(cluster, namespace, ("v1", "v2"))
+    name = "walk"
+    v1 = docparser(name, namespace, cluster.runtime_image, weights=weights["v1"], replicas=2)
+    cluster.apply(v1)
+    wait_ready(cluster, namespace, name, timeout=300)
+    url = service_url(cluster, namespace, name)
+    steps = {
+        "runtime setting change (maxBatchSize 8 -> 4)": docparser(
+            name,
+            namespace,
+            cluster.runtime_image,
+            weights=weights["v1"],
+            replicas=2,
+            max_batch_size=4,
+        ),
+        "canary v2 at 50%": docparser(
+            name,
+            namespace,
+            cluster.runtime_image,
+            weights=weights["v1"],
+            replicas=2,
+            max_batch_size=4,
+            canary=weights["v2"],
+            canary_weight=50,
+        ),
+        "promotion (v2 into spec.weights, canary removed)": docparser(
+            name,
+            namespace,
+            cluster.runtime_image,
+            weights=weights["v2"],
+            replicas=2,
+            max_batch_size=4,
+        ),
+        "git revert to v1": v1,
+    }
+    timings = {}
+    with Load(url, page_png(("Total 12",)), clients=3, max_requests=20000, max_seconds=900) as load:
+        wait_for(
+            cluster, namespace, "first answers", lambda: len(load.samples) >= 10, 60, interval=0.5
+        )
+        for what, manifest in steps.items():
+            start, before = time.monotonic(), len(load.samples)
+            cluster.apply(manifest)
+            # The operator must have seen the change before "Ready" means anything.
+            generation = cluster.get("docparser", name, namespace)["metadata"]["generation"]
+            wait_for(
+                cluster,
+                namespace,
+                f"{what}: observed",
+                lambda g=generation: (
+                    cluster.get("docparser", name, namespace)["status"].get("observedGeneration")
+                    == g
+                ),
+                60,
+                interval=0.5,
+            )
+            wait_ready(cluster, namespace, name, timeout=420)
+            timings[what] = (
+                time.monotonic() - start,
+                len(load.samples) - before,
+                _revisions(cluster, namespace, name),
+            )
+    for what, (seconds, requests, deployments) in timings.items():
+        record(
+            "transitions under load",
+            f"{what}: {seconds:.0f}s, {requests} requests, deployments {deployments}",
+        )
+    record("transitions under load", load.report("whole walk"))
+    assert len(load.samples) >= 100, load.report("too little load to mean anything")
+    assert not load.failed, (load.report("walk"), [(s.status, s.error) for s in load.failed[:5]])
+    # The walk ends on v1 again, and v2 answered while it was live.
+    versions = [s.version for s in load.samples]
+    assert "v2" in versions and versions[-1] == "v1", set(versions)
+
+
+def test_max_surge_zero_rolls_out_on_a_full_node(cluster, namespace):
+    """2 replicas x 1 GPU take both of the node's 2 GPUs: a new version can only roll pod by
+    pod (maxSurge 0), and it must complete."""
+    weights = weights_volume(cluster, namespace, ("v1", "v2"))
+    name = "full"
+    manifest = docparser(
+        name,
+        namespace,
+        cluster.runtime_image,
+        weights=weights["v1"],
+        replicas=2,
+        gpu=1,
+        max_surge=0,
+    )
+    cluster.apply(manifest)
+    wait_ready(cluster, namespace, name, timeout=300)
+    start = time.monotonic()
+    cluster.apply(
+        docparser(
+            name,
+            namespace,
+            cluster.runtime_image,
+            weights=weights["v2"],
+            replicas=2,
+            gpu=1,
+            max_surge=0,
+        )
+    )
+    obj = wait_ready(cluster, namespace, name, timeout=420)
+    assert obj["status"]["stable"]["version"] == "v2"
+    assert obj["status"]["stable"]["readyReplicas"] == 2
+    pods = [
+        p
+        for p in cluster.items("pods", namespace, f"app.kubernetes.io/instance={name}")
+        if not p["metadata"].get("deletionTimestamp")
+    ]
+    versions = {p["metadata"]["labels"].get("docparser.io/version") for p in pods}
+    assert versions == {"v2"}, versions
+    record(
+        "maxSurge 0 on a full node",
+        f"v1 -> v2 with 2 of 2 GPUs taken: {time.monotonic() - start:.0f}s",
+    )
