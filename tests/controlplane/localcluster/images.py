@@ -3,7 +3,7 @@
 WHY build a pause image: nothing can be pulled here, and containerd's CRI starts every pod
 sandbox from `sandbox_image`. A static busybox (Debian's busybox-static, unpacked with dpkg)
 sleeping forever is a complete pause container. The archive is cached by the busybox .deb it
-came from, so it is built once per machine.
+came from; it is built once per machine and reused.
 """
 
 from __future__ import annotations
@@ -33,6 +33,9 @@ def _run(argv: list[str], cwd: Path | None = None, timeout: float = 300) -> str:
 def pause_archive(cache: Path) -> Path:
     """A docker-archive of the pause image (busybox-static `sleep`), built once and cached."""
     cache.mkdir(parents=True, exist_ok=True)
+    built = sorted(cache.glob("pause-*.tar"), key=lambda p: p.stat().st_mtime)
+    if built:  # any busybox sleeps the same: no mirror round trip on every cluster-up
+        return built[-1]
     with tempfile.TemporaryDirectory(prefix="docparser-pause-") as tmp:
         work = Path(tmp)
         _run(["apt-get", "download", "busybox-static"], cwd=work, timeout=120)

@@ -9,6 +9,7 @@ running, and nothing turns into a zombie. `__main__.py` runs this in a detached 
 from __future__ import annotations
 
 import os
+import shutil
 import ssl
 import subprocess
 import time
@@ -42,16 +43,10 @@ def node_binaries_missing(directory: Path | None = None) -> list[str]:
 
 def host_tools_missing() -> list[str]:
     tools = ("containerd", "containerd-shim-runc-v2", "runc", "ctr", "iptables", "unshare", "mount")
-    missing = [t for t in tools if not _which(t)]
+    missing = [t for t in tools if not shutil.which(t)]
     if not Path(configs.CNI_BIN_DIR, "bridge").exists():
         missing.append("containernetworking-plugins")
     return missing
-
-
-def _which(tool: str) -> str | None:
-    from shutil import which
-
-    return which(tool)
 
 
 def node_ip() -> str:

@@ -11,7 +11,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -154,7 +153,3 @@ def supervise(layout: Layout) -> int:
         layout.state_file.unlink(missing_ok=True)
         _log("stopped")
     return code
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(supervise(Layout(Path(sys.argv[1]))))
