@@ -37,7 +37,7 @@ from typing import Any
 
 import kopf
 
-from docparser_operator import events, labels
+from docparser_operator import events, labels, leader
 from docparser_operator.apply import DOCPARSER, ApiError, KubeClient, load_configuration
 from docparser_operator.naming import API_GROUP, KIND, PLURAL
 from docparser_operator.reconcile import Outcome, reconcile
@@ -261,9 +261,37 @@ def run(namespaces: list[str]) -> None:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    kopf.run(
-        standalone=True,
-        clusterwide=not namespaces,
-        namespaces=namespaces,
+
+    def run_kopf() -> None:
+        kopf.run(
+            standalone=True,
+            clusterwide=not namespaces,
+            namespaces=namespaces,
+            liveness_endpoint=settings.liveness_endpoint,
+        )
+
+    if not settings.leader_elect:
+        run_kopf()
+        return
+    lease = leader.LeaseSettings(
+        name=settings.lease_name,
+        namespace=settings.pod_namespace or _service_account_namespace(),
+        identity=leader.LeaseSettings.identity_for(settings.pod_name),
+    )
+    leader.lead_then(
+        run_kopf,
+        lease,
+        load_configuration(settings.kubeconfig),
         liveness_endpoint=settings.liveness_endpoint,
     )
+
+
+def _service_account_namespace() -> str:
+    path = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError as err:
+        raise SystemExit(
+            "leader election needs POD_NAMESPACE (or to run in a pod) to place its Lease"
+        ) from err

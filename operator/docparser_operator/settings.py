@@ -22,6 +22,20 @@ class OperatorSettings(BaseSettings):
         None, description="e.g. http://0.0.0.0:8080/healthz for the operator pod's probe"
     )
     log_level: str = "INFO"
+    leader_elect: bool = Field(
+        False, description="hold a Lease before reconciling (the chart runs 2 replicas with it)"
+    )
+    lease_name: str = Field("docparser-operator", description="the Lease's name")
+    pod_namespace: str | None = Field(
+        None,
+        validation_alias=AliasChoices("POD_NAMESPACE", "DOCPARSER_OPERATOR_POD_NAMESPACE"),
+        description="the Lease's namespace (downward API); default: the service account's",
+    )
+    pod_name: str | None = Field(
+        None,
+        validation_alias=AliasChoices("POD_NAME", "DOCPARSER_OPERATOR_POD_NAME"),
+        description="this replica's name in the Lease (downward API)",
+    )
     kubeconfig: str | None = Field(
         None,
         validation_alias=AliasChoices("KUBECONFIG", "DOCPARSER_OPERATOR_KUBECONFIG"),
