@@ -1,10 +1,12 @@
 """Scenarios 5 and 6 on real pods: deleting a DocParser removes every child and the pods
 drain; the weights init container verifies pvc:// weights (right sha256 serves, wrong never
-becomes Ready and the DocParser says why).
+becomes Ready and the DocParser says why). And the operator itself: its leader is killed.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import time
 
 import pytest
@@ -88,4 +90,32 @@ def test_weights_init_container_verifies_the_sha256(cluster, namespace):
     pods = cluster.items("pods", namespace, "app.kubernetes.io/instance=wrong")
     assert pods and not any(
         c.get("ready") for p in pods for c in (p.get("status") or {}).get("containerStatuses") or []
+    )
+
+
+def test_killing_the_leading_operator_hands_over_to_the_standby(cluster, namespace):
+    """The chart runs 2 operator replicas on one Lease: force-kill the leader's pod, and a new
+    DocParser is still reconciled to Ready, by the replica that took the Lease."""
+    ns = os.environ.get("DOCPARSER_E2E_OPERATOR_NAMESPACE", "docparser-system")
+    leases = json.loads(
+        cluster.kubectl("-n", ns, "get", "leases", "-o", "json", check=False) or "{}"
+    )
+    lease = next(
+        (x for x in leases.get("items", []) if x["metadata"]["name"] == "docparser-operator"), None
+    )
+    if lease is None:
+        pytest.skip(f"no docparser-operator Lease in {ns}: the operator runs without election")
+    holder = lease["spec"]["holderIdentity"]
+    leader_pod = holder.rsplit("_", 1)[0]
+    start = time.monotonic()
+    cluster.kubectl("-n", ns, "delete", "pod", leader_pod, "--grace-period=0", "--force")
+    cluster.apply(docparser("after", namespace, cluster.runtime_image))
+    wait_ready(cluster, namespace, "after", timeout=240)
+    took = time.monotonic() - start
+    new_holder = cluster.get("lease", "docparser-operator", ns)["spec"]["holderIdentity"]
+    assert not new_holder.startswith(leader_pod + "_"), (holder, new_holder)
+    record(
+        "leader election",
+        f"leader pod killed: a new DocParser Ready {took:.0f}s later "
+        f"(Lease {holder} -> {new_holder})",
     )

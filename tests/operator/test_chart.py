@@ -158,6 +158,8 @@ def test_helm_template_all_namespaces_is_valid() -> None:
             "ClusterRoleBinding",
             "ClusterRoleBinding",
             "Deployment",
+            "Role",  # the leader-election Lease
+            "RoleBinding",
         ]
     )
     for obj in objects:
@@ -179,10 +181,37 @@ def test_helm_template_all_namespaces_is_valid() -> None:
 @needs_helm
 def test_helm_template_watching_namespaces_binds_per_namespace() -> None:
     objects = _template("--set", "watchNamespaces={ocr,batch}")
-    bindings = [o for o in objects if o["kind"] == "RoleBinding"]
+    bindings = [
+        o for o in objects if o["kind"] == "RoleBinding" and o["roleRef"]["kind"] == "ClusterRole"
+    ]
     assert sorted(b["metadata"]["namespace"] for b in bindings) == ["batch", "ocr"]
     cluster_bindings = [o for o in objects if o["kind"] == "ClusterRoleBinding"]
     assert [b["roleRef"]["name"] for b in cluster_bindings] == ["ocr-docparser-operator-discovery"]
     (dep,) = [o for o in objects if o["kind"] == "Deployment"]
     args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args == ["run", "--namespace", "ocr", "--namespace", "batch"]
+
+
+@needs_helm
+def test_helm_template_two_replicas_share_a_lease() -> None:
+    """Leader election by default: 2 replicas rolled without a gap, a Role for leases only in
+    the release namespace; disabled, exactly one replica replaced with Recreate."""
+    objects = _template()
+    (dep,) = [o for o in objects if o["kind"] == "Deployment"]
+    assert dep["spec"]["replicas"] == 2
+    assert dep["spec"]["strategy"]["rollingUpdate"] == {"maxUnavailable": 0, "maxSurge": 1}
+    env = {e["name"]: e for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["DOCPARSER_OPERATOR_LEADER_ELECT"]["value"] == "true"
+    assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    (role,) = [o for o in objects if o["kind"] == "Role"]
+    assert role["rules"] == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["get", "create", "update"],
+        }
+    ]
+    single = _template("--set", "leaderElection.enabled=false")
+    (dep,) = [o for o in single if o["kind"] == "Deployment"]
+    assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"] == {"type": "Recreate"}
+    assert not [o for o in single if o["kind"] == "Role"]
