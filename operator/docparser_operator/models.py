@@ -133,8 +133,22 @@ class Traffic(_Model):
         return self
 
 
+class RuntimeOverride(_Model):
+    """What the canary's pods run differently from ``spec.runtime`` (None: the same)."""
+
+    image: Annotated[str, Field(min_length=1, max_length=512)] | None = None
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
+    max_batch_size: Annotated[int, Field(ge=1, le=256)] | None = None
+    max_new_tokens: Annotated[int, Field(ge=1, le=8192)] | None = None
+    startup_timeout_seconds: Annotated[int, Field(ge=60, le=86400)] | None = None
+
+    def applied_to(self, runtime: Runtime) -> Runtime:
+        return runtime.model_copy(update=self.model_dump(exclude_none=True))
+
+
 class Canary(_Model):
     weights: Weights
+    runtime: RuntimeOverride | None = None
     weight: Annotated[int, Field(ge=0, le=100)] = 0
 
 
@@ -155,15 +169,29 @@ class DocParserSpec(_Model):
     canary: Canary | None = None
     auth: Auth | None = None
 
+    def for_canary(self) -> DocParserSpec:
+        """The spec the canary's pods are rendered from: spec.runtime with the canary's
+        runtime override applied (the same spec when there is none)."""
+        if self.canary is None or self.canary.runtime is None:
+            return self
+        return self.model_copy(update={"runtime": self.canary.runtime.applied_to(self.runtime)})
+
     @model_validator(mode="after")
     def _cel_rules(self) -> DocParserSpec:
         if self.engine == "deepseek-ocr2" and self.weights is None:
             raise ValueError("weights is required for engine deepseek-ocr2")
         if self.canary is not None and self.weights is not None:
             ours, theirs = self.weights, self.canary.weights
-            if (ours.uri, ours.version, ours.sha256) == (theirs.uri, theirs.version, theirs.sha256):
-                # the CRD's rule compares these three only (credentials may differ)
-                raise ValueError("canary.weights must differ from weights (uri, version or sha256)")
+            same_weights = (ours.uri, ours.version, ours.sha256) == (
+                theirs.uri,
+                theirs.version,
+                theirs.sha256,
+            )  # the CRD's rule compares these three only (credentials may differ)
+            if same_weights and self.for_canary().runtime == self.runtime:
+                raise ValueError(
+                    "canary must differ from stable: other weights (uri, version or sha256) or "
+                    "runtime settings"
+                )
         return self
 
     @property

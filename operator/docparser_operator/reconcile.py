@@ -43,7 +43,7 @@ from docparser_operator.children import (
     revision_states,
 )
 from docparser_operator.diagnose import diagnose
-from docparser_operator.models import DocParser
+from docparser_operator.models import DocParser, DocParserSpec
 from docparser_operator.render import Plan, render_plan, tracks_of
 from docparser_operator.render.plan import desired as desired_rollout
 from docparser_operator.status import (
@@ -78,6 +78,13 @@ class Outcome:
 
 def now_rfc3339() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _pod_specs(spec: DocParserSpec) -> list[tuple[str, DocParserSpec]]:
+    """(message prefix, spec) for each distinct pod spec: stable's, and the canary's when its
+    runtime override changes what its pods run (a bigger batch may not fit the GPU)."""
+    canary = spec.for_canary()
+    return [("", spec)] + ([("canary: ", canary)] if canary is not spec else [])
 
 
 def _problem_from_validation(exc: pydantic.ValidationError) -> Problem:
@@ -156,9 +163,10 @@ def decide(resource: dict[str, Any], observed: Observed, *, previous_weight: int
     )
     plan = Plan(model, tracks, step)
     decision = Decision(plan=plan)
-    gpu = sizing.gpu_memory_problem(model.spec)
-    if gpu is not None:
-        decision.problems.append(Problem(*gpu))
+    for prefix, track_spec in _pod_specs(model.spec):
+        gpu = sizing.gpu_memory_problem(track_spec)
+        if gpu is not None:
+            decision.problems.append(Problem(gpu[0], prefix + gpu[1]))
     desired = prepare(render_plan(plan), resource)
     wanted = {(c["kind"], c["metadata"]["name"]) for c in desired}
     live = observed.children

@@ -7,7 +7,8 @@ clusters driven by Argo CD or Flux, where a live patch would be reverted by the 
 ``status NAME`` prints the rollout as the operator sees it: revisions, pods, traffic,
 conditions and the last events.
 
-Promotion copies the canary's weights into ``spec.weights`` and removes ``spec.canary``: the
+Promotion copies the canary's weights into ``spec.weights`` (and its runtime override into
+``spec.runtime``) and removes ``spec.canary``: the
 canary's revision becomes the stable one. When its pods are Ready that is instant; otherwise
 the operator moves capacity make-before-break. Abort removes ``spec.canary``: traffic returns
 to stable as fast as stable's Ready pods can carry it, then the canary's pods go.
@@ -39,6 +40,8 @@ def promoted(resource: dict[str, Any]) -> dict[str, Any]:
         raise RolloutCommandError(f"DocParser {name} has no canary to promote")
     out = copy.deepcopy(resource)
     out["spec"]["weights"] = copy.deepcopy(canary["weights"])
+    if canary.get("runtime"):  # the canary's runtime override becomes the runtime
+        out["spec"]["runtime"] = {**(spec.get("runtime") or {}), **canary["runtime"]}
     del out["spec"]["canary"]
     return out
 
@@ -46,7 +49,10 @@ def promoted(resource: dict[str, Any]) -> dict[str, Any]:
 def promote_patch(resource: dict[str, Any]) -> dict[str, Any]:
     """The merge patch that promotes the live object (``canary: null`` removes it)."""
     after = promoted(resource)
-    return {"spec": {"weights": after["spec"]["weights"], "canary": None}}
+    patch = {"weights": after["spec"]["weights"], "canary": None}
+    if ((resource.get("spec") or {}).get("canary") or {}).get("runtime"):
+        patch["runtime"] = after["spec"]["runtime"]
+    return {"spec": patch}
 
 
 def abort_patch(resource: dict[str, Any]) -> dict[str, Any]:

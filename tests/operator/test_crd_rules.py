@@ -173,7 +173,25 @@ def test_canary_differing_only_in_credentials_is_rejected_by_both(gateway_canary
     resource = _with(gateway_canary, canary={"weights": same, "weight": 5})
     admission = admit(resource)
     assert admission.cel == [
-        "spec: canary.weights must differ from weights (uri, version or sha256)"
+        "spec: canary must differ from stable: other weights (uri, version or sha256) or "
+        "runtime settings"
     ]
-    with pytest.raises(pydantic.ValidationError, match=r"canary\.weights must differ"):
+    with pytest.raises(pydantic.ValidationError, match=r"canary must differ from stable"):
         DocParser.from_resource(resource)
+
+
+def test_canary_with_the_same_weights_needs_other_runtime_settings(gateway_canary: dict) -> None:
+    """An image bump (same weights) is a canary; an override that changes nothing is not.
+    Admission (CEL) and the model (`render -f`) agree on both."""
+    weights = gateway_canary["spec"]["weights"]
+    image = gateway_canary["spec"]["runtime"]["image"]
+    bump = _with(gateway_canary, canary={"weights": weights, "runtime": {"image": image + "-rc1"}})
+    assert admit(bump).cel == []
+    assert DocParser.from_resource(bump).spec.for_canary().runtime.image == image + "-rc1"
+    noop = _with(gateway_canary, canary={"weights": weights, "runtime": {"image": image}})
+    message = (
+        "canary must differ from stable: other weights (uri, version or sha256) or runtime settings"
+    )
+    assert admit(noop).cel == [f"spec: {message}"]
+    with pytest.raises(pydantic.ValidationError, match="canary must differ from stable"):
+        DocParser.from_resource(noop)

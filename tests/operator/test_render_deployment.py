@@ -279,3 +279,24 @@ def test_weights_fetcher_never_asks_more_cpu_than_the_pod(cpu: str, init_cpu: st
     dep = _deployments(resource)["stable"]
     assert _container(dep, "fetch-weights")["resources"]["requests"]["cpu"] == init_cpu
     assert _container(dep)["resources"]["requests"]["cpu"] == cpu
+
+
+def test_canary_runtime_override_changes_only_the_canarys_pods() -> None:
+    """spec.canary.runtime: a new image or settings go through the same canary as weights."""
+    resource = copy.deepcopy(SERVICE.resource())
+    before = _deployments(resource)
+    resource["spec"]["canary"]["runtime"] = {"image": "example.com/runtime:2.0", "maxBatchSize": 2}
+    deps = _deployments(resource)
+    canary, stable = _container(deps["canary"]), _container(deps["stable"])
+    assert canary["image"] == "example.com/runtime:2.0"
+    assert _container(deps["canary"], "fetch-weights")["image"] == "example.com/runtime:2.0"
+    env = {e["name"]: e.get("value") for e in canary["env"]}
+    assert env["DOCPARSER_MAX_BATCH_SIZE"] == "2"
+    stable_env = {e["name"]: e.get("value") for e in stable["env"]}
+    assert stable_env["DOCPARSER_MAX_BATCH_SIZE"] == str(
+        resource["spec"]["runtime"]["maxBatchSize"]
+    )
+    # Stable's pods are untouched (same revision); the canary's is a new one.
+    assert deps["stable"] == before["stable"]
+    assert deps["canary"]["metadata"]["name"] != before["canary"]["metadata"]["name"]
+    assert canary["imagePullPolicy"] == stable["imagePullPolicy"]  # unset: spec.runtime's

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 from docparser_operator.apply import DOCPARSER
-from docparser_operator.rollout_cli import RolloutCommandError, promoted
+from docparser_operator.rollout_cli import RolloutCommandError, promote_patch, promoted
 from dp_helpers import CANARY_WEIGHTS, GATEWAY, create, docparser, spec_of
 from kube_cluster import Cluster, wait_for
 
@@ -74,3 +74,13 @@ def test_promote_abort_and_status_on_a_live_docparser(cluster: Cluster, operator
     assert missing.returncode == 2 and "no canary to abort" in missing.stderr
     gone = _cli(cluster, "status", "nope", "-n", cluster.namespace)
     assert gone.returncode == 2 and "not found" in gone.stderr
+
+
+def test_promotion_carries_the_canarys_runtime_override() -> None:
+    override = {"image": "example.com/runtime:2.0", "maxBatchSize": 2}
+    dp = docparser("inv", canary={"weights": CANARY_WEIGHTS, "weight": 100, "runtime": override})
+    after = promoted(dp)
+    assert after["spec"]["runtime"] == {**dp["spec"]["runtime"], **override}
+    assert promote_patch(dp)["spec"]["runtime"] == after["spec"]["runtime"]
+    plain = docparser("inv", canary={"weights": CANARY_WEIGHTS, "weight": 100})
+    assert "runtime" not in promote_patch(plain)["spec"]  # nothing to carry: runtime untouched

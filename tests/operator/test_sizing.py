@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import pytest
 from docparser_operator import sizing
+from docparser_operator.children import Observed
 from docparser_operator.models import DocParser, DocParserSpec
+from docparser_operator.reconcile import decide
+from dp_helpers import CANARY_WEIGHTS, docparser
 from golden import Case
 
 GIB = 1024**3
@@ -144,3 +147,20 @@ def test_kv_bytes_per_token_match_the_real_decoder_attention() -> None:
     )
     per_token_per_layer = cached / (batch * tokens * layers)
     assert per_token_per_layer * sizing.DECODER_LAYERS == sizing.KV_BYTES_PER_TOKEN
+
+
+def test_a_canary_runtime_override_is_sized_on_its_own() -> None:
+    """A canary that raises maxBatchSize past the GPU is Degraded with a message naming the
+    canary, while the same spec without the override is fine."""
+    fine = docparser("inv", canary={"weights": CANARY_WEIGHTS, "weight": 10})
+    fine["metadata"].update(uid="uid-1", namespace="ocr")
+    assert not decide(fine, Observed({}, []), previous_weight=0).problems
+    heavy = docparser(
+        "inv", canary={"weights": CANARY_WEIGHTS, "weight": 10, "runtime": {"maxBatchSize": 256}}
+    )
+    heavy["spec"]["resources"]["gpuMemory"] = "40Gi"
+    heavy["metadata"].update(uid="uid-1", namespace="ocr")
+    problems = decide(heavy, Observed({}, []), previous_weight=0).problems
+    assert [(p.reason, p.message.split(":")[0]) for p in problems] == [
+        ("InsufficientGPUMemory", "canary")
+    ]

@@ -243,7 +243,7 @@ def _pod_annotations(spec: DocParserSpec, tp: TrackPlan) -> dict[str, str]:
 
 def pod_template(resource: DocParser, tp: TrackPlan) -> dict[str, Any]:
     """The pod template of one track's revision, without its revision label (the hash input)."""
-    spec = resource.spec
+    spec = _track_spec(resource, tp)
     pod_spec: dict[str, Any] = {
         "automountServiceAccountToken": False,
         "securityContext": {
@@ -273,8 +273,13 @@ def pod_template(resource: DocParser, tp: TrackPlan) -> dict[str, Any]:
     }
 
 
+def _track_spec(resource: DocParser, tp: TrackPlan) -> DocParserSpec:
+    """The canary renders from the spec with its runtime override; stable from the spec."""
+    return resource.spec.for_canary() if tp.track == "canary" else resource.spec
+
+
 def render_deployment(plan: Plan, tp: TrackPlan) -> dict[str, Any]:
-    spec = plan.resource.spec
+    spec = _track_spec(plan.resource, tp)
     name = naming.revision_name(plan.name, tp.revision)
     template = pod_template(plan.resource, tp)
     template["metadata"]["labels"] = pod_labels(plan.name, tp.revision, tp.version)
