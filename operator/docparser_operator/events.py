@@ -10,7 +10,10 @@ from __future__ import annotations
 import datetime
 import logging
 import socket
-from dataclasses import dataclass
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from docparser_operator import naming
@@ -89,6 +92,36 @@ def events_for(outcome: Outcome) -> list[Event]:
             Event("Warning", deg_new.get("reason", "Degraded"), deg_new.get("message", ""))
         )
     return events
+
+
+@dataclass
+class EventLimiter:
+    """At most one Warning per (object, reason) per ``interval_s``.
+
+    A failure retried every few seconds (a 403 until RBAC is fixed) or a condition that flaps
+    would otherwise add an Event per attempt: etcd churn, and `kubectl describe` buried under
+    copies. Normal events pass: they mark spec-driven transitions, which are few and each worth
+    seeing. The clock is injectable so the rule is tested without sleeping."""
+
+    interval_s: float
+    clock: Callable[[], float] = time.monotonic
+    _last: dict[tuple[str, str], float] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def admit(self, uid: str, events: list[Event]) -> list[Event]:
+        now = self.clock()
+        out = []
+        with self._lock:
+            for ev in events:
+                key = (uid, ev.reason)
+                last = self._last.get(key)
+                if ev.type == "Warning" and last is not None and now - last < self.interval_s:
+                    continue
+                self._last[key] = now
+                out.append(ev)
+            if len(self._last) > 10_000:  # bounded: forget what the interval no longer covers
+                self._last = {k: t for k, t in self._last.items() if now - t < self.interval_s}
+        return out
 
 
 def post(client: KubeClient, resource: dict[str, Any], events: list[Event]) -> int:

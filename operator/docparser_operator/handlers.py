@@ -59,6 +59,7 @@ class OperatorState:
     deployment_seen: dict[str, tuple[Any, ...]] = field(default_factory=dict[str, Any])
     known: dict[str, dict[str, Any]] = field(default_factory=dict[str, Any])  # uid -> latest body
     resync_task: asyncio.Task[None] | None = None
+    event_limiter: events.EventLimiter = field(default_factory=lambda: events.EventLimiter(300.0))
 
     def lock_for(self, uid: str) -> threading.Lock:
         with self.locks_guard:
@@ -94,10 +95,11 @@ def run_reconcile(state: OperatorState, resource: dict[str, Any], *, strict: boo
         try:
             outcome = reconcile(api, resource)
         except ApiError as exc:
-            events.post(api, resource, [events.Event("Warning", "ReconcileFailed", str(exc))])
+            failed = [events.Event("Warning", "ReconcileFailed", str(exc))]
+            events.post(api, resource, state.event_limiter.admit(uid, failed))
             delay = state.settings.retry_delay_s * (1 if exc.transient else 6)
             raise kopf.TemporaryError(str(exc), delay=delay) from exc
-    events.post(api, resource, events.events_for(outcome))
+    events.post(api, resource, state.event_limiter.admit(uid, events.events_for(outcome)))
     if strict and outcome.spec_invalid:
         message = "; ".join(p.message for p in outcome.problems if p.reason == "SpecInvalid")
         raise kopf.PermanentError(message)
@@ -129,6 +131,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     memo.state = OperatorState(
         settings=ours,
         client=KubeClient(load_configuration(ours.kubeconfig), timeout_s=ours.request_timeout_s),
+        event_limiter=events.EventLimiter(ours.event_interval_s),
     )
     settings.posting.level = logging.WARNING
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(

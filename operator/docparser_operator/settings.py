@@ -21,6 +21,9 @@ class OperatorSettings(BaseSettings):
     liveness_endpoint: str | None = Field(
         None, description="e.g. http://0.0.0.0:8080/healthz for the operator pod's probe"
     )
+    event_interval_s: float = Field(
+        300.0, ge=0, description="at most one Warning Event per DocParser and reason this often"
+    )
     log_level: str = "INFO"
     leader_elect: bool = Field(
         False, description="hold a Lease before reconciling (the chart runs 2 replicas with it)"
