@@ -94,8 +94,9 @@ def test_weights_init_container_verifies_the_sha256(cluster, namespace):
 
 
 def test_killing_the_leading_operator_hands_over_to_the_standby(cluster, namespace):
-    """The chart runs 2 operator replicas on one Lease: force-kill the leader's pod, and a new
-    DocParser is still reconciled to Ready, by the replica that took the Lease."""
+    """The chart runs 2 operator replicas on one Lease: force-kill the leader's pod mid-rollout
+    (a new DocParser's Deployment created, no pod Ready) and the rollout still completes, driven
+    by the replica that took the Lease."""
     ns = os.environ.get("DOCPARSER_E2E_OPERATOR_NAMESPACE", "docparser-system")
     leases = json.loads(
         cluster.kubectl("-n", ns, "get", "leases", "-o", "json", check=False) or "{}"
@@ -108,14 +109,23 @@ def test_killing_the_leading_operator_hands_over_to_the_standby(cluster, namespa
     holder = lease["spec"]["holderIdentity"]
     leader_pod = holder.rsplit("_", 1)[0]
     start = time.monotonic()
-    cluster.kubectl("-n", ns, "delete", "pod", leader_pod, "--grace-period=0", "--force")
+    # Mid-rollout: the leader has created the revision's Deployment, no pod is Ready yet.
     cluster.apply(docparser("after", namespace, cluster.runtime_image))
+    wait_for(
+        cluster,
+        namespace,
+        "the rollout started",
+        lambda: cluster.items("deployments", namespace, "app.kubernetes.io/instance=after"),
+        60,
+        interval=0.2,
+    )
+    cluster.kubectl("-n", ns, "delete", "pod", leader_pod, "--grace-period=0", "--force")
     wait_ready(cluster, namespace, "after", timeout=240)
     took = time.monotonic() - start
     new_holder = cluster.get("lease", "docparser-operator", ns)["spec"]["holderIdentity"]
     assert not new_holder.startswith(leader_pod + "_"), (holder, new_holder)
     record(
         "leader election",
-        f"leader pod killed: a new DocParser Ready {took:.0f}s later "
+        f"leader pod killed mid-rollout: the DocParser Ready {took:.0f}s after the apply "
         f"(Lease {holder} -> {new_holder})",
     )
