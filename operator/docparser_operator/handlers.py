@@ -233,14 +233,7 @@ def on_deployment(event: Mapping[str, Any], body: kopf.Body, memo: kopf.Memo, **
     """A child Deployment moved (pods became ready, a rollout stalled): refresh its owner."""
     state = _state(memo)
     meta = body.get("metadata") or {}
-    owner = next(
-        (
-            r
-            for r in meta.get("ownerReferences") or []
-            if r.get("kind") == KIND and r.get("controller")
-        ),
-        None,
-    )
+    owner = _controller_owner(meta)
     if owner is None:
         return
     key = meta.get("uid", "")
@@ -250,12 +243,52 @@ def on_deployment(event: Mapping[str, Any], body: kopf.Body, memo: kopf.Memo, **
     state.deployment_seen[key] = signature
     if event.get("type") == "DELETED":
         state.deployment_seen.pop(key, None)
-    resource = state.client.get(DOCPARSER, meta.get("namespace"), owner["name"])
+    _reconcile_owner(state, meta.get("namespace"), owner)
+
+
+def _reconcile_owner(state: OperatorState, namespace: str | None, owner: Mapping[str, Any]) -> None:
+    resource = state.client.get(DOCPARSER, namespace, owner["name"])
     if resource is None or resource["metadata"].get("uid") != owner.get("uid"):
         return
     if resource["metadata"].get("deletionTimestamp"):
         return
     run_reconcile(state, resource, strict=False)
+
+
+def _controller_owner(meta: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    return next(
+        (
+            r
+            for r in meta.get("ownerReferences") or []
+            if r.get("kind") == KIND and r.get("controller")
+        ),
+        None,
+    )
+
+
+# The other children: only their deletion matters (a person or a tool removed one; its owner
+# puts it back now, not at the next resync). Their changes are ours, or drift the resync fixes.
+CHILD_KINDS = (
+    ("", "v1", "services"),
+    ("autoscaling", "v2", "horizontalpodautoscalers"),
+    ("policy", "v1", "poddisruptionbudgets"),
+    ("gateway.networking.k8s.io", "v1", "httproutes"),
+)
+
+
+def on_child_deleted(event: Mapping[str, Any], body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    if event.get("type") != "DELETED":
+        return
+    meta = body.get("metadata") or {}
+    owner = _controller_owner(meta)
+    if owner is not None:
+        _reconcile_owner(_state(memo), meta.get("namespace"), owner)
+
+
+for _group, _version, _plural in CHILD_KINDS:
+    kopf.on.event(_group, _version, _plural, labels={labels.LABEL_MANAGED_BY: labels.MANAGED_BY})(
+        on_child_deleted
+    )
 
 
 def run(namespaces: list[str]) -> None:

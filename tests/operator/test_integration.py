@@ -351,3 +351,25 @@ def test_switching_to_autoscaling_keeps_current_replicas(cluster: Cluster, opera
     wait_for("converged", lambda: converged(cluster, "inv"))
     dep = role_deployment(cluster, "inv")
     assert dep["spec"]["replicas"] == 3  # never dropped to the default of 1
+
+
+def test_a_child_deleted_by_hand_returns_at_once(cluster: Cluster, monkeypatch: Any) -> None:
+    """With a resync far away (10 minutes), a deleted Service or PDB comes back because the
+    operator watches its children's deletion, not because a timer fired."""
+    monkeypatch.setenv("DOCPARSER_OPERATOR_RESYNC_INTERVAL_S", "600")
+    monkeypatch.setenv("DOCPARSER_OPERATOR_RESYNC_INITIAL_DELAY_S", "600")
+    with running_operator(cluster):
+        create(cluster, docparser("inv"))
+        for ref in (SERVICE, PDB):
+            first = wait_for(f"{ref.kind}", lambda ref=ref: cluster.get(ref, "inv"))
+            cluster.client.delete(ref, cluster.namespace, "inv", uid=first["metadata"]["uid"])
+            again = wait_for(
+                f"{ref.kind} recreated",
+                lambda ref=ref, first=first: (
+                    (obj := cluster.get(ref, "inv"))
+                    and obj["metadata"]["uid"] != first["metadata"]["uid"]
+                    and obj
+                ),
+                timeout=30,
+            )
+            assert again["metadata"]["ownerReferences"][0]["kind"] == "DocParser"
