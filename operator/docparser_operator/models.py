@@ -103,6 +103,16 @@ class Resources(_Model):
         dict[str, Annotated[str, Field(max_length=253)]], Field(max_length=32)
     ] = Field(default_factory=dict)
 
+    @model_validator(mode="after")
+    def _cel_rules(self) -> Resources:
+        # The engine loads one model on one device: more GPUs would be reserved and idle.
+        if self.gpu is not None and self.gpu > 1:
+            raise ValueError(
+                "resources.gpu above 1 is not supported yet: the engine runs on one GPU per pod "
+                "(scale out with replicas)"
+            )
+        return self
+
 
 class Runtime(_Model):
     image: Annotated[str, Field(min_length=1, max_length=512)]

@@ -176,7 +176,7 @@ def drop_empty(value: Any) -> Any:
     "spec",
     [
         {"engine": "rapidocr", "runtime": {"image": "r:1"}},
-        with_changes(replicas={"max": 3}, autoscaling={"metric": "cpu"}, resources={"gpu": 2}),
+        with_changes(replicas={"max": 3}, autoscaling={"metric": "cpu"}, resources={"gpu": 1}),
     ],
     ids=["minimal-rapidocr", "partial-objects"],
 )
