@@ -215,3 +215,26 @@ def test_helm_template_two_replicas_share_a_lease() -> None:
     (dep,) = [o for o in single if o["kind"] == "Deployment"]
     assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"] == {"type": "Recreate"}
     assert not [o for o in single if o["kind"] == "Role"]
+
+
+@needs_helm
+@pytest.mark.parametrize(
+    ("flag", "complaint"),
+    [
+        ("replicaCount=0", "replicaCount"),
+        ("logLevel=LOUD", "logLevel"),
+        ("watchNamespaces={Bad_NS}", "watchNamespaces"),
+        ("imagePullPolicy=Never", "imagePullPolicy"),  # a typo of image.pullPolicy
+    ],
+)
+def test_values_schema_rejects_bad_values(flag: str, complaint: str) -> None:
+    """values.schema.json: a wrong value fails `helm install`/`template` with the field named,
+    instead of rendering an operator that fails later."""
+    result = subprocess.run(
+        [HELM, "template", "ocr", str(CHART), "--set", flag],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode != 0
+    assert complaint in result.stderr, result.stderr
