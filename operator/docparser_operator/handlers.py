@@ -31,6 +31,7 @@ import contextlib
 import copy
 import logging
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +40,7 @@ import kopf
 
 from docparser_operator import events, labels, leader
 from docparser_operator.apply import DOCPARSER, ApiError, KubeClient, load_configuration
+from docparser_operator.metrics import OperatorMetrics
 from docparser_operator.naming import API_GROUP, KIND, PLURAL
 from docparser_operator.reconcile import Outcome, reconcile
 from docparser_operator.settings import OperatorSettings
@@ -60,6 +62,7 @@ class OperatorState:
     known: dict[str, dict[str, Any]] = field(default_factory=dict[str, Any])  # uid -> latest body
     resync_task: asyncio.Task[None] | None = None
     event_limiter: events.EventLimiter = field(default_factory=lambda: events.EventLimiter(300.0))
+    metrics: OperatorMetrics | None = None
 
     def lock_for(self, uid: str) -> threading.Lock:
         with self.locks_guard:
@@ -88,17 +91,23 @@ def run_reconcile(state: OperatorState, resource: dict[str, Any], *, strict: boo
     ``observedGeneration`` never goes backwards."""
     api = state.client
     uid = resource["metadata"]["uid"]
+    namespace, name = resource["metadata"].get("namespace", ""), resource["metadata"]["name"]
     with state.lock_for(uid):
         newest = state.known.get(uid)
         if newest is not None and _generation(newest) > _generation(resource):
             resource = newest
+        started = time.monotonic()
         try:
             outcome = reconcile(api, resource)
         except ApiError as exc:
+            if state.metrics is not None:
+                state.metrics.failed(namespace, name, exc.status, time.monotonic() - started)
             failed = [events.Event("Warning", "ReconcileFailed", str(exc))]
             events.post(api, resource, state.event_limiter.admit(uid, failed))
             delay = state.settings.retry_delay_s * (1 if exc.transient else 6)
             raise kopf.TemporaryError(str(exc), delay=delay) from exc
+        if state.metrics is not None:
+            state.metrics.reconciled(namespace, name, outcome.status, time.monotonic() - started)
     events.post(api, resource, state.event_limiter.admit(uid, events.events_for(outcome)))
     if strict and outcome.spec_invalid:
         message = "; ".join(p.message for p in outcome.problems if p.reason == "SpecInvalid")
@@ -128,10 +137,16 @@ def login(**_: Any) -> kopf.ConnectionInfo:
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     ours = OperatorSettings()  # read once per run, from the environment of that moment
+    client = KubeClient(load_configuration(ours.kubeconfig), timeout_s=ours.request_timeout_s)
+    metrics = memo.get("metrics") or OperatorMetrics.create()  # run() makes it before the election
+    metrics.attach(client)
+    if ours.metrics_port:
+        metrics.serve(ours.metrics_port)
     memo.state = OperatorState(
         settings=ours,
-        client=KubeClient(load_configuration(ours.kubeconfig), timeout_s=ours.request_timeout_s),
+        client=client,
         event_limiter=events.EventLimiter(ours.event_interval_s),
+        metrics=metrics,
     )
     settings.posting.level = logging.WARNING
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
@@ -298,12 +313,17 @@ def run(namespaces: list[str]) -> None:
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
 
+    metrics = OperatorMetrics.create()
+    if settings.metrics_port:
+        metrics.serve(settings.metrics_port)
+
     def run_kopf() -> None:
         kopf.run(
             standalone=True,
             clusterwide=not namespaces,
             namespaces=namespaces,
             liveness_endpoint=settings.liveness_endpoint,
+            memo=kopf.Memo(metrics=metrics),
         )
 
     if not settings.leader_elect:

@@ -24,6 +24,9 @@ class OperatorSettings(BaseSettings):
     event_interval_s: float = Field(
         300.0, ge=0, description="at most one Warning Event per DocParser and reason this often"
     )
+    metrics_port: int | None = Field(
+        None, ge=1, le=65535, description="serve Prometheus /metrics here (the chart sets 8081)"
+    )
     log_level: str = "INFO"
     leader_elect: bool = Field(
         False, description="hold a Lease before reconciling (the chart runs 2 replicas with it)"

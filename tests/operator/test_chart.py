@@ -238,3 +238,22 @@ def test_values_schema_rejects_bad_values(flag: str, complaint: str) -> None:
     )
     assert result.returncode != 0
     assert complaint in result.stderr, result.stderr
+
+
+@needs_helm
+def test_helm_template_operator_metrics_and_pod_monitor() -> None:
+    """/metrics on a named port with the prometheus.io annotations by default; a PodMonitor
+    selecting the operator's pods when asked (Prometheus Operator users)."""
+    objects = _template()
+    (dep,) = [o for o in objects if o["kind"] == "Deployment"]
+    pod = dep["spec"]["template"]
+    container = pod["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["DOCPARSER_OPERATOR_METRICS_PORT"] == "8081"
+    assert {"name": "metrics", "containerPort": 8081, "protocol": "TCP"} in container["ports"]
+    assert pod["metadata"]["annotations"]["prometheus.io/port"] == "8081"
+    assert not [o for o in objects if o["kind"] == "PodMonitor"]
+    monitored = _template("--set", "metrics.podMonitor.enabled=true")
+    (monitor,) = [o for o in monitored if o["kind"] == "PodMonitor"]
+    assert monitor["spec"]["selector"]["matchLabels"] == pod["metadata"]["labels"]
+    assert monitor["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
