@@ -16,6 +16,8 @@ for pair in containerd:containerd runc:runc iptables:iptables debootstrap:deboot
 	command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
 done
 [ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
+# promtool (Debian's prometheus package) runs the chart's alert-rule unit tests.
+command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
   echo "missing ${need[*]} (not root): install them to run the tests that need them" >&2

@@ -257,3 +257,35 @@ def test_helm_template_operator_metrics_and_pod_monitor() -> None:
     (monitor,) = [o for o in monitored if o["kind"] == "PodMonitor"]
     assert monitor["spec"]["selector"]["matchLabels"] == pod["metadata"]["labels"]
     assert monitor["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
+
+
+PROMTOOL = shutil.which("promtool")
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="promtool not found (Debian package prometheus)")
+def test_alert_rules_fire_on_their_series() -> None:
+    """`promtool test rules`: each alert fires on what it is about, after its `for`, not before."""
+    here = Path(__file__).resolve().parent / "promtool"
+    rules = CHART / "files" / "prometheus-rules.yaml"
+    check = subprocess.run(
+        [PROMTOOL, "check", "rules", str(rules)], capture_output=True, text=True, timeout=60
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    result = subprocess.run(
+        [PROMTOOL, "test", "rules", "alerts_test.yaml"],
+        cwd=here,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@needs_helm
+def test_helm_template_prometheus_rule_carries_the_tested_rules() -> None:
+    objects = _template("--set", "metrics.prometheusRule.enabled=true")
+    (rule,) = [o for o in objects if o["kind"] == "PrometheusRule"]
+    rules = yaml.safe_load((CHART / "files" / "prometheus-rules.yaml").read_text())
+    assert rule["spec"] == rules
+    alerts = {r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]}
+    assert {"DocParserRolloutStuck", "DocParserGPUMemoryHigh", "DocParserOOMKilled"} <= alerts
