@@ -7,6 +7,7 @@ rendered object is validated with kubernetes-validate (strict, Kubernetes 1.30).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -289,3 +290,62 @@ def test_helm_template_prometheus_rule_carries_the_tested_rules() -> None:
     assert rule["spec"] == rules
     alerts = {r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]}
     assert {"DocParserRolloutStuck", "DocParserGPUMemoryHigh", "DocParserOOMKilled"} <= alerts
+
+
+def _exposed_names() -> set[str]:
+    """Every series name the runtime and the operator can expose (with the suffixes the
+    exposition adds), from their own registries."""
+    from docparser_operator.metrics import OperatorMetrics
+    from docparser_runtime.server.jobs_runtime import JobMetrics
+    from docparser_runtime.server.metrics import Metrics
+
+    suffixes = {
+        "counter": ("_total", "_created"),
+        "histogram": ("_bucket", "_sum", "_count", "_created"),
+        "info": ("_info",),
+        "gauge": ("",),
+    }
+    runtime = Metrics()
+    JobMetrics(runtime.registry)  # the job metrics join the same registry in the app
+    names = set()
+    for registry in (runtime.registry, OperatorMetrics.create().registry):
+        for family in registry.collect():
+            names |= {family.name + s for s in suffixes.get(family.type, ("",))}
+    return names
+
+
+def test_dashboard_queries_parse_and_name_real_metrics(tmp_path: Path) -> None:
+    """Every panel query is valid PromQL (promtool parses it as a recording rule) and every
+    docparser metric it names is one the runtime or the operator exposes."""
+    dashboard = json.loads((CHART / "files" / "grafana-dashboard.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    assert len(exprs) >= 8
+    used = {m for e in exprs for m in re.findall(r"\b(docparser_[a-z_]+)\b", e)}
+    assert used - _exposed_names() == set()
+    if PROMTOOL is None:
+        pytest.skip("promtool not found (Debian package prometheus): PromQL syntax not checked")
+    rules = {
+        "groups": [
+            {
+                "name": "dashboard",
+                "rules": [
+                    {"record": f"dashboard:query_{i}", "expr": e} for i, e in enumerate(exprs)
+                ],
+            }
+        ]
+    }
+    path = tmp_path / "dashboard-rules.yaml"
+    path.write_text(yaml.safe_dump(rules))
+    check = subprocess.run(
+        [PROMTOOL, "check", "rules", str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+@needs_helm
+def test_helm_template_grafana_dashboard_configmap() -> None:
+    objects = _template("--set", "metrics.grafanaDashboard.enabled=true")
+    (cm,) = [o for o in objects if o["kind"] == "ConfigMap"]
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dashboard = json.loads((CHART / "files" / "grafana-dashboard.json").read_text())
+    assert json.loads(cm["data"]["docparser.json"]) == dashboard
