@@ -51,10 +51,10 @@ def test_rolling_update_needs_no_spare_gpu() -> None:
 
 def test_gpu_limits_node_selector_and_toleration() -> None:
     resource = GATEWAY.resource()
-    resource["spec"]["resources"]["gpu"] = 2
+    resource["spec"]["resources"]["gpu"] = 1
     dep = _deployments(resource)["stable"]
     res = _container(dep)["resources"]
-    assert res["limits"]["nvidia.com/gpu"] == "2" and res["requests"]["nvidia.com/gpu"] == "2"
+    assert res["limits"]["nvidia.com/gpu"] == "1" and res["requests"]["nvidia.com/gpu"] == "1"
     pod = dep["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
