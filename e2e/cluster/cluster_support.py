@@ -407,3 +407,44 @@ def owned_children(target: Target, namespace: str, name: str) -> list[str]:
         "name",
     )
     return out.split()
+
+
+@dataclass
+class EndpointSampler:
+    """Counts the Ready endpoints behind a Service every `interval` seconds while a
+    transition runs: a moment with none is a moment the Service could not serve."""
+
+    target: Target
+    namespace: str
+    service: str
+    interval: float = 0.5
+    max_samples: int = 2000
+    samples: list[int] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def ready_endpoints(self) -> int:
+        slices = self.target.items(
+            "endpointslices", self.namespace, f"kubernetes.io/service-name={self.service}"
+        )
+        return sum(
+            1
+            for s in slices
+            for e in s.get("endpoints") or []
+            if (e.get("conditions") or {}).get("ready")
+        )
+
+    def _run(self) -> None:
+        while not self._stop.is_set() and len(self.samples) < self.max_samples:
+            self.samples.append(self.ready_endpoints())
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> EndpointSampler:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)

@@ -8,6 +8,7 @@ import time
 
 import pytest
 from cluster_support import (
+    EndpointSampler,
     Load,
     docparser,
     page_png,
@@ -109,7 +110,8 @@ def test_setting_change_promotion_and_revert_lose_no_request(cluster, namespace)
 
 def test_max_surge_zero_rolls_out_on_a_full_node(cluster, namespace):
     """2 replicas x 1 GPU take both of the node's 2 GPUs: a new version can only roll pod by
-    pod (maxSurge 0), and it must complete."""
+    pod (maxSurge 0), and it must complete with a Ready endpoint behind the Service at every
+    sampled moment (every half second)."""
     weights = weights_volume(cluster, namespace, ("v1", "v2"))
     name = "full"
     manifest = docparser(
@@ -124,18 +126,20 @@ def test_max_surge_zero_rolls_out_on_a_full_node(cluster, namespace):
     cluster.apply(manifest)
     wait_ready(cluster, namespace, name, timeout=300)
     start = time.monotonic()
-    cluster.apply(
-        docparser(
-            name,
-            namespace,
-            cluster.runtime_image,
-            weights=weights["v2"],
-            replicas=2,
-            gpu=1,
-            max_surge=0,
+    with EndpointSampler(cluster, namespace, name) as sampler:
+        cluster.apply(
+            docparser(
+                name,
+                namespace,
+                cluster.runtime_image,
+                weights=weights["v2"],
+                replicas=2,
+                gpu=1,
+                max_surge=0,
+            )
         )
-    )
-    obj = wait_ready(cluster, namespace, name, timeout=420)
+        obj = wait_ready(cluster, namespace, name, timeout=420)
+    assert sampler.samples and min(sampler.samples) >= 1, sampler.samples
     assert obj["status"]["stable"]["version"] == "v2"
     assert obj["status"]["stable"]["readyReplicas"] == 2
     pods = [
@@ -147,5 +151,6 @@ def test_max_surge_zero_rolls_out_on_a_full_node(cluster, namespace):
     assert versions == {"v2"}, versions
     record(
         "maxSurge 0 on a full node",
-        f"v1 -> v2 with 2 of 2 GPUs taken: {time.monotonic() - start:.0f}s",
+        f"v1 -> v2 with 2 of 2 GPUs taken: {time.monotonic() - start:.0f}s, "
+        f"{len(sampler.samples)} samples, fewest Ready endpoints {min(sampler.samples)}",
     )
