@@ -341,6 +341,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
             raise kmock.KubernetesError(status=422, reason="Invalid", message="fieldManager")
         body = copy.deepcopy(body)
         body.pop("status", None)
+        meta = body.get("metadata") or {}
         entry = {
             "manager": manager,
             "operation": "Apply",
@@ -349,9 +350,10 @@ class KubeEmulator(kmock.KubernetesEmulator):
             "fieldsType": "FieldsV1",
             "fieldsV1": _fields_v1(body),
         }
-        if key not in self.store:
-            obj = await self._store_new(key, body)
-            obj["metadata"]["managedFields"] = [entry]
+        if key not in self.store:  # managedFields before the watch event, as the server does
+            obj = await self._store_new(
+                key, {**body, "metadata": {**meta, "managedFields": [entry]}}
+            )
             self.applied[(key, manager)] = body
             return obj
         old = self.store[key]
@@ -367,13 +369,10 @@ class KubeEmulator(kmock.KubernetesEmulator):
         if new.get("kind") == "Deployment":
             new.setdefault("spec", {}).setdefault("replicas", 1)  # the API's default
         self.applied[(key, manager)] = body
-        result = await self._replace(key, new)
-        if result is new:  # really changed: record this manager's new field set
-            others = [
-                m for m in old["metadata"].get("managedFields", []) if m["manager"] != manager
-            ]
-            new["metadata"]["managedFields"] = [*others, entry]
-        return result
+        # this manager's new field set; _replace ignores it when nothing else changed
+        others = [m for m in old["metadata"].get("managedFields", []) if m["manager"] != manager]
+        new.setdefault("metadata", {})["managedFields"] = [*others, entry]
+        return await self._replace(key, new)
 
     async def _remove(self, key: Key) -> dict[str, Any]:
         obj = self.store.pop(key)
