@@ -16,7 +16,9 @@ Every pass moves each revision one safe step towards its target size and recompu
    on top of ``N`` (in place of a stable pod with ``maxSurge: 0``). Every other revision's
    target is 0.
 2. Make-before-break. Pods may be added while all revisions together stay within
-   ``N + rollout.maxSurge`` (the explicit GPU cost of a rollout). A revision that carries
+   ``N + rollout.maxSurge`` (the explicit GPU cost of a rollout); stable grows first, and a
+   dark canary (it carries nothing) yields its pods to a stable rollout that needs the room,
+   coming back once stable is done. A revision that carries
    traffic loses only unready pods and Ready pods in surplus of ``N`` Ready pods behind
    traffic. With ``maxSurge: 0`` one Ready pod may go when nothing else is starting (and
    at least one Ready pod stays), so capacity moves pod by pod within ``N`` GPUs.
@@ -243,6 +245,16 @@ def plan(desired: Desired, observed: list[RevisionState], *, previous_weight: in
         surplus -= max(0, drop - unready)
         new[r] = cur[r] - drop
     budget = desired.size + desired.max_surge - sum(new.values())
+    if (
+        stable is not None
+        and canary is not None
+        and new[stable] < targets[stable]
+        and budget <= 0
+        and not carrying(canary, ready, weight_now)
+    ):  # a dark canary yields the surge to a stable rollout it would otherwise block forever
+        give = min(new[canary], targets[stable] - new[stable] - budget)
+        new[canary] -= give
+        budget += give
     for grower in (stable, canary):
         if grower is None or new[grower] >= targets[grower]:
             continue

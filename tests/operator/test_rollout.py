@@ -174,6 +174,22 @@ def test_new_stable_revision_rolls_pod_by_pod(router: str) -> None:
     assert max(h.pods for h in sim.history) == 5
 
 
+@pytest.mark.parametrize("router", ROUTERS)
+@pytest.mark.parametrize("surge", [0, 1])
+def test_stable_bump_while_a_dark_canary_holds_the_surge(router: str, surge: int) -> None:
+    """The dark canary's pod uses the surge budget; a new stable revision (an image bump)
+    must still roll: the dark canary, which carries nothing, yields its pod until stable is
+    done, then comes back. Before: the new stable never got a pod (a rollout stuck forever)."""
+    sim = started(router, size=2, surge=surge)
+    assert sim.change(canary="c1", weight=0).get("c1").ready == 1
+    out = sim.change(stable="s2")
+    stable_pods = 2 if surge else 1  # with maxSurge 0 the dark canary takes a stable pod's place
+    assert out.get("s2").ready == stable_pods and out.get("c1").ready == 1
+    assert out.canary_weight == 0
+    assert out.get("s1") is None or out.get("s1").replicas == 0
+    assert all(h.canary_weight == 0 for h in sim.history)
+
+
 def test_router_change_keeps_capacity() -> None:
     sim = started("service")
     sim.change(canary="c1", weight=25)
