@@ -187,7 +187,8 @@ def test_canary_that_never_becomes_ready_gets_no_traffic(cluster: Cluster, opera
             for _ in range(6):  # a few seconds of the stuck rollout
                 sampler.sample()
         assert route_weights(cluster, "inv") == {"stable": 100, "canary": 0}
-        assert condition(cluster, "inv", "Ready")["status"] == "True"
+        ready = condition(cluster, "inv", "Ready")
+        assert ready["status"] == "True", cluster.get(DOCPARSER, "inv")["status"]
         assert cluster.get(DOCPARSER, "inv")["status"]["stable"]["readyReplicas"] == 2
         sys.__stderr__.write(f"\n{cluster.backend}: {sampler.report()}\n")  # docs/benchmarks.md
         assert sampler.violations == [], sampler.report()
