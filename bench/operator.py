@@ -115,8 +115,7 @@ def run_one(
         gen = make_cluster(Path(tmp), f"bench-{n}")
         cluster = next(gen)
         try:
-            with running_operator(cluster):
-                time.sleep(1.0)  # let kopf finish discovery and start its watches
+            with running_operator(cluster) as run:  # returns once the operator started
                 start_mark = cluster.mark()
                 t0 = time.monotonic()
                 for i in range(n):
@@ -153,13 +152,18 @@ def run_one(
                         break
                 mark = cluster.mark()
 
-                def full_round() -> bool:
-                    seen = {
-                        r.query.get("labelSelector", "")
-                        for r in cluster.requests_since(mark)
-                        if r.method == "GET" and r.path.endswith("/deployments")
+                def passes() -> dict[str, float]:
+                    return {
+                        dict(labels)["name"]: value
+                        for (metric, labels), value in run.samples().items()
+                        if metric == "docparser_operator_reconcile_seconds_count"
                     }
-                    return len([s for s in seen if "instance=dp" in s]) >= n
+
+                before = passes()
+
+                def full_round() -> bool:  # every DocParser reconciled again (the operator's
+                    after = passes()  # /metrics: its reads no longer show as requests)
+                    return sum(after.get(k, 0) > v for k, v in before.items()) >= n
 
                 wait_for("one resync of all", full_round, timeout=timeout, interval=0.5)
                 noop_writes = len(cluster.writes_since(mark))

@@ -38,7 +38,7 @@ from typing import Any
 
 import kopf
 
-from docparser_operator import events, labels, leader
+from docparser_operator import cache, events, labels, leader
 from docparser_operator.apply import DOCPARSER, ApiError, KubeClient, load_configuration
 from docparser_operator.metrics import OperatorMetrics
 from docparser_operator.naming import API_GROUP, KIND, PLURAL
@@ -63,10 +63,27 @@ class OperatorState:
     resync_task: asyncio.Task[None] | None = None
     event_limiter: events.EventLimiter = field(default_factory=lambda: events.EventLimiter(300.0))
     metrics: OperatorMetrics | None = None
+    observer: cache.IndexedObserver | None = None  # None: list on every pass
 
     def lock_for(self, uid: str) -> threading.Lock:
         with self.locks_guard:
             return self.locks.setdefault(uid, threading.Lock())
+
+    def newest(self, resource: dict[str, Any]) -> dict[str, Any]:
+        """``resource`` or the newer body we know of (by generation, then resourceVersion)."""
+        known = self.known.get(resource["metadata"]["uid"])
+        return known if known is not None and _age(known) > _age(resource) else resource
+
+    def saw_write(self, body: dict[str, Any] | None) -> None:
+        """Our status write returned ``body``: later passes start from it (their ``previous``
+        status), not from an older event's copy. A deleted DocParser is not brought back."""
+        if body is None:
+            return
+        uid = body["metadata"]["uid"]
+        with self.locks_guard:
+            known = self.known.get(uid)
+            if known is not None and _age(body) > _age(known):
+                self.known[uid] = body
 
 
 def _state(memo: Any) -> OperatorState:
@@ -81,24 +98,27 @@ def _generation(body: Mapping[str, Any]) -> int:
     return int((body.get("metadata") or {}).get("generation") or 0)
 
 
+def _age(body: Mapping[str, Any]) -> tuple[int, int]:
+    return _generation(body), cache.resource_version(body) or 0
+
+
 def run_reconcile(state: OperatorState, resource: dict[str, Any], *, strict: bool) -> Outcome:
     """Reconcile one DocParser, post its events, translate errors for kopf.
 
     ``strict`` raises PermanentError for an unservable spec (create/update handlers); the
     resync loop and the Deployment watcher pass False and just leave the Degraded status.
     The freshness check is inside the per-object lock: a pass that waited for the lock while
-    a newer spec arrived works on the newer one, so an old spec is never re-applied and
-    ``observedGeneration`` never goes backwards."""
+    a newer spec (or our own newer status) arrived works on the newer one, so an old spec is
+    never re-applied, ``observedGeneration`` never goes backwards, and the status a pass builds
+    on (was a rollout under way? what weight was routed?) is the latest one written."""
     api = state.client
     uid = resource["metadata"]["uid"]
     namespace, name = resource["metadata"].get("namespace", ""), resource["metadata"]["name"]
     with state.lock_for(uid):
-        newest = state.known.get(uid)
-        if newest is not None and _generation(newest) > _generation(resource):
-            resource = newest
+        resource = state.newest(resource)
         started = time.monotonic()
         try:
-            outcome = reconcile(api, resource)
+            outcome = reconcile(api, resource, observer=state.observer)
         except ApiError as exc:
             if state.metrics is not None:
                 state.metrics.failed(namespace, name, exc.status, time.monotonic() - started)
@@ -106,6 +126,7 @@ def run_reconcile(state: OperatorState, resource: dict[str, Any], *, strict: boo
             events.post(api, resource, state.event_limiter.admit(uid, failed))
             delay = state.settings.retry_delay_s * (1 if exc.transient else 6)
             raise kopf.TemporaryError(str(exc), delay=delay) from exc
+        state.saw_write(outcome.body)
         if state.metrics is not None:
             state.metrics.reconciled(namespace, name, outcome.status, time.monotonic() - started)
     events.post(api, resource, state.event_limiter.admit(uid, events.events_for(outcome)))
@@ -134,19 +155,55 @@ def login(**_: Any) -> kopf.ConnectionInfo:
     )
 
 
+# Watch-backed reads (cache.py): one kopf index per child kind and for runtime pods, keyed by
+# (namespace, DocParser). kopf runs no resource handler before each holds its initial list.
+INDEXED = {
+    "Deployment": ("apps", "v1", "deployments"),
+    "Service": ("", "v1", "services"),
+    "HorizontalPodAutoscaler": ("autoscaling", "v2", "horizontalpodautoscalers"),
+    "PodDisruptionBudget": ("policy", "v1", "poddisruptionbudgets"),
+    "HTTPRoute": ("gateway.networking.k8s.io", "v1", "httproutes"),
+    "Pod": ("", "v1", "pods"),
+}
+
+
+def _index_id(kind: str) -> str:
+    return f"{kind.lower()}_index"
+
+
+def _by_owner(body: kopf.Body, **_: Any) -> dict[cache.IndexKey, dict[str, Any]]:
+    obj = _plain(body)
+    key = cache.index_key(obj)
+    if obj.get("kind") == "Pod":
+        obj["metadata"].pop("managedFields", None)  # never read for pods: keep the index small
+    return {key: obj} if key is not None else {}
+
+
+for _kind, (_group, _version, _plural) in INDEXED.items():
+    kopf.index(
+        _group,
+        _version,
+        _plural,
+        id=_index_id(_kind),
+        labels={labels.LABEL_MANAGED_BY: labels.MANAGED_BY},
+    )(_by_owner)
+
+
 @kopf.on.startup()
-def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -> None:
     ours = OperatorSettings()  # read once per run, from the environment of that moment
     client = KubeClient(load_configuration(ours.kubeconfig), timeout_s=ours.request_timeout_s)
     metrics = memo.get("metrics") or OperatorMetrics.create()  # run() makes it before the election
     metrics.attach(client)
     if ours.metrics_port:
         metrics.serve(ours.metrics_port)
+    indexes = {kind: kwargs[_index_id(kind)] for kind in INDEXED}  # kopf passes every index
     memo.state = OperatorState(
         settings=ours,
         client=client,
         event_limiter=events.EventLimiter(ours.event_interval_s),
         metrics=metrics,
+        observer=cache.IndexedObserver(indexes),
     )
     settings.posting.level = logging.WARNING
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
@@ -226,6 +283,8 @@ async def stop_resync(memo: kopf.Memo, **_: Any) -> None:
         state.resync_task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await state.resync_task
+    if state.metrics is not None and not memo.get("metrics"):
+        await asyncio.to_thread(state.metrics.close)  # this run started it, so it stops it
 
 
 def _deployment_signature(body: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -258,11 +317,24 @@ def on_deployment(event: Mapping[str, Any], body: kopf.Body, memo: kopf.Memo, **
     state.deployment_seen[key] = signature
     if event.get("type") == "DELETED":
         state.deployment_seen.pop(key, None)
+        _forget(state, body)
     _reconcile_owner(state, meta.get("namespace"), owner)
 
 
+def _forget(state: OperatorState, body: Mapping[str, Any]) -> None:
+    """A child is gone: the observer must not keep showing our last write of it."""
+    key = cache.index_key(body)
+    if state.observer is not None and key is not None:
+        meta = body.get("metadata") or {}
+        child = (body.get("kind") or "", meta.get("name") or "")
+        state.observer.forget(key[0], key[1], child, meta.get("uid") or "")
+
+
 def _reconcile_owner(state: OperatorState, namespace: str | None, owner: Mapping[str, Any]) -> None:
-    resource = state.client.get(DOCPARSER, namespace, owner["name"])
+    """Reconcile the owner: its latest body from the watch (our writes included), else a GET."""
+    resource = state.known.get(owner.get("uid") or "") or state.client.get(
+        DOCPARSER, namespace, owner["name"]
+    )
     if resource is None or resource["metadata"].get("uid") != owner.get("uid"):
         return
     if resource["metadata"].get("deletionTimestamp"):
@@ -296,6 +368,7 @@ def on_child_deleted(event: Mapping[str, Any], body: kopf.Body, memo: kopf.Memo,
         return
     meta = body.get("metadata") or {}
     owner = _controller_owner(meta)
+    _forget(_state(memo), body)
     if owner is not None:
         _reconcile_owner(_state(memo), meta.get("namespace"), owner)
 

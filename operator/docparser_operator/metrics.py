@@ -54,7 +54,7 @@ class OperatorMetrics:
     progressing: Gauge
     degraded: Gauge
     canary_weight: Gauge
-    serving: bool = False
+    server: Any = None  # the /metrics HTTP server while serving
     client: KubeClient | None = None
 
     @classmethod
@@ -115,7 +115,17 @@ class OperatorMetrics:
         self.reconcile_seconds.labels(namespace, name).observe(seconds)
         self.reconcile_errors.labels(namespace, name, str(status_code)).inc()
 
+    @property
+    def serving(self) -> bool:
+        return self.server is not None
+
     def serve(self, port: int, address: str = "0.0.0.0") -> None:
-        if not self.serving:
-            start_http_server(port, address, registry=self.registry)
-            self.serving = True
+        if self.server is None:
+            self.server, _thread = start_http_server(port, address, registry=self.registry)
+
+    def close(self) -> None:
+        """Stop serving (an operator run that ends; the process may start another)."""
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None

@@ -33,11 +33,11 @@ import pydantic
 
 from docparser_operator import labels, naming, rollout, sizing
 from docparser_operator.apply import DOCPARSER, ApiError, KubeClient, ref_for
+from docparser_operator.cache import ListObserver, Observer
 from docparser_operator.children import (
     Key,
     Observed,
     needs_apply,
-    observe,
     owned_by,
     prepare,
     revision_states,
@@ -70,6 +70,9 @@ class Outcome:
     status_written: bool = False
     rollout: rollout.Rollout | None = None
     created_revisions: list[str] = field(default_factory=list)
+    body: dict[str, Any] | None = None  # the DocParser as the status write returned it
+    written: dict[Key, dict[str, Any]] = field(default_factory=dict[Key, Any])  # as returned
+    deleted: dict[Key, str] = field(default_factory=dict[Key, str])  # pruned: their uids
 
     @property
     def spec_invalid(self) -> bool:
@@ -234,7 +237,7 @@ def execute(
         if action.verb == "apply":
             assert action.obj is not None
             try:
-                live[action.key] = client.apply(action.obj, force=True)
+                live[action.key] = out.written[action.key] = client.apply(action.obj, force=True)
             except ApiError as exc:
                 if exc.status not in (403, 404, 422):
                     raise  # transient or unexpected: the caller retries with backoff
@@ -247,27 +250,42 @@ def execute(
         elif action.verb == "scale":
             assert action.obj is not None
             live[action.key] = client.patch(ref_for(kind), namespace, name, action.obj)
+            out.written[action.key] = live[action.key]
             out.scaled.append(action.key)
         else:
             client.delete(ref_for(kind), namespace, name, uid=action.uid)
+            out.deleted[action.key] = action.uid
             out.pruned.append(action.key)
             live.pop(action.key, None)
     return live
 
 
-def reconcile(client: KubeClient, resource: dict[str, Any], *, now: str | None = None) -> Outcome:
-    """Move the children of ``resource`` one safe step towards the spec and write its status."""
+def reconcile(
+    client: KubeClient,
+    resource: dict[str, Any],
+    *,
+    now: str | None = None,
+    observer: Observer | None = None,
+) -> Outcome:
+    """Move the children of ``resource`` one safe step towards the spec and write its status.
+
+    ``observer`` reads the children and pods (the operator's watch-backed indexes; listing by
+    default) and is told what this pass wrote."""
     now = now or now_rfc3339()
     meta = resource["metadata"]
     name, namespace = meta["name"], meta["namespace"]
     previous = copy.deepcopy(resource.get("status") or {})
     out = Outcome(name=name, previous_status=previous)
-    observed = observe(client, namespace, name)
+    observer = observer or ListObserver(client)
+    observed = observer(namespace, name)
     previous_weight = (previous.get("canary") or {}).get("weight") or 0
     decision = decide(resource, observed, previous_weight=previous_weight)
     out.problems.extend(decision.problems)
     out.conflicts.extend(decision.conflicts)
-    live = execute(client, namespace, decision, observed, out)
+    try:
+        live = execute(client, namespace, decision, observed, out)
+    finally:  # even when a write failed half-way: the ones before it happened
+        observer.remember(namespace, name, out.written, out.deleted)
     if decision.plan is not None:
         out.rollout = decision.plan.rollout
         revisions = {t.revision for t in decision.plan.tracks}
@@ -365,7 +383,7 @@ def _status(
         for gone in ("stable", "canary", "rollout"):
             if gone in previous and gone not in status:
                 patch[gone] = None  # merge-patch null removes the field
-        client.patch_status(DOCPARSER, namespace, name, patch)
+        out.body = client.patch_status(DOCPARSER, namespace, name, patch)
         out.status_written = True
     return status
 

@@ -25,7 +25,7 @@ os.environ.setdefault("DOCPARSER_OPERATOR_RESYNC_INITIAL_DELAY_S", "0.5")
 os.environ.setdefault("DOCPARSER_OPERATOR_RETRY_DELAY_S", "0.5")
 
 from kube_cluster import Cluster, emulator_cluster, proxied_cluster
-from operator_runner import running_operator
+from operator_runner import OperatorRun, running_operator
 
 REAL_KUBECONFIG_ENV = "DOCPARSER_TEST_KUBECONFIG"
 REAL_CONTROLLERS_ENV = "DOCPARSER_TEST_KUBECONFIG_CONTROLLERS"
@@ -69,6 +69,6 @@ def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]
 
 
 @pytest.fixture
-def operator(cluster: Cluster) -> Iterator[object]:
+def operator(cluster: Cluster) -> Iterator[OperatorRun]:
     with running_operator(cluster) as runner:
         yield runner

@@ -199,18 +199,7 @@ def quiet(cluster: Cluster, seconds: float = 1.5, timeout: float = 20) -> None:
         time.sleep(seconds)
         if not cluster.writes_since(mark):
             return
-    raise AssertionError("the operator never stopped writing")
-
-
-def resyncs_since(cluster: Cluster, mark: int, name: str) -> int:
-    """Reconcile passes seen since ``mark`` (each lists the instance's Deployments once)."""
-    return sum(
-        1
-        for r in cluster.requests_since(mark)
-        if r.method == "GET"
-        and r.path.endswith("/deployments")
-        and f"app.kubernetes.io/instance={name}" in r.query.get("labelSelector", "")
-    )
+    raise AssertionError(f"the operator never stopped writing: {cluster.writes_since(mark)}")
 
 
 def scale_to(cluster: Cluster, name: str, replicas: int) -> None:

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from docparser_operator.apply import KNOWN_KINDS
@@ -69,3 +70,30 @@ def test_clusterwide_operator_reconciles_any_namespace(cluster: Cluster) -> None
         create(cluster, docparser("wide"))
         wait_for("reconciled", lambda: condition(cluster, "wide", "Progressing"))
         assert role_deployment(cluster, "wide") is not None
+
+
+def _body(generation: int, rv: int, progressing: str) -> dict[str, Any]:
+    return {
+        "metadata": {"uid": "u1", "generation": generation, "resourceVersion": str(rv)},
+        "status": {"conditions": [{"type": "Progressing", "status": progressing}]},
+    }
+
+
+def test_a_pass_builds_on_the_newest_body_it_knows() -> None:
+    """A resync or an event may carry a body older than the status our last pass wrote; the
+    next pass must start from the newest (else "was a rollout under way?" reads stale)."""
+    from docparser_operator.handlers import OperatorState
+    from docparser_operator.settings import OperatorSettings
+
+    state = OperatorState(settings=OperatorSettings(), client=None)  # type: ignore[arg-type]
+    old = _body(2, 10, "False")
+    state.known["u1"] = old
+    written = _body(2, 12, "True")  # what our status patch returned
+    state.saw_write(written)
+    assert state.newest(old) is written
+    assert state.newest(_body(3, 11, "False"))["metadata"]["generation"] == 3  # a new spec wins
+    state.saw_write(_body(2, 11, "False"))  # an older answer never replaces a newer one
+    assert state.known["u1"] is written
+    del state.known["u1"]  # deleted meanwhile (the watch said so)
+    state.saw_write(_body(2, 13, "True"))
+    assert "u1" not in state.known  # a deleted DocParser is not brought back to the resync

@@ -24,7 +24,6 @@ from dp_helpers import (
     docparser,
     event_reasons,
     quiet,
-    resyncs_since,
     revision,
     role_deployment,
     route_weights,
@@ -34,7 +33,7 @@ from dp_helpers import (
 )
 from kube_cluster import Cluster, simulate_pods, wait_for
 from kubelet_sim import Kubelet
-from operator_runner import running_operator
+from operator_runner import OperatorRun, running_operator
 
 
 def test_create_reconciles_children_and_status(cluster: Cluster, operator: Any) -> None:
@@ -216,7 +215,7 @@ def test_restart_mid_reconcile_converges(cluster: Cluster) -> None:
         assert role_deployment(cluster, "inv", "canary") is not None
 
 
-def test_noop_resync_performs_zero_writes(cluster: Cluster, operator: Any) -> None:
+def test_noop_resync_performs_zero_writes(cluster: Cluster, operator: OperatorRun) -> None:
     create(
         cluster,
         docparser(
@@ -232,8 +231,8 @@ def test_noop_resync_performs_zero_writes(cluster: Cluster, operator: Any) -> No
     wait_for("ready", lambda: condition(cluster, "inv", "Ready").get("status") == "True")
     wait_for("converged", lambda: converged(cluster, "inv"))
     quiet(cluster)
-    mark = cluster.mark()
-    wait_for("3 resyncs", lambda: resyncs_since(cluster, mark, "inv") >= 3, timeout=15)
+    mark, passes = cluster.mark(), operator.reconciles(cluster.namespace, "inv")
+    wait_for("3 resyncs", lambda: operator.reconciles(cluster.namespace, "inv") >= passes + 3)
     assert cluster.writes_since(mark) == []
 
 
@@ -284,7 +283,9 @@ def test_objects_not_owned_are_never_touched(cluster: Cluster, operator: Any) ->
     assert touched == []
 
 
-def test_one_hpa_sizes_the_docparser_without_a_fight(cluster: Cluster, operator: Any) -> None:
+def test_one_hpa_sizes_the_docparser_without_a_fight(
+    cluster: Cluster, operator: OperatorRun
+) -> None:
     """The HPA writes the DocParser's size (scale subresource); the operator sizes the
     revision from it and never writes that field back, so nothing fights."""
     create(cluster, docparser("inv", replicas={"min": 1, "max": 4}))
@@ -294,8 +295,8 @@ def test_one_hpa_sizes_the_docparser_without_a_fight(cluster: Cluster, operator:
     scale_to(cluster, "inv", 3)  # as the HPA controller does
     wait_for("3 replicas", lambda: (role_deployment(cluster, "inv") or {})["spec"]["replicas"] == 3)
     quiet(cluster)
-    mark = cluster.mark()
-    wait_for("2 resyncs", lambda: resyncs_since(cluster, mark, "inv") >= 2, timeout=15)
+    mark, passes = cluster.mark(), operator.reconciles(cluster.namespace, "inv")
+    wait_for("2 resyncs", lambda: operator.reconciles(cluster.namespace, "inv") >= passes + 2)
     assert role_deployment(cluster, "inv")["spec"]["replicas"] == 3
     assert cluster.writes_since(mark) == []
     assert spec_of(cluster, "inv")["replicas"]["desired"] == 3  # the operator never wrote spec
