@@ -197,7 +197,7 @@ def _start_apiserver(
             f"--service-account-key-file={public_key}",
             f"--service-account-signing-key-file={private_key}",
             f"--api-audiences={SERVICE_ACCOUNT_ISSUER}",
-            "--service-cluster-ip-range=10.0.0.0/24",
+            "--service-cluster-ip-range=10.0.0.0/16",  # room for benchmarks of 200+ DocParsers
             # No token controller signs into pods here; ServiceAccount admission would reject pods.
             "--disable-admission-plugins=ServiceAccount",
             # The "kubernetes" Service endpoint may not be loopback; nothing here needs it.
