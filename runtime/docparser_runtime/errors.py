@@ -61,6 +61,12 @@ class DocumentTooComplex(InvalidInput):
     code = "document_too_complex"
 
 
+class RequestTimeout(InvalidInput):
+    """The client sent its request body too slowly or stopped half-way (408)."""
+
+    code = "request_timeout"
+
+
 class Unauthenticated(DocParserError):
     """No or malformed credentials (401)."""
 

@@ -110,6 +110,15 @@ class Settings(BaseSettings):
         1000, ge=1, description="concurrent connections and requests before 503 (uvicorn)"
     )
     keep_alive_timeout_s: float = Field(5.0, gt=0, description="idle keep-alive connections")
+    header_timeout_s: float = Field(
+        10.0, gt=0, description="a request's headers must arrive within this (slow clients)"
+    )
+    body_idle_timeout_s: float = Field(
+        15.0, gt=0, description="longest pause between request body chunks before 408"
+    )
+    body_timeout_s: float = Field(
+        120.0, gt=0, description="a whole request body must arrive within this, else 408"
+    )
     rate_limit_burst: int = Field(20, ge=1)
     max_concurrency_per_key: int = Field(0, ge=0, description="0 disables")
     url_fetch_allowlist: list[str] = Field(default_factory=list)

@@ -32,6 +32,7 @@ from docparser_runtime.server.lifecycle import Lifecycle
 from docparser_runtime.server.metrics import Metrics
 from docparser_runtime.server.parse_service import ParseService
 from docparser_runtime.server.ratelimit import RateLimiter, enforce_limits
+from docparser_runtime.server.slow_clients import BodyDeadline
 from docparser_runtime.server.sse import install_streaming
 from docparser_runtime.settings import Settings
 
@@ -171,6 +172,9 @@ def create_app(
     app.state.document_loader = document_loader
     app.state.drain_deadline = None  # set by server/drain.py on SIGTERM
     install_error_handlers(app)
+    app.add_middleware(  # inside the metrics middleware, so its 408s are counted
+        BodyDeadline, idle_s=settings.body_idle_timeout_s, total_s=settings.body_timeout_s
+    )
     app.add_middleware(RequestMetricsMiddleware, metrics=app.state.metrics)
     app.include_router(routes_health.router)
     app.include_router(routes_parse.router)

@@ -27,6 +27,7 @@ from fastapi import FastAPI
 
 from .jobs_runtime import stop_taking_jobs
 from .lifecycle import State
+from .slow_clients import header_timeout_protocol
 
 log = logging.getLogger("docparser.drain")
 
@@ -103,6 +104,7 @@ def run_server(app: FastAPI, settings) -> int:
         forwarded_allow_ips=settings.forwarded_allow_ips or "",
         limit_concurrency=settings.max_connections,
         timeout_keep_alive=settings.keep_alive_timeout_s,
+        http=header_timeout_protocol(settings.header_timeout_s),
     )
     server = DrainingServer(config, app, grace_s=settings.drain_grace_s)
     app.state.stop_on_load_failure = lambda: setattr(server, "should_exit", True)
