@@ -8,6 +8,7 @@ Every wait is bounded; the process log is kept for assertion messages.
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -26,13 +27,16 @@ class LiveServer:
         engine: str = "rapidocr",
         env: dict[str, object] | None = None,
         gated_delay_s: float | None = None,
+        nofile: int | None = None,
     ) -> None:
         """``gated_delay_s``: serve the test engine (``serve_test_engine.py``) whose
-        batches take that long, instead of ``engine``."""
+        batches take that long, instead of ``engine``. ``nofile``: the process's limit of
+        open file descriptors (RLIMIT_NOFILE)."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.engine = engine
         self.gated_delay_s = gated_delay_s
+        self.nofile = nofile
         self.env = {k: str(v) for k, v in (env or {}).items()}
         self._log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - lives as long as the server
             prefix="docparser-live-", suffix=".log", delete=False
@@ -49,7 +53,15 @@ class LiveServer:
             script = str(Path(__file__).with_name("serve_test_engine.py"))
             args = [sys.executable, script, "--delay", str(self.gated_delay_s)]
         args += ["--host", "127.0.0.1", "--port", str(self.port)]
-        self.proc = subprocess.Popen(args, env=env, stdout=self._log, stderr=subprocess.STDOUT)
+        limit = self.nofile
+
+        def limits() -> None:
+            if limit is not None:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+        self.proc = subprocess.Popen(
+            args, env=env, stdout=self._log, stderr=subprocess.STDOUT, preexec_fn=limits
+        )
         return self
 
     def wait_ready(self, timeout: float = 90.0) -> LiveServer:

@@ -25,6 +25,7 @@ from types import FrameType
 import uvicorn
 from fastapi import FastAPI
 
+from . import log_limits
 from .jobs_runtime import stop_taking_jobs
 from .lifecycle import State
 from .slow_clients import header_timeout_protocol
@@ -92,6 +93,7 @@ def run_server(app: FastAPI, settings) -> int:
 
     Returns the exit status: 1 when the engine could not load (the lifespan stops the
     server at once and the reason goes to ``settings.termination_log``), else 0."""
+    log_limits.install()  # no log flood when the process runs out of file descriptors
     config = uvicorn.Config(
         app,
         host=settings.host,
