@@ -107,7 +107,7 @@ def run_one(
     make_cluster: Callable[[Path, str], Iterator[Any]], n: int, timeout: float, window: float
 ) -> tuple[int, float, float, float, int, str]:
     from docparser_operator.apply import DOCPARSER, KNOWN_KINDS
-    from dp_helpers import GATEWAY, docparser
+    from dp_helpers import GATEWAY, docparser, quiet
     from kube_cluster import wait_for
     from operator_runner import running_operator
 
@@ -143,13 +143,9 @@ def run_one(
                 per_dp = len(create_reqs) / n
                 writes_per_dp = sum(r.is_write for r in create_reqs) / n
 
-                # quiesce, then watch one full timer round over every DocParser
-                deadline = time.monotonic() + timeout
-                while time.monotonic() < deadline:
-                    m = cluster.mark()
-                    time.sleep(2.0)
-                    if not cluster.writes_since(m):
-                        break
+                # quiesce (the Deployment controllers done, nobody writing for 2 s), then
+                # watch one full resync round over every DocParser
+                quiet(cluster, seconds=2.0, timeout=timeout)
                 mark = cluster.mark()
 
                 def passes() -> dict[str, float]:
@@ -166,7 +162,16 @@ def run_one(
                     return sum(after.get(k, 0) > v for k, v in before.items()) >= n
 
                 wait_for("one resync of all", full_round, timeout=timeout, interval=0.5)
-                noop_writes = len(cluster.writes_since(mark))
+                noop = cluster.writes_since(mark)
+                noop_writes = len(noop)
+                if noop:  # say what they were: a no-op resync should write nothing
+                    kinds = collections.Counter(
+                        f"{r.method} {r.path.split('/')[-3]}/status"
+                        if r.path.endswith("/status")
+                        else f"{r.method} {r.path.split('/')[-2]}"
+                        for r in noop
+                    )
+                    print(f"n={n}: writes during the no-op resync: {dict(kinds)}", flush=True)
                 rest = at_rest(cluster, window)
         finally:
             for _ in gen:
