@@ -61,6 +61,12 @@ class Settings(BaseSettings):
     max_batch_size: int = Field(8, ge=1, le=256)
     max_wait_ms: float = Field(10.0, ge=0)
     max_queue_pages: int = Field(256, ge=1, description="queued pages before 429")
+    max_queue_pixels: int = Field(
+        320_000_000,
+        ge=0,
+        description="decoded pixels queued for inference before 429 (memory follows pixels, "
+        "about 3 bytes each plus tiles); a page above it is 413; 0: pages only",
+    )
     request_timeout_s: float = Field(600.0, gt=0)
     coverage_audit: bool = Field(
         True, description="report ink no block accounts for (pages[].warnings); off saves ~1%"

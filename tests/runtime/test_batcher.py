@@ -12,6 +12,7 @@ from docparser_runtime.errors import (
     EngineFailure,
     InvalidInput,
     Overloaded,
+    PayloadTooLarge,
     Unavailable,
 )
 from docparser_runtime.server.batcher import MicroBatcher, SubmitTimings
@@ -121,6 +122,38 @@ async def test_request_larger_than_queue_is_admitted_into_an_empty_queue():
     batcher = await make(engine, max_batch_size=2, max_queue_pages=2)
     results = await batcher.submit([page(i) for i in range(5)], OPTS)
     assert len(results) == 5
+    await batcher.close()
+
+
+async def test_queue_is_bounded_by_decoded_pixels_not_only_pages():
+    """Memory follows pixels: two 4000x3000 pages fill a 30 Mpx budget that 64 pages would
+    not; a third waits for room (429), and the gauge shows what is held."""
+    engine = GatedEngine()
+    metrics = Metrics()
+    batcher = await make(engine, max_queue_pixels=30_000_000, metrics=metrics)
+    held = await hold_engine(engine, batcher)
+    big = [page(i, 4000, 3000) for i in range(2)]  # 24 Mpx
+    queued = asyncio.create_task(batcher.submit(big, OPTS))
+    await wait_until(lambda: batcher.queued_pages == 2)
+    assert metrics.registry.get_sample_value("docparser_queue_pixels") == 24_000_000
+    with pytest.raises(Overloaded) as info:
+        await batcher.submit([page(5, 4000, 3000)], OPTS)
+    assert "Mpx" in str(info.value) and info.value.retry_after_s >= 1
+    small = asyncio.create_task(batcher.submit([page(7)], OPTS))  # small pages still fit
+    await wait_until(lambda: batcher.queued_pages == 3)
+    engine.gate.set()
+    assert len(await queued) == 2 and len(await small) == 1
+    await held
+    assert metrics.registry.get_sample_value("docparser_queue_pixels") == 0
+    await batcher.close()
+
+
+async def test_a_page_larger_than_the_whole_pixel_budget_is_413():
+    engine = GatedEngine()
+    batcher = await make(engine, max_queue_pixels=1_000_000)
+    with pytest.raises(PayloadTooLarge) as info:
+        await batcher.submit([page(0, 2000, 1000)], OPTS)
+    assert "DOCPARSER_MAX_QUEUE_PIXELS" in str(info.value)
     await batcher.close()
 
 

@@ -94,6 +94,7 @@ async def _bring_up(app: FastAPI, engine: Engine | None, engine_loaded: bool) ->
         max_batch_size=settings.max_batch_size,
         max_wait_ms=settings.max_wait_ms,
         max_queue_pages=settings.max_queue_pages,
+        max_queue_pixels=settings.max_queue_pixels,
         metrics=state.metrics,
         audit=settings.coverage_audit,
     )

@@ -3,7 +3,9 @@
 Why: a GPU decodes a batch of pages almost as fast as one page, so pages from different
 requests that share ``ParseOptions.batch_key()`` are merged into one ``infer_batch``.
 A batch is flushed when ``max_batch_size`` pages of one key are waiting or the oldest
-page has waited ``max_wait_ms``. The queue is bounded in *pages* (``Overloaded`` -> 429),
+page has waited ``max_wait_ms``. The queue is bounded in *pages* and in decoded *pixels*
+(what memory follows: one 8900x8900 page holds more than a hundred small ones), both
+``Overloaded`` -> 429; a page larger than the whole pixel budget can never fit (413),
 each request carries a deadline (``DeadlineExceeded`` -> 504), and a request whose
 awaiting task is cancelled (client went away) takes its not-yet-started pages out of
 the queue. The engine runs on one dedicated worker thread (one device, one model), so
@@ -33,6 +35,7 @@ from docparser_runtime.errors import (
     DocParserError,
     EngineFailure,
     Overloaded,
+    PayloadTooLarge,
     Unavailable,
 )
 from docparser_runtime.server.metrics import Metrics
@@ -82,6 +85,7 @@ class MicroBatcher:
         max_batch_size: int,
         max_wait_ms: float,
         max_queue_pages: int,
+        max_queue_pixels: int = 0,
         metrics: Metrics | None = None,
         audit: bool = True,
     ) -> None:
@@ -90,6 +94,7 @@ class MicroBatcher:
         self.max_batch_size = max_batch_size
         self.max_wait_s = max_wait_ms / 1000.0
         self.max_queue_pages = max_queue_pages
+        self.max_queue_pixels = max_queue_pixels  # 0: pages only
         self.metrics = metrics
         self._queue: list[_Item] = []
         self._wakeup = asyncio.Event()
@@ -104,6 +109,10 @@ class MicroBatcher:
     @property
     def queued_pages(self) -> int:
         return len(self._queue)
+
+    @property
+    def queued_pixels(self) -> int:
+        return sum(it.page.width * it.page.height for it in self._queue)
 
     @property
     def busy_for_s(self) -> float:
@@ -165,15 +174,29 @@ class MicroBatcher:
         if self._closed:
             raise Unavailable("server shutting down", code="draining")
         queued = len(self._queue)
+        budget = self.max_queue_pixels
+        need = [page.width * page.height for page, _ in entries]
+        if budget and max(need, default=0) > budget:
+            raise PayloadTooLarge(
+                f"a page of {max(need) / 1e6:.0f} Mpx is larger than the whole queue budget "
+                f"({budget / 1e6:.0f} Mpx, DOCPARSER_MAX_QUEUE_PIXELS)",
+                code="page_too_large",
+            )
         # A request larger than the whole queue is still admitted into an empty queue,
         # otherwise it could never run at all.
+        full = None
         if queued and queued + len(entries) > self.max_queue_pages:
+            full = f"queue full ({queued} pages waiting, limit {self.max_queue_pages})"
+        elif queued and budget and self.queued_pixels + sum(need) > budget:
+            full = (
+                f"queue memory budget full ({self.queued_pixels / 1e6:.0f} Mpx of decoded pages "
+                f"waiting, this request needs {sum(need) / 1e6:.0f} Mpx more, "
+                f"limit {budget / 1e6:.0f} Mpx)"
+            )
+        if full is not None:
             if self.metrics:
                 self.metrics.rejected.labels(code="overloaded").inc()
-            raise Overloaded(
-                f"queue full ({queued} pages waiting, limit {self.max_queue_pages})",
-                retry_after_s=self._retry_after(queued),
-            )
+            raise Overloaded(full, retry_after_s=self._retry_after(queued))
         loop = asyncio.get_running_loop()
         now = time.monotonic()
         items = [
@@ -229,6 +252,7 @@ class MicroBatcher:
     def _set_queue_gauge(self) -> None:
         if self.metrics:
             self.metrics.queue_pages.set(len(self._queue))
+            self.metrics.queue_pixels.set(self.queued_pixels)
 
     # -- worker --------------------------------------------------------------------------
     async def _run(self) -> None:

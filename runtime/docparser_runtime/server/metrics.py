@@ -70,6 +70,11 @@ class Metrics:
             "Pages waiting in the micro-batcher queue (not yet in a batch).",
             registry=r,
         )
+        self.queue_pixels = Gauge(
+            "docparser_queue_pixels",
+            "Decoded pixels of the pages waiting in the queue (what their memory follows).",
+            registry=r,
+        )
         self.batch_size = Histogram(
             "docparser_batch_size",
             "Pages per engine infer_batch call.",
