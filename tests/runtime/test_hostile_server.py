@@ -102,5 +102,11 @@ def test_attack_is_bounded_and_the_server_keeps_serving(server, name, make, ctyp
     assert attack.get("status") in expected, (attack, server.log())
     if attack["status"] == 422:
         assert attack["body"]["error"]["code"] == "document_too_complex"
+        metrics = httpx.get(f"{server.url}/metrics", timeout=10).text
+        restarts = [
+            line for line in metrics.splitlines()
+            if line.startswith("docparser_decoder_restarts_total{") and not line.endswith(" 0.0")
+        ]  # fmt: skip
+        assert restarts, "the killed decoder was not counted"
     assert normal["status"] == 200
     assert ready_during == 200 and ready_after == 200

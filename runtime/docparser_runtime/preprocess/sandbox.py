@@ -28,6 +28,7 @@ import multiprocessing
 import signal
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -183,9 +184,17 @@ def _error_from(payload: tuple) -> errors.DocParserError:
 class DecodePool:
     """``size`` sandboxed decoder processes shared by all requests (started lazily)."""
 
-    def __init__(self, size: int, limits: SandboxLimits) -> None:
+    def __init__(
+        self,
+        size: int,
+        limits: SandboxLimits,
+        on_replace: Callable[[str], None] | None = None,
+    ) -> None:
+        """``on_replace(reason)`` is told of every worker killed or crashed and replaced:
+        ``wall``, ``cpu``, ``memory``, ``crash`` or ``cancelled`` (the server counts them)."""
         self.size = size
         self.limits = limits
+        self.on_replace = on_replace
         self._ctx = multiprocessing.get_context("spawn")  # never fork a threaded server
         self._idle: asyncio.Queue[_Worker] | None = None
         self._all: set[_Worker] = set()
@@ -253,6 +262,7 @@ class DecodePool:
         budget = min(self.limits.timeout_s, max(0.0, deadline - time.monotonic()))
         message = (op, token, None if worker.token == token else data, args, limits)
         healthy = False
+        reason = "cancelled"  # unless we learn better below: the client left mid-decode
         try:
             loop = asyncio.get_running_loop()
             kind, payload = await loop.run_in_executor(
@@ -261,9 +271,11 @@ class DecodePool:
             worker.token = token
             healthy = kind != "err" or payload[1] != "document_too_complex"
             if kind == "err":
+                reason = "memory"
                 raise _error_from(payload) if healthy else self._memory_error()
             return payload
         except TimeoutError:
+            reason = "wall"
             worker.kill("wall")
             if budget < self.limits.timeout_s:
                 raise DeadlineExceeded("the deadline passed while decoding the document") from None
@@ -273,19 +285,22 @@ class DecodePool:
             ) from None
         except _Died:
             await loop.run_in_executor(self._executor, worker.process.join, 5)
+            reason = "cpu" if worker.process.exitcode == -signal.SIGXCPU else "crash"
             raise self._death_error(worker) from None
         finally:
             if not healthy:  # cancelled (client left), timed out, crashed or out of memory
                 worker.kill("cancelled")
-                self._replace(worker)
+                self._replace(worker, reason)
             else:
                 self._idle.put_nowait(worker)
 
-    def _replace(self, worker: _Worker) -> None:
+    def _replace(self, worker: _Worker, reason: str) -> None:
         self._all.discard(worker)
         self._executor.submit(worker.reap)
         if not self._closed:
             self.replaced += 1
+            if self.on_replace is not None:
+                self.on_replace(reason)
             self._spawn()
 
     def _memory_error(self) -> DocumentTooComplex:

@@ -155,8 +155,15 @@ class SandboxDecoder:
         self.pool.close()
 
 
-def create_decoder(settings: Settings, loader: DocumentLoader | None = None, *, workers: int = 2):
-    """The decoder the settings ask for (``loader`` wins: it is the tests' hook)."""
+def create_decoder(
+    settings: Settings,
+    loader: DocumentLoader | None = None,
+    *,
+    workers: int = 2,
+    on_replace: Callable[[str], None] | None = None,
+):
+    """The decoder the settings ask for (``loader`` wins: it is the tests' hook);
+    ``on_replace(reason)`` hears of every sandboxed decoder killed and replaced."""
     limits = DecodeLimits.from_settings(settings)
     if loader is not None:
         return LoaderDecoder(loader, workers)
@@ -167,4 +174,4 @@ def create_decoder(settings: Settings, loader: DocumentLoader | None = None, *, 
         cpu_s=settings.decode_cpu_s,
         memory_bytes=settings.decode_memory_bytes,
     )
-    return SandboxDecoder(limits, DecodePool(settings.decode_workers, sandbox))
+    return SandboxDecoder(limits, DecodePool(settings.decode_workers, sandbox, on_replace))

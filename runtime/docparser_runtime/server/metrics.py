@@ -70,6 +70,13 @@ class Metrics:
             "Pages waiting in the micro-batcher queue (not yet in a batch).",
             registry=r,
         )
+        self.decoder_restarts = Counter(
+            "docparser_decoder_restarts_total",
+            "Sandboxed decoder processes killed or crashed and replaced, by reason "
+            "(wall, cpu, memory, crash, cancelled): hostile or pathological documents.",
+            ["reason"],
+            registry=r,
+        )
         self.queue_pixels = Gauge(
             "docparser_queue_pixels",
             "Decoded pixels of the pages waiting in the queue (what their memory follows).",

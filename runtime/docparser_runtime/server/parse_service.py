@@ -86,7 +86,10 @@ class ParseService:
         self.batcher = batcher
         self.metrics = metrics
         workers = preprocess_workers or max(1, min(4, os.cpu_count() or 1))
-        self.decoder = create_decoder(settings, loader, workers=workers)
+        restarts = metrics.decoder_restarts
+        self.decoder = create_decoder(
+            settings, loader, workers=workers, on_replace=lambda r: restarts.labels(reason=r).inc()
+        )
         self.decoder.start()
         self._decoding = 0  # documents being opened (their upload held, pages unknown)
 
