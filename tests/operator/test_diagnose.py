@@ -6,8 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from docparser_operator.apply import KNOWN_KINDS
 from docparser_operator.diagnose import diagnose
 from docparser_operator.models import DocParser
+from docparser_operator.status import FETCH_CONTAINER, RUNTIME_CONTAINER
 from dp_helpers import (
     CANARY_WEIGHTS,
     GATEWAY,
@@ -15,9 +17,10 @@ from dp_helpers import (
     ROUTE,
     condition,
     create,
+    dep_name,
     docparser,
 )
-from kube_cluster import Cluster, wait_for
+from kube_cluster import Cluster, simulate_pods, wait_for
 
 POD = {"apiVersion": "v1", "kind": "Pod"}
 
@@ -173,3 +176,111 @@ def test_operator_reports_what_the_cluster_says(cluster: Cluster, operator: Any)
     )
     assert "docparser_outstanding_pages" in degraded["message"]
     assert condition(cluster, "inv", "Stalled")["status"] == "True"  # kstatus: Failed
+
+
+NOW = "2026-01-01T00:00:00Z"
+
+
+def _ctr(name: str, state: dict[str, Any], last: dict[str, Any] | None = None) -> dict[str, Any]:
+    out = {"name": name, "image": "x", "imageID": "", "ready": False, "restartCount": 1}
+    return {**out, "state": state, **({"lastState": last} if last else {})}
+
+
+FETCH_DONE = _ctr(FETCH_CONTAINER, {"terminated": {"exitCode": 0, "reason": "Completed"}})
+POD_STATUSES = {
+    "Unschedulable": {
+        "phase": "Pending",
+        "conditions": [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+                "lastTransitionTime": NOW,
+            }
+        ],
+    },
+    "CredentialsSecretMissing": {
+        "phase": "Pending",
+        "initContainerStatuses": [
+            _ctr(
+                FETCH_CONTAINER,
+                {
+                    "waiting": {
+                        "reason": "CreateContainerConfigError",
+                        "message": 'secret "s3-creds" not found',
+                    }
+                },
+            )
+        ],
+    },
+    "WeightsChecksumMismatch": {
+        "phase": "Pending",
+        "initContainerStatuses": [
+            _ctr(
+                FETCH_CONTAINER,
+                {"waiting": {"reason": "CrashLoopBackOff"}},
+                {"terminated": {"exitCode": 1, "message": "sha256 mismatch: expected aa, got bb"}},
+            )
+        ],
+    },
+    "FailedToLoad": {
+        "phase": "Running",
+        "initContainerStatuses": [FETCH_DONE],
+        "containerStatuses": [
+            _ctr(
+                RUNTIME_CONTAINER,
+                {"waiting": {"reason": "CrashLoopBackOff"}},
+                {"terminated": {"exitCode": 1, "message": "serve: engine failed to load: CUDA"}},
+            )
+        ],
+    },
+}
+
+
+@pytest.mark.parametrize("reason", [*POD_STATUSES, "RouteNotAccepted"])
+def test_each_misconfiguration_is_named_on_a_cluster(
+    cluster: Cluster, operator: Any, reason: str
+) -> None:
+    """What the scheduler, the kubelet and the Gateway write (played here through the status
+    subresources of real objects) becomes the Degraded reason with their words."""
+    weights = {**docparser("x")["spec"]["weights"], "credentialsSecretRef": {"name": "s3-creds"}}
+    create(cluster, docparser("inv", traffic=GATEWAY, weights=weights))
+    deployment = wait_for("stable", lambda: dep_name(cluster, "inv"))
+    simulate_pods(cluster, deployment, "loading")
+    if reason == "RouteNotAccepted":
+        wait_for("route", lambda: cluster.get(ROUTE, "inv"))
+        parent = {
+            "parentRef": {"name": "shared-gateway"},
+            "controllerName": "example.com/gateway",
+            "conditions": [
+                {
+                    "type": "Accepted",
+                    "status": "False",
+                    "reason": "NotAllowedByListeners",
+                    "message": "no listener allows routes from this namespace",
+                    "lastTransitionTime": NOW,
+                    "observedGeneration": 1,
+                }
+            ],
+        }
+        cluster.client.patch_status(ROUTE, cluster.namespace, "inv", {"parents": [parent]})
+        said = "no listener allows routes"
+    else:
+        pods = wait_for("pods", lambda: cluster.list(KNOWN_KINDS["Pod"], "docparser.io/revision"))
+        for p in pods:
+            cluster.client.patch_status(
+                KNOWN_KINDS["Pod"], cluster.namespace, p["metadata"]["name"], POD_STATUSES[reason]
+            )
+        said = {
+            "Unschedulable": "Insufficient nvidia.com/gpu",
+            "CredentialsSecretMissing": 's3-creds" not found',
+            "WeightsChecksumMismatch": "sha256 mismatch",
+            "FailedToLoad": "engine failed to load",
+        }[reason]
+    degraded = wait_for(
+        reason,
+        lambda: (c := condition(cluster, "inv", "Degraded")).get("reason") == reason and c,
+        timeout=30,
+    )
+    assert degraded["status"] == "True" and said in degraded["message"]
