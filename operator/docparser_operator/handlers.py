@@ -1,8 +1,9 @@
 """kopf wiring: every trigger calls the one level-triggered ``reconcile``.
 
-Triggers: create / update / resume of a DocParser, a drift resync loop, and events of the
+Triggers: create / update / resume of a DocParser, a drift resync loop, events of the
 Deployments we own (rollout progress and canary readiness change the status and the routed
-weight). kopf only delivers triggers and retries; desired state, apply and status live in
+weight), state changes of runtime pods (a Degraded reason or a model state shows at once),
+and the deletion of any other child (put back at once). kopf only delivers triggers and retries; desired state, apply and status live in
 ``reconcile``.
 
 Error policy:
@@ -59,6 +60,7 @@ class OperatorState:
     locks: dict[str, threading.Lock] = field(default_factory=dict[str, Any])
     locks_guard: threading.Lock = field(default_factory=threading.Lock)
     deployment_seen: dict[str, tuple[Any, ...]] = field(default_factory=dict[str, Any])
+    pod_seen: dict[str, tuple[Any, ...]] = field(default_factory=dict[str, Any])
     known: dict[str, dict[str, Any]] = field(default_factory=dict[str, Any])  # uid -> latest body
     resync_task: asyncio.Task[None] | None = None
     event_limiter: events.EventLimiter = field(default_factory=lambda: events.EventLimiter(300.0))
@@ -319,6 +321,59 @@ def on_deployment(event: Mapping[str, Any], body: kopf.Body, memo: kopf.Memo, **
         state.deployment_seen.pop(key, None)
         _forget(state, body)
     _reconcile_owner(state, meta.get("namespace"), owner)
+
+
+def _pod_signature(body: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What status reports of a pod: phase, conditions, each container's state and reason."""
+    st = body.get("status") or {}
+
+    def containers(key: str) -> tuple[Any, ...]:
+        out = []
+        for ctr in st.get(key) or []:
+            state = ctr.get("state") or {}
+            kind = next(iter(state), "")
+            out.append(
+                (ctr.get("name"), ctr.get("ready"), kind, (state.get(kind) or {}).get("reason"))
+            )
+        return tuple(out)
+
+    return (
+        st.get("phase"),
+        tuple(
+            (c.get("type"), c.get("status"), c.get("reason")) for c in st.get("conditions") or []
+        ),
+        containers("initContainerStatuses"),
+        containers("containerStatuses"),
+    )
+
+
+@kopf.on.event("", "v1", "pods", labels={labels.LABEL_MANAGED_BY: labels.MANAGED_BY})
+def on_pod(event: Mapping[str, Any], body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """A runtime pod changed state (cannot be scheduled, a Secret is missing, the weights
+    failed, the model loads): the status says so now, not at the next resync. Reads are
+    served from the indexes, so a pass costs no request unless the status changes."""
+    state = _state(memo)
+    meta = body.get("metadata") or {}
+    key = meta.get("uid", "")
+    signature = _pod_signature(body)
+    if event.get("type") == "DELETED":
+        state.pod_seen.pop(key, None)
+        return  # its ReplicaSet and Deployment report the loss
+    if state.pod_seen.get(key) == signature:
+        return
+    state.pod_seen[key] = signature
+    instance = (meta.get("labels") or {}).get(labels.LABEL_INSTANCE)
+    owner = next(
+        (
+            body
+            for body in state.known.values()
+            if body["metadata"].get("name") == instance
+            and body["metadata"].get("namespace") == meta.get("namespace")
+        ),
+        None,
+    )
+    if owner is not None:
+        run_reconcile(state, owner, strict=False)
 
 
 def _forget(state: OperatorState, body: Mapping[str, Any]) -> None:

@@ -284,3 +284,28 @@ def test_each_misconfiguration_is_named_on_a_cluster(
         timeout=30,
     )
     assert degraded["status"] == "True" and said in degraded["message"]
+
+
+def test_a_pod_that_cannot_be_scheduled_shows_at_once(cluster: Cluster, monkeypatch: Any) -> None:
+    """With the resync 10 minutes away, the pod's own change reaches the status: the
+    operator watches runtime pods, not only their Deployments."""
+    from operator_runner import running_operator
+
+    monkeypatch.setenv("DOCPARSER_OPERATOR_RESYNC_INTERVAL_S", "600")
+    monkeypatch.setenv("DOCPARSER_OPERATOR_RESYNC_INITIAL_DELAY_S", "600")
+    with running_operator(cluster):
+        create(cluster, docparser("inv"))
+        deployment = wait_for("stable", lambda: dep_name(cluster, "inv"))
+        simulate_pods(cluster, deployment, "loading")
+        wait_for("Loading", lambda: condition(cluster, "inv", "Ready").get("reason") == "Loading")
+        pods = wait_for("pods", lambda: cluster.list(KNOWN_KINDS["Pod"], "docparser.io/revision"))
+        for p in pods:
+            cluster.client.patch_status(
+                KNOWN_KINDS["Pod"], cluster.namespace, p["metadata"]["name"],
+                POD_STATUSES["Unschedulable"],
+            )  # fmt: skip
+        wait_for(
+            "Unschedulable",
+            lambda: condition(cluster, "inv", "Degraded").get("reason") == "Unschedulable",
+            timeout=20,
+        )
