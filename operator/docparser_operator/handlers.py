@@ -3,8 +3,8 @@
 Triggers: create / update / resume of a DocParser, a drift resync loop, events of the
 Deployments we own (rollout progress and canary readiness change the status and the routed
 weight), state changes of runtime pods (a Degraded reason or a model state shows at once),
-and the deletion of any other child (put back at once). kopf only delivers triggers and retries; desired state, apply and status live in
-``reconcile``.
+and the deletion of any other child (put back at once). kopf only delivers triggers and
+retries; desired state, apply and status live in ``reconcile``.
 
 Error policy:
 - a spec the API server accepted but the operator cannot serve (an invalid combination, a GPU

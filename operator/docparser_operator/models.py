@@ -14,6 +14,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from docparser_operator import naming
+
 EngineName = Literal["deepseek-ocr2", "rapidocr"]
 SHA256_PATTERN = r"^[0-9a-f]{64}$"
 QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$"
@@ -114,6 +116,62 @@ class Resources(_Model):
         return self
 
 
+class EnvVar(BaseModel):
+    """A core/v1 EnvVar: its name is checked here, the rest (value, valueFrom) by the API
+    server inside the Deployment."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    name: Annotated[str, Field(min_length=1, max_length=253)]
+
+
+class PodSettings(_Model):
+    """Placement, identity and extra settings of the runtime pods (both tracks).
+
+    Kubernetes objects (tolerations, affinity, spread constraints, env) pass through as
+    given; the API server validates them inside the Deployment. What the operator owns is
+    refused: its labels (selectors) and the env it renders from the spec."""
+
+    tolerations: Annotated[list[dict[str, Any]], Field(max_length=32)] = Field(default_factory=list)
+    affinity: dict[str, Any] | None = None
+    topology_spread_constraints: Annotated[list[dict[str, Any]], Field(max_length=8)] | None = (
+        None  # None: spread the runtime pods across nodes
+    )
+    priority_class_name: Annotated[str, Field(min_length=1, max_length=253)] | None = None
+    runtime_class_name: Annotated[str, Field(min_length=1, max_length=253)] | None = None
+    image_pull_secrets: Annotated[list[SecretRef], Field(max_length=16)] = Field(
+        default_factory=list
+    )
+    service_account_name: Annotated[str, Field(min_length=1, max_length=253)] | None = None
+    annotations: Annotated[dict[str, str], Field(max_length=64)] = Field(default_factory=dict)
+    labels: Annotated[
+        dict[str, Annotated[str, Field(max_length=63)]], Field(max_length=32)
+    ] = Field(default_factory=dict)
+    env: Annotated[list[EnvVar], Field(max_length=64)] = Field(default_factory=list)
+    env_from: Annotated[list[dict[str, Any]], Field(max_length=16)] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _owned_fields(self) -> PodSettings:
+        taken = sorted(
+            k
+            for k in self.labels
+            if k in naming.RESERVED_LABELS or k.startswith(naming.RESERVED_LABEL_PREFIX)
+        )
+        if taken:
+            raise ValueError(
+                f"pod.labels may not set {', '.join(taken)}: the operator selects pods by them"
+            )
+        names = [e.name for e in self.env]
+        owned = sorted(set(names) & naming.OPERATOR_ENV)
+        if owned:
+            raise ValueError(
+                f"pod.env may not set {', '.join(owned)}: the operator renders it from the spec "
+                "(change the spec field instead)"
+            )
+        if len(set(names)) != len(names):
+            raise ValueError("pod.env: each name at most once")
+        return self
+
+
 class Runtime(_Model):
     image: Annotated[str, Field(min_length=1, max_length=512)]
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
@@ -178,6 +236,7 @@ class DocParserSpec(_Model):
     traffic: Traffic = Field(default_factory=Traffic)
     canary: Canary | None = None
     auth: Auth | None = None
+    pod: PodSettings = Field(default_factory=PodSettings)
 
     def for_canary(self) -> DocParserSpec:
         """The spec the canary's pods are rendered from: spec.runtime with the canary's

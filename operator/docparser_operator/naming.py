@@ -20,6 +20,42 @@ API_VERSION = "docparser.io/v1alpha1"
 KIND = "DocParser"
 PLURAL = "docparsers"
 
+# Runtime settings the operator renders from the spec; spec.pod.env must not set them (the
+# spec field is the one place to change each; a duplicate env name is also an apply error).
+OPERATOR_ENV = frozenset(
+    {
+        "DOCPARSER_ENGINE",
+        "DOCPARSER_HOST",
+        "DOCPARSER_PORT",
+        "DOCPARSER_MODEL_PATH",
+        "DOCPARSER_MAX_BATCH_SIZE",
+        "DOCPARSER_DEFAULT_MAX_NEW_TOKENS",
+        "DOCPARSER_MAX_NEW_TOKENS_LIMIT",
+        "DOCPARSER_DEFAULT_TIER",
+        "DOCPARSER_MAX_TIER",
+        "DOCPARSER_MODEL_VERSION",
+        "DOCPARSER_DEVICE",
+        "DOCPARSER_DRAIN_GRACE_S",
+        "DOCPARSER_DRAIN_TIMEOUT_S",
+        "DOCPARSER_WEIGHTS_SHA256",
+        "DOCPARSER_API_KEYS_FILE",
+        "DOCPARSER_REDIS_URL",
+        "HOME",
+        "HF_HOME",
+        "HF_HUB_OFFLINE",
+    }
+)
+# Pod labels the operator owns (selectors and roles): spec.pod.labels must not set them.
+RESERVED_LABEL_PREFIX = "docparser.io/"
+RESERVED_LABELS = frozenset(
+    {
+        "app.kubernetes.io/name",
+        "app.kubernetes.io/instance",
+        "app.kubernetes.io/managed-by",
+        "app.kubernetes.io/component",
+    }
+)
+
 HTTP_PORT = 8000
 HTTP_PORT_NAME = "http"
 WEIGHTS_MOUNT = "/models"

@@ -300,3 +300,39 @@ def test_canary_runtime_override_changes_only_the_canarys_pods() -> None:
     assert deps["stable"] == before["stable"]
     assert deps["canary"]["metadata"]["name"] != before["canary"]["metadata"]["name"]
     assert canary["imagePullPolicy"] == stable["imagePullPolicy"]  # unset: spec.runtime's
+
+
+def test_pod_settings_reach_both_tracks_and_keep_what_the_operator_needs() -> None:
+    resource = GATEWAY.resource()
+    gpu = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    resource["spec"]["pod"] = {
+        "tolerations": [gpu, {"key": "spot", "operator": "Exists"}],  # gpu given twice
+        "topologySpreadConstraints": [],
+        "envFrom": [{"configMapRef": {"name": "ocr-settings"}}],
+        "env": [
+            {
+                "name": "DOCPARSER_MAX_PAGES",
+                "valueFrom": {"configMapKeyRef": {"name": "x", "key": "y"}},
+            }
+        ],
+    }
+    for dep in _deployments(resource).values():
+        pod = dep["spec"]["template"]["spec"]
+        assert pod["tolerations"] == [gpu, {"key": "spot", "operator": "Exists"}]
+        assert "topologySpreadConstraints" not in pod  # [] turns the default spread off
+        runtime = _container(dep)
+        assert runtime["envFrom"] == [{"configMapRef": {"name": "ocr-settings"}}]
+        assert runtime["env"][-1]["valueFrom"]["configMapKeyRef"] == {"name": "x", "key": "y"}
+        assert dep["spec"]["selector"]["matchLabels"].items() <= (
+            dep["spec"]["template"]["metadata"]["labels"].items()
+        )
+
+
+def test_pod_settings_the_operator_owns_are_refused() -> None:
+    resource = MINIMAL.resource()
+    resource["spec"]["pod"] = {"env": [{"name": "HF_HUB_OFFLINE", "value": "0"}]}
+    with pytest.raises(ValueError, match=r"pod\.env may not set HF_HUB_OFFLINE"):
+        DocParser.from_resource(resource)
+    resource["spec"]["pod"] = {"env": [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]}
+    with pytest.raises(ValueError, match="each name at most once"):
+        DocParser.from_resource(resource)

@@ -140,7 +140,8 @@ def _runtime_container(spec: DocParserSpec, tp: TrackPlan) -> dict[str, Any]:
         "image": spec.runtime.image,
         "imagePullPolicy": spec.runtime.image_pull_policy,
         "args": args,
-        "env": _env(spec, tp),
+        "env": _env(spec, tp) + [e.model_dump() for e in spec.pod.env],
+        **({"envFrom": [dict(e) for e in spec.pod.env_from]} if spec.pod.env_from else {}),
         "ports": [
             {"name": naming.HTTP_PORT_NAME, "containerPort": naming.HTTP_PORT, "protocol": "TCP"}
         ],
@@ -261,16 +262,58 @@ def pod_template(resource: DocParser, tp: TrackPlan) -> dict[str, Any]:
         pod_spec["initContainers"] = [_fetch_container(spec, tp)]
     if spec.resources.node_selector:
         pod_spec["nodeSelector"] = dict(spec.resources.node_selector)
-    if spec.gpus:
-        pod_spec["tolerations"] = [
-            {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
-        ]
-    labels = pod_labels(resource.metadata.name, "", tp.version)
+    pod_spec.update(_placement(spec, resource.metadata.name))
+    labels = {**spec.pod.labels, **pod_labels(resource.metadata.name, "", tp.version)}
     del labels[LABEL_REVISION]
     return {
-        "metadata": {"labels": labels, "annotations": _pod_annotations(spec, tp)},
+        "metadata": {
+            "labels": labels,
+            "annotations": {**spec.pod.annotations, **_pod_annotations(spec, tp)},
+        },
         "spec": pod_spec,
     }
+
+
+def _placement(spec: DocParserSpec, name: str) -> dict[str, Any]:
+    """Tolerations, affinity, spreading, priority, runtime class and identity (spec.pod).
+
+    Without constraints of their own the pods spread across nodes (ScheduleAnyway: a
+    single GPU node still takes them all), so one node's loss is not the whole service."""
+    pod = spec.pod
+    out: dict[str, Any] = {}
+    tolerations = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
+    tolerations = (tolerations if spec.gpus else []) + [
+        dict(t) for t in pod.tolerations if dict(t) not in tolerations
+    ]
+    if tolerations:
+        out["tolerations"] = tolerations
+    if pod.affinity:
+        out["affinity"] = dict(pod.affinity)
+    spread = pod.topology_spread_constraints
+    out["topologySpreadConstraints"] = (
+        [dict(c) for c in spread]
+        if spread is not None
+        else [
+            {
+                "maxSkew": 1,
+                "topologyKey": "kubernetes.io/hostname",
+                "whenUnsatisfiable": "ScheduleAnyway",
+                "labelSelector": {"matchLabels": pod_selector(name)},
+            }
+        ]
+    )
+    if not out["topologySpreadConstraints"]:
+        del out["topologySpreadConstraints"]  # [] turns the default off
+    for key, value in (
+        ("priorityClassName", pod.priority_class_name),
+        ("runtimeClassName", pod.runtime_class_name),
+        ("serviceAccountName", pod.service_account_name),
+    ):
+        if value:
+            out[key] = value
+    if pod.image_pull_secrets:
+        out["imagePullSecrets"] = [{"name": ref.name} for ref in pod.image_pull_secrets]
+    return out
 
 
 def _track_spec(resource: DocParser, tp: TrackPlan) -> DocParserSpec:
@@ -282,7 +325,7 @@ def render_deployment(plan: Plan, tp: TrackPlan) -> dict[str, Any]:
     spec = _track_spec(plan.resource, tp)
     name = naming.revision_name(plan.name, tp.revision)
     template = pod_template(plan.resource, tp)
-    template["metadata"]["labels"] = pod_labels(plan.name, tp.revision, tp.version)
+    template["metadata"]["labels"].update(pod_labels(plan.name, tp.revision, tp.version))
     meta = object_meta(plan, name, tp.track, version=tp.version)
     meta["labels"][LABEL_REVISION] = tp.revision
     return {
