@@ -27,9 +27,8 @@ docker build -f Dockerfile.runtime -t docparser/runtime:dev \
 docker build -f Dockerfile.operator -t docparser/operator:dev .
 kind load docker-image --name "$cluster" docparser/runtime:dev docparser/operator:dev
 
-kubectl apply --server-side --force-conflicts -f crds/docparser.yaml
 helm upgrade --install docparser-operator charts/docparser-operator \
-	--namespace docparser-system --create-namespace \
+	--namespace docparser-system --create-namespace --take-ownership \
 	--set image.repository=docparser/operator --set image.tag=dev --set image.pullPolicy=Never \
 	--wait --timeout 5m
 

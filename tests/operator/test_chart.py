@@ -36,8 +36,9 @@ KIND_RESOURCES = {
 
 def test_chart_crd_is_an_exact_copy_of_the_single_source() -> None:
     source = (REPO / "crds" / "docparser.yaml").read_bytes()
-    copy = (CHART / "crds" / "docparser.yaml").read_bytes()
-    assert copy == source, "run: cp crds/docparser.yaml charts/docparser-operator/crds/"
+    copy = (CHART / "files" / "crds" / "docparser.yaml").read_bytes()
+    assert copy == source, "run: cp crds/docparser.yaml charts/docparser-operator/files/crds/"
+    assert not (CHART / "crds").exists(), "Helm never upgrades crds/: the CRD is a template"
 
 
 def test_chart_metadata() -> None:
@@ -148,7 +149,7 @@ def test_helm_lint() -> None:
 
 @needs_helm
 def test_helm_template_all_namespaces_is_valid() -> None:
-    objects = _template("--include-crds")
+    objects = _template()
     kinds = sorted(o["kind"] for o in objects)
     assert kinds == sorted(
         [
@@ -166,7 +167,13 @@ def test_helm_template_all_namespaces_is_valid() -> None:
     for obj in objects:
         kubernetes_validate.validate(obj, "1.30.0", strict=True)
     (crd,) = [o for o in objects if o["kind"] == "CustomResourceDefinition"]
-    assert crd == yaml.safe_load((REPO / "crds" / "docparser.yaml").read_text())
+    source = yaml.safe_load((REPO / "crds" / "docparser.yaml").read_text())
+    assert crd["metadata"].pop("annotations") == {"helm.sh/resource-policy": "keep"}
+    labels = crd["metadata"]["labels"]
+    assert labels["app.kubernetes.io/managed-by"] == "Helm"  # the release owns it
+    assert labels["app.kubernetes.io/part-of"] == "docparser"
+    crd["metadata"]["labels"] = source["metadata"]["labels"]
+    assert crd == source
     (dep,) = [o for o in objects if o["kind"] == "Deployment"]
     container = dep["spec"]["template"]["spec"]["containers"][0]
     assert container["args"] == ["run"]
@@ -177,6 +184,20 @@ def test_helm_template_all_namespaces_is_valid() -> None:
         if o["kind"] == "ClusterRole" and not o["metadata"]["name"].endswith("-discovery")
     ]
     assert role["rules"] == _operator_rules()
+
+
+@needs_helm
+def test_helm_template_crd_modes() -> None:
+    """crds.install renders the CRD on install and upgrade alike (a template, not crds/);
+    crds.keep protects it from `helm uninstall`; install=false leaves it to GitOps."""
+
+    def crds(*args: str) -> list[dict]:
+        return [o for o in _template(*args) if o["kind"] == "CustomResourceDefinition"]
+
+    assert crds("--set", "crds.install=false") == []
+    (unkept,) = crds("--set", "crds.keep=false")
+    assert "helm.sh/resource-policy" not in (unkept["metadata"].get("annotations") or {})
+    kubernetes_validate.validate(unkept, "1.30.0", strict=True)
 
 
 @needs_helm

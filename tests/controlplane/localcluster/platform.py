@@ -81,14 +81,14 @@ def import_images(layout: Layout, archives: dict[str, Path]) -> None:
 
 
 def install_chart(layout: Layout, timeout: float, image_id: str) -> None:
-    """CRDs applied, chart upgraded; `image_id` (the archive's name) in a pod annotation, so a
-    rebuilt operator image rolls the operator pod and an unchanged one does not."""
+    """Gateway API CRDs applied, the chart (with our CRD) upgraded; `image_id` (the archive's
+    name) in a pod annotation, so a rebuilt operator image rolls the operator pod and an
+    unchanged one does not."""
     env = {**os.environ, "KUBECONFIG": str(layout.admin_kubeconfig)}
     kubectl = str(binaries_dir() / "kubectl")
-    # Helm never upgrades a chart's crds/: apply them (ours and the Gateway API's) every time.
-    crds = [REPO / "crds" / "docparser.yaml"]
+    # The chart renders (and upgrades) the DocParser CRD; the Gateway API's are applied here.
     gateway = crds_dir()
-    crds += sorted(gateway.glob("gateway.networking.k8s.io_*.yaml")) if gateway.is_dir() else []
+    crds = sorted(gateway.glob("gateway.networking.k8s.io_*.yaml")) if gateway.is_dir() else []
     for crd in crds:
         _run(
             [kubectl, "apply", "--server-side", "--force-conflicts", "-f", str(crd)],
@@ -107,6 +107,7 @@ def install_chart(layout: Layout, timeout: float, image_id: str) -> None:
             "--namespace",
             NAMESPACE,
             "--create-namespace",
+            "--take-ownership",  # a CRD applied by hand (an older cluster-up) is adopted
             "--set",
             f"image.repository={repository}",
             "--set",
