@@ -64,6 +64,7 @@ KNOWN_KINDS: dict[str, ResourceRef] = {
         ResourceRef("autoscaling/v2", "HorizontalPodAutoscaler", "horizontalpodautoscalers"),
         ResourceRef("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets"),
         ResourceRef("gateway.networking.k8s.io/v1", "HTTPRoute", "httproutes"),
+        ResourceRef("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies"),
     )
 }
 

@@ -27,6 +27,7 @@ CHILD_KINDS = (
     "HorizontalPodAutoscaler",
     "PodDisruptionBudget",
     "HTTPRoute",
+    "NetworkPolicy",
 )
 HASH_ANNOTATION = "docparser.io/desired-hash"
 

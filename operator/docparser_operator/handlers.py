@@ -165,6 +165,7 @@ INDEXED = {
     "HorizontalPodAutoscaler": ("autoscaling", "v2", "horizontalpodautoscalers"),
     "PodDisruptionBudget": ("policy", "v1", "poddisruptionbudgets"),
     "HTTPRoute": ("gateway.networking.k8s.io", "v1", "httproutes"),
+    "NetworkPolicy": ("networking.k8s.io", "v1", "networkpolicies"),
     "Pod": ("", "v1", "pods"),
 }
 
@@ -415,6 +416,7 @@ CHILD_KINDS = (
     ("autoscaling", "v2", "horizontalpodautoscalers"),
     ("policy", "v1", "poddisruptionbudgets"),
     ("gateway.networking.k8s.io", "v1", "httproutes"),
+    ("networking.k8s.io", "v1", "networkpolicies"),
 )
 
 

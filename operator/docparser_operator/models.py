@@ -143,9 +143,9 @@ class PodSettings(_Model):
     )
     service_account_name: Annotated[str, Field(min_length=1, max_length=253)] | None = None
     annotations: Annotated[dict[str, str], Field(max_length=64)] = Field(default_factory=dict)
-    labels: Annotated[
-        dict[str, Annotated[str, Field(max_length=63)]], Field(max_length=32)
-    ] = Field(default_factory=dict)
+    labels: Annotated[dict[str, Annotated[str, Field(max_length=63)]], Field(max_length=32)] = (
+        Field(default_factory=dict)
+    )
     env: Annotated[list[EnvVar], Field(max_length=64)] = Field(default_factory=list)
     env_from: Annotated[list[dict[str, Any]], Field(max_length=16)] = Field(default_factory=list)
 
@@ -193,6 +193,8 @@ class Traffic(_Model):
     hostnames: Annotated[
         list[Annotated[str, Field(min_length=1, max_length=253)]], Field(max_length=16)
     ] = Field(default_factory=list)
+    # NetworkPolicyPeer objects allowed to reach the runtime pods' HTTP port; None: no policy.
+    allow_from: Annotated[list[dict[str, Any]], Field(max_length=16)] | None = None
 
     @model_validator(mode="after")
     def _cel_rules(self) -> Traffic:

@@ -88,6 +88,11 @@ def pdb(name: str) -> str:
     return name
 
 
+def network_policy(name: str) -> str:
+    """Ingress rules of all runtime pods of the DocParser (with ``traffic.allowFrom``)."""
+    return name
+
+
 def httproute(name: str) -> str:
     return name
 

@@ -151,6 +151,7 @@ def converged(cluster: Cluster, name: str) -> bool:
             "HorizontalPodAutoscaler",
             "PodDisruptionBudget",
             "HTTPRoute",
+            "NetworkPolicy",
         )
         for o in cluster.list(KNOWN_KINDS[kind], selector)
         if any(

@@ -55,6 +55,7 @@ RESOURCES: dict[str, tuple[str, bool]] = {
     "apps/v1/deployments": ("Deployment", True),
     "autoscaling/v2/horizontalpodautoscalers": ("HorizontalPodAutoscaler", True),
     "policy/v1/poddisruptionbudgets": ("PodDisruptionBudget", True),
+    "networking.k8s.io/v1/networkpolicies": ("NetworkPolicy", True),
     "gateway.networking.k8s.io/v1/httproutes": ("HTTPRoute", True),
     "docparser.io/v1alpha1/docparsers": ("DocParser", True),
 }

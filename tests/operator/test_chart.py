@@ -31,6 +31,7 @@ KIND_RESOURCES = {
     "HorizontalPodAutoscaler": ("autoscaling", "horizontalpodautoscalers"),
     "PodDisruptionBudget": ("policy", "poddisruptionbudgets"),
     "HTTPRoute": ("gateway.networking.k8s.io", "httproutes"),
+    "NetworkPolicy": ("networking.k8s.io", "networkpolicies"),
 }
 
 

@@ -6,7 +6,7 @@ import copy
 from typing import Any
 
 import pytest
-from docparser_operator.apply import DOCPARSER
+from docparser_operator.apply import DOCPARSER, KNOWN_KINDS
 from dp_helpers import (
     CANARY_WEIGHTS,
     DEPLOY,
@@ -374,3 +374,18 @@ def test_a_child_deleted_by_hand_returns_at_once(cluster: Cluster, monkeypatch: 
                 timeout=30,
             )
             assert again["metadata"]["ownerReferences"][0]["kind"] == "DocParser"
+
+
+def test_allow_from_renders_a_network_policy_and_removing_it_prunes_it(
+    cluster: Cluster, operator: Any
+) -> None:
+    policy_ref = KNOWN_KINDS["NetworkPolicy"]
+    peers = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "apps"}}}]
+    create(cluster, docparser("inv", traffic={"router": "service", "allowFrom": peers}))
+    policy = wait_for("network policy", lambda: cluster.get(policy_ref, "inv"))
+    assert policy["spec"]["ingress"][0]["from"] == peers
+    assert policy["metadata"]["ownerReferences"][0]["kind"] == "DocParser"
+    spec = spec_of(cluster, "inv")
+    del spec["traffic"]["allowFrom"]
+    set_spec(cluster, "inv", spec)
+    wait_for("policy pruned", lambda: cluster.get(policy_ref, "inv") is None)

@@ -3,7 +3,7 @@
 ``render_all`` is what ``docparser-operator render`` calls (the plan at rest); the reconciler
 renders ``render_plan`` of the step its rollout planner chose. The order is stable (per spec
 revision: Deployment, revision Service; then the canary Service, the endpoint Service, the
-HPA, the PDB and the HTTPRoute) so golden files and apply batches never reorder.
+HPA, the PDB, the HTTPRoute and the NetworkPolicy) so golden files and apply batches never reorder.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from docparser_operator.models import DocParser
 from docparser_operator.render.deployment import pod_template, render_deployment
 from docparser_operator.render.hpa import render_hpa
 from docparser_operator.render.httproute import backend_weights, render_httproute
+from docparser_operator.render.networkpolicy import render_network_policy
 from docparser_operator.render.pdb import render_pdb
 from docparser_operator.render.plan import Plan, TrackPlan, plan_at_rest, revision_of, spec_tracks
 from docparser_operator.render.service import (
@@ -51,6 +52,8 @@ def render_plan(plan: Plan) -> list[dict[str, Any]]:
     children.append(render_pdb(plan))
     if gateway:
         children.append(render_httproute(plan))
+    if plan.resource.spec.traffic.allow_from is not None:
+        children.append(render_network_policy(plan))
     return children
 
 

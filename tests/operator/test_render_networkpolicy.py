@@ -1,0 +1,35 @@
+"""NetworkPolicy renderer: with traffic.allowFrom, only those peers reach the runtime port."""
+
+from __future__ import annotations
+
+import pytest
+from docparser_operator.render import render_all
+from golden import CASES, Case, check_golden, of_kind
+
+SERVICE = Case("deepseek-service-router")
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_golden(case: Case) -> None:
+    check_golden(case, "NetworkPolicy")
+
+
+def test_policy_selects_every_runtime_pod_and_opens_only_the_http_port() -> None:
+    objects = SERVICE.render()
+    (policy,) = of_kind(objects, "NetworkPolicy")
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    for dep in of_kind(objects, "Deployment"):
+        assert selector.items() <= dep["spec"]["template"]["metadata"]["labels"].items()
+    (rule,) = policy["spec"]["ingress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 8000}]
+    assert rule["from"] == SERVICE.resource()["spec"]["traffic"]["allowFrom"]
+    assert policy["spec"]["policyTypes"] == ["Ingress"]  # egress stays open (weights, Redis)
+
+
+def test_no_allow_from_no_policy_and_an_empty_list_closes_the_port() -> None:
+    resource = SERVICE.resource()
+    del resource["spec"]["traffic"]["allowFrom"]
+    assert of_kind(render_all(resource), "NetworkPolicy") == []
+    resource["spec"]["traffic"]["allowFrom"] = []
+    (policy,) = of_kind(render_all(resource), "NetworkPolicy")
+    assert policy["spec"]["ingress"] == []
