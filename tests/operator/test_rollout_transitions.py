@@ -20,6 +20,7 @@ from dp_helpers import (
     CANARY_WEIGHTS,
     DEPLOY,
     GATEWAY,
+    ROUTE,
     condition,
     create,
     dep_name,
@@ -168,6 +169,31 @@ def test_runtime_change_rolls_a_new_revision_make_before_break(
         assert st["stable"]["readyReplicas"] == 2
         sys.__stderr__.write(f"\n{cluster.backend}: {sampler.report()}\n")  # docs/benchmarks.md
         assert sampler.violations == [], sampler.report()
+
+
+def test_router_change_with_a_canary_keeps_ready_capacity(cluster: Cluster, operator: Any) -> None:
+    """service -> gateway -> service with a 50% canary on 2 pods: the split moves from pod
+    ratio to route weights and back, never without Ready capacity behind traffic."""
+    spec = docparser("inv", replicas={"min": 2, "max": 2})["spec"]
+    with Kubelet(cluster, ready_after=1.0):  # slow enough that samples land mid-transition
+        create(cluster, docparser("inv", **spec))
+        settle(cluster, "inv", "serving")
+        with TrafficSampler(cluster, "inv", floor=2, interval=0.25) as sampler:
+            spec = spec_of(cluster, "inv")
+            spec["canary"] = {"weights": CANARY_WEIGHTS, "weight": 50}
+            set_spec(cluster, "inv", spec)
+            assert settle(cluster, "inv", "50% by pods")["canary"]["weight"] == 50
+            spec["traffic"] = GATEWAY
+            set_spec(cluster, "inv", spec)
+            assert settle(cluster, "inv", "on the gateway")["canary"]["weight"] == 50
+            assert route_weights(cluster, "inv") == {"stable": 50, "canary": 50}
+            spec["traffic"] = {"router": "service"}
+            set_spec(cluster, "inv", spec)
+            st = settle(cluster, "inv", "back on the service")
+            assert st["canary"]["weight"] == 50 and cluster.get(ROUTE, "inv") is None
+        sys.__stderr__.write(f"\n{cluster.backend}: {sampler.report()}\n")  # docs/benchmarks.md
+        assert sampler.violations == [], sampler.report()
+        assert len(sampler.samples) >= 4, sampler.report()
 
 
 def test_canary_that_never_becomes_ready_gets_no_traffic(cluster: Cluster, operator: Any) -> None:

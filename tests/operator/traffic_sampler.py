@@ -83,11 +83,11 @@ class TrafficSampler:
         dp = self.cluster.get(DOCPARSER, self.name) or {"spec": {}}
         router = ((dp.get("spec") or {}).get("traffic") or {}).get("router", "service")
         backends: dict[str, int] = {}
-        if router == "gateway":
-            route = self.cluster.get(ROUTE, self.name)
-            rules = (route or {}).get("spec", {}).get("rules") or [{}]
+        route = self.cluster.get(ROUTE, self.name) if router == "gateway" else None
+        if route is not None:
+            rules = route.get("spec", {}).get("rules") or [{}]
             backends = {b["name"]: b.get("weight", 1) for b in rules[0].get("backendRefs") or []}
-        else:
+        else:  # router service, or a switch to gateway before its route exists: the Service
             backends = {self.name: 100}
         selectors = {}
         for service in backends:
