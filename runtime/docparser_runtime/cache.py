@@ -3,7 +3,9 @@
 Users re-send the same scans (retries, re-runs of a batch, the same letterhead); a GPU
 minute saved per hit is the point. The key is the sha256 of the input bytes plus
 everything that changes the output: options, page range, PDF render DPI, engine name,
-model version and the pinned weights digest, so a new model never serves stale results.
+model version and the pinned weights digest, so a new model never serves stale results;
+and the caller's API key id, so one tenant never learns (or receives) what another parsed
+(``DOCPARSER_CACHE_SHARED`` shares it deliberately). A request can opt out (``cache: false``).
 
 Two backends behind one small async interface: an in-memory LRU bounded in bytes (one
 replica) and Redis (``SET ... EX ttl``, JSON values) shared by all replicas. The cache
@@ -49,6 +51,9 @@ def cache_key(request: Any, *, engine: str, version: str, settings: Settings) ->
         "engine": engine,
         "version": version,
         "weights": settings.weights_sha256,
+        # Jobs are private per API key and so are their results: one key's cache never
+        # answers another's request unless the deployment shares it on purpose.
+        "tenant": "" if settings.cache_shared else getattr(request, "tenant", ""),
     }
     canonical = json.dumps(material, sort_keys=True, separators=(",", ":"))
     return KEY_PREFIX + hashlib.sha256(canonical.encode()).hexdigest()
@@ -66,6 +71,9 @@ class CacheMetrics:
     def __init__(self, registry: CollectorRegistry, backend: str) -> None:
         self.hits = Counter("docparser_cache_hits", "Result cache hits.", registry=registry)
         self.misses = Counter("docparser_cache_misses", "Result cache misses.", registry=registry)
+        self.bypassed = Counter(
+            "docparser_cache_bypassed", "Requests that opted out (cache: false).", registry=registry
+        )
         self.errors = Counter(
             "docparser_cache_errors",
             "Cache backend failures (treated as misses).",
@@ -183,6 +191,11 @@ class CachedParseService:
     async def parse(
         self, request: Any, *, on_page=None, on_delta=None, deadline=None, on_total=None
     ) -> dict:
+        if not getattr(request, "cache", True):  # the caller asked for a fresh parse
+            self.cache_metrics.bypassed.inc()
+            return await self._inner.parse(
+                request, on_page=on_page, on_delta=on_delta, deadline=deadline, on_total=on_total
+            )
         t0 = time.monotonic()
         key = self.key_for(request)
         stored = await self._lookup(key)

@@ -159,6 +159,11 @@ class Settings(BaseSettings):
     job_max_attempts: int = Field(3, ge=1, description="replica deaths before a job fails")
     cache_max_bytes: int = Field(256 * 1024 * 1024, ge=0)
     cache_ttl_s: int = Field(3600, ge=1)
+    cache_shared: bool = Field(
+        False,
+        description="share cached results across API keys (default: each key has its own, "
+        "so one tenant never receives or learns what another parsed)",
+    )
 
     # Lifecycle
     drain_timeout_s: float = Field(120.0, ge=0)

@@ -156,3 +156,59 @@ async def test_concurrent_identical_requests_all_answered():
         replies = await asyncio.gather(*(client.post(PARSE, files=files) for _ in range(4)))
     assert {r.status_code for r in replies} == {200}
     assert len({r.json()["content"] for r in replies}) == 1
+
+
+KEY_A, KEY_B = "dp-key-alpha-0123456789", "dp-key-bravo-9876543210"
+
+
+async def test_one_api_keys_results_never_answer_another(tmp_path):
+    """Key A parses a page; key B sending the same page is parsed for B (no `cached: true`,
+    nothing of A's returned), and B's own repeat is then a hit."""
+    keys = tmp_path / "keys"
+    keys.write_text(f"{KEY_A}\n{KEY_B}\n")
+    files = {"file": ("a.png", png_bytes(140, 90), "image/png")}
+    as_a = {"Authorization": f"Bearer {KEY_A}"}
+    as_b = {"Authorization": f"Bearer {KEY_B}"}
+    async with serving(make_settings(api_keys_file=keys)) as (_app, client, engine):
+        assert (await client.post(PARSE, files=files, headers=as_a)).json()["cached"] is False
+        calls = len(engine.batches)
+        first_b = (await client.post(PARSE, files=files, headers=as_b)).json()
+        assert first_b["cached"] is False and len(engine.batches) == calls + 1
+        assert (await client.post(PARSE, files=files, headers=as_b)).json()["cached"] is True
+        assert (await client.post(PARSE, files=files, headers=as_a)).json()["cached"] is True
+
+
+async def test_sharing_the_cache_across_keys_is_a_deliberate_setting(tmp_path):
+    keys = tmp_path / "keys"
+    keys.write_text(f"{KEY_A}\n{KEY_B}\n")
+    files = {"file": ("a.png", png_bytes(140, 90), "image/png")}
+    settings = make_settings(api_keys_file=keys, cache_shared=True)
+    async with serving(settings) as (_app, client, _engine):
+        await client.post(PARSE, files=files, headers={"Authorization": f"Bearer {KEY_A}"})
+        reply = await client.post(PARSE, files=files, headers={"Authorization": f"Bearer {KEY_B}"})
+        assert reply.json()["cached"] is True
+
+
+async def test_a_request_can_opt_out_of_the_cache():
+    files = {"file": ("a.png", png_bytes(120, 80), "image/png")}
+    async with serving(make_settings()) as (_app, client, engine):
+        await client.post(PARSE, files=files)
+        calls = len(engine.batches)
+        fresh = (await client.post(PARSE, files=files, data={"cache": "false"})).json()
+        assert fresh["cached"] is False and len(engine.batches) == calls + 1
+        assert (await client.post(PARSE, files=files)).json()["cached"] is True
+        bad = await client.post(PARSE, files=files, data={"cache": "maybe"})
+        assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_option"
+        metrics = (await client.get("/metrics")).text
+    assert "docparser_cache_bypassed_total 1.0" in metrics
+
+
+def test_the_key_is_scoped_by_tenant():
+    settings = make_settings()
+    opts = ParseOptions(tier=0, mode="markdown", max_new_tokens=8)
+    a = ParseRequest(data=b"doc", options=opts, tenant="key-a")
+    b = ParseRequest(data=b"doc", options=opts, tenant="key-b")
+    keys = {cache_key(r, engine="e", version="v", settings=settings) for r in (a, b)}
+    assert len(keys) == 2
+    shared = make_settings(cache_shared=True)
+    assert len({cache_key(r, engine="e", version="v", settings=shared) for r in (a, b)}) == 1

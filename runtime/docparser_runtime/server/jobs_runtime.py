@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from dataclasses import replace
 from typing import Any
 
 from fastapi import FastAPI
@@ -27,6 +28,7 @@ from .request_input import build_parse_request
 log = logging.getLogger("docparser.jobs")
 
 _POLL_S = 1.0
+_NOT_OPTIONS = frozenset({"tenant"})  # stored with a job's options, not an option itself
 
 
 def make_runner(app: FastAPI):
@@ -35,7 +37,8 @@ def make_runner(app: FastAPI):
 
     async def run(data: bytes, params: dict[str, Any], progress: ProgressFn) -> dict[str, Any]:
         settings: Settings = state.settings
-        request = build_parse_request(data, params, settings)
+        request = build_parse_request(data, params, settings, allowed_extra=_NOT_OPTIONS)
+        request = replace(request, tenant=str(params.get("tenant") or ""))
         # The page count comes from the parse itself (the sandboxed decoder opens the
         # document): the server process never parses an untrusted PDF to count pages.
         total = 0

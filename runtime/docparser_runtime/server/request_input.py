@@ -15,7 +15,7 @@ import base64
 import binascii
 import json
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from starlette.datastructures import UploadFile
@@ -45,6 +45,8 @@ class ParseRequest:
     pages: str | None = None
     stream: bool = False
     filename: str | None = None
+    tenant: str = ""  # the caller's API key id ("" without auth): scopes the result cache
+    cache: bool = True  # False: the request opted out of the result cache
 
 
 # -- options ---------------------------------------------------------------------------
@@ -97,6 +99,7 @@ def build_parse_request(
         pages=pages,
         stream=bool(opts.stream),
         filename=filename,
+        cache=opts.cache is not False,
     )
 
 
@@ -210,10 +213,24 @@ async def _from_json(request: Request, settings: Settings, allowed_extra) -> Par
     return build_parse_request(data, payload, settings, allowed_extra=allowed_extra)
 
 
+def tenant_of(request: Request) -> str:
+    """The caller's API key id, or "" without auth (what the result cache is scoped by)."""
+    principal = getattr(request.state, "principal", None)
+    return principal.key_id if principal is not None and principal.authenticated else ""
+
+
 async def read_parse_request(
     request: Request, settings: Settings, *, allowed_extra: frozenset[str] = frozenset()
 ) -> ParseRequest:
-    """Read and validate the body of a parse-like request (see module docstring)."""
+    """Read and validate the body of a parse-like request (see module docstring), on
+    behalf of its caller (``tenant``)."""
+    parsed = await _read_parse_request(request, settings, allowed_extra)
+    return replace(parsed, tenant=tenant_of(request))
+
+
+async def _read_parse_request(
+    request: Request, settings: Settings, allowed_extra: frozenset[str]
+) -> ParseRequest:
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type == "multipart/form-data":
         return await _from_multipart(request, settings, allowed_extra)

@@ -42,6 +42,7 @@ _CODE_BY_FIELD = {
     "max_new_tokens": "invalid_max_new_tokens",
     "pages": "invalid_pages",
     "stream": "invalid_option",
+    "cache": "invalid_option",
 }
 _MAX_MESSAGES = 5
 
@@ -71,6 +72,11 @@ class RequestOptions(BaseModel):
         json_schema_extra={"pattern": PAGE_SPEC_PATTERN, "examples": ["1-3,7", "5-", "all"]},
     )
     stream: bool | None = Field(None, description="reply as Server-Sent Events")
+    cache: bool | None = Field(
+        None,
+        description="false: parse again and leave the result cache untouched (default true "
+        "where DOCPARSER_CACHE_TTL_S enables the cache)",
+    )
 
     @field_validator("pages", mode="before")
     @classmethod

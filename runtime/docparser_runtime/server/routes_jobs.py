@@ -107,6 +107,8 @@ async def create_job(
             "mode": parsed.options.mode,
             "max_new_tokens": parsed.options.max_new_tokens,
             "pages": parsed.pages,
+            "cache": parsed.cache,
+            "tenant": parsed.tenant,  # the result cache is the owner's (cache.py)
         }
         store = _store(request)
         owner = _owner(request)

@@ -15,6 +15,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -25,7 +26,13 @@ from ..errors import InvalidInput, NotFound, PayloadTooLarge, UnsupportedMediaTy
 from .error_mapping import CLIENT_CLOSED_STATUS
 from .openai_schema import BODY_SCHEMA, ChatCompletionRequest, TextPart
 from .parse_service import PAGE_SEPARATOR
-from .request_input import ParseRequest, build_parse_request, decode_base64_document, read_body
+from .request_input import (
+    ParseRequest,
+    build_parse_request,
+    decode_base64_document,
+    read_body,
+    tenant_of,
+)
 from .routes_parse import ClientDisconnected, run_until_disconnect
 from .sse import ParseEvents, streaming_response
 from .url_allowlist import check_url_allowed
@@ -176,7 +183,7 @@ async def chat_completions(request: Request) -> Response:
                 f"model {body.model!r} is not served here; see GET /v1/models",
                 code="model_not_found",
             )
-        parse_request = await to_parse_request(body, settings)
+        parse_request = replace(await to_parse_request(body, settings), tenant=tenant_of(request))
         cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
