@@ -155,6 +155,9 @@ class Settings(BaseSettings):
         "result writes after a Redis connection error; 6 rides out about 13 s",
     )
     job_workers: int = Field(1, ge=0, description="jobs run concurrently per replica")
+    job_timeout_s: float = Field(
+        3600.0, gt=0, description="deadline of one async job (not the sync request timeout)"
+    )
     job_lease_s: float = Field(15.0, gt=0, description="a dead replica's jobs requeue after")
     job_max_attempts: int = Field(3, ge=1, description="replica deaths before a job fails")
     cache_max_bytes: int = Field(256 * 1024 * 1024, ge=0)

@@ -219,3 +219,25 @@ async def test_a_full_job_queue_answers_429_with_retry_after():
         again = await client.post(JOBS, **upload(png_bytes(), "d.png"))
         assert again.status_code == 202
         await wait_status(client, again.json()["id"], {"succeeded"})
+
+
+async def test_a_job_outlives_the_synchronous_request_timeout():
+    """A 3-page job taking ~1.5 s with a 0.5 s sync timeout succeeds (jobs have their own
+    deadline, DOCPARSER_JOB_TIMEOUT_S); the same document as a sync request times out."""
+    engine = GatedEngine(delay_s=0.5)
+    settings = make_settings(max_batch_size=1, request_timeout_s=0.5, job_timeout_s=60)
+    async with serving(settings, engine) as (_app, client, _):
+        job = (await client.post(JOBS, **upload(pdf_bytes(3)))).json()
+        done = await wait_status(client, job["id"], {"succeeded", "failed"}, timeout=30)
+        assert done["status"] == "succeeded", done
+        sync = await client.post("/v1/document/parse", **upload(pdf_bytes(3)))
+        assert sync.status_code == 504, sync.text
+
+
+async def test_a_job_past_its_own_deadline_fails_with_deadline_exceeded():
+    engine = GatedEngine(delay_s=0.5)
+    settings = make_settings(max_batch_size=1, job_timeout_s=0.6)
+    async with serving(settings, engine) as (_app, client, _):
+        job = (await client.post(JOBS, **upload(pdf_bytes(4)))).json()
+        done = await wait_status(client, job["id"], {"succeeded", "failed"}, timeout=30)
+    assert done["status"] == "failed" and done["error"]["code"] == "deadline_exceeded", done

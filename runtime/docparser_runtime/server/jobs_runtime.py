@@ -58,8 +58,13 @@ def make_runner(app: FastAPI):
         await progress(0, total)
 
         async def attempt() -> dict[str, Any]:
+            # A job has its own deadline: long documents are what jobs are for, so the
+            # synchronous request timeout does not apply (DOCPARSER_JOB_TIMEOUT_S).
+            deadline = time.monotonic() + settings.job_timeout_s
             parse = asyncio.ensure_future(
-                state.parse_service.parse(request, on_page=on_page, on_total=on_total)
+                state.parse_service.parse(
+                    request, on_page=on_page, on_total=on_total, deadline=deadline
+                )
             )
             try:
                 while not parse.done():
