@@ -40,6 +40,7 @@ OPERATOR_ENV = frozenset(
         "DOCPARSER_WEIGHTS_SHA256",
         "DOCPARSER_API_KEYS_FILE",
         "DOCPARSER_REDIS_URL",
+        "DOCPARSER_REDIS_PREFIX",
         "HOME",
         "HF_HOME",
         "HF_HUB_OFFLINE",
@@ -95,6 +96,11 @@ def network_policy(name: str) -> str:
 
 def httproute(name: str) -> str:
     return name
+
+
+def redis_prefix(namespace: str, name: str) -> str:
+    """Prefix of every Redis key of one DocParser (jobs, idempotency keys, cached results)."""
+    return f"docparser:{namespace}:{name}:"
 
 
 def endpoint_url(name: str, namespace: str) -> str:

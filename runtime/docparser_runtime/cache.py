@@ -35,7 +35,7 @@ from docparser_runtime.settings import Settings
 
 log = logging.getLogger("docparser.cache")
 
-KEY_PREFIX = "docparser:result:v1:"
+KEY_SPACE = "result:v1:"  # under DOCPARSER_REDIS_PREFIX
 
 
 def cache_key(request: Any, *, engine: str, version: str, settings: Settings) -> str:
@@ -56,7 +56,7 @@ def cache_key(request: Any, *, engine: str, version: str, settings: Settings) ->
         "tenant": "" if settings.cache_shared else getattr(request, "tenant", ""),
     }
     canonical = json.dumps(material, sort_keys=True, separators=(",", ":"))
-    return KEY_PREFIX + hashlib.sha256(canonical.encode()).hexdigest()
+    return settings.redis_prefix + KEY_SPACE + hashlib.sha256(canonical.encode()).hexdigest()
 
 
 class ResultCache(Protocol):

@@ -131,6 +131,15 @@ class Settings(BaseSettings):
 
     # Shared state
     redis_url: str | None = None
+    redis_prefix: str = Field(
+        "docparser:",
+        min_length=1,
+        max_length=200,
+        pattern=r"^[A-Za-z0-9._:/-]+$",
+        description="prefix of every Redis key of this deployment (jobs, idempotency keys, "
+        "the result cache): DocParsers sharing one Redis never see each other's keys; the "
+        "operator sets docparser:<namespace>:<name>:",
+    )
     job_ttl_s: int = Field(24 * 3600, ge=1)
     max_queued_jobs: int = Field(
         1000, ge=1, description="queued jobs before POST /v1/jobs answers 429 (uploads are held)"

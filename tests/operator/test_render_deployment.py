@@ -336,3 +336,27 @@ def test_pod_settings_the_operator_owns_are_refused() -> None:
     resource["spec"]["pod"] = {"env": [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]}
     with pytest.raises(ValueError, match="each name at most once"):
         DocParser.from_resource(resource)
+
+
+def test_env_the_operator_renders_is_exactly_what_pod_env_may_not_set() -> None:
+    """naming.OPERATOR_ENV is the one list: the model and the CRD's CEL rule refuse those
+    names in spec.pod.env, and it covers every variable the renderer sets."""
+    from crd_tools import root_schema
+    from docparser_operator import naming
+
+    rendered = {
+        e["name"]
+        for dep in _deployments(GATEWAY.resource()).values()
+        for e in _container(dep)["env"]
+    } - {e["name"] for e in GATEWAY.resource()["spec"]["pod"]["env"]}
+    assert rendered <= naming.OPERATOR_ENV, rendered - naming.OPERATOR_ENV
+    env = root_schema()["properties"]["spec"]["properties"]["pod"]["properties"]["env"]
+    rule = env["x-kubernetes-validations"][0]["rule"]
+    listed = set(rule.split("[", 1)[1].split("]", 1)[0].replace("'", "").split(", "))
+    assert listed == naming.OPERATOR_ENV
+
+
+def test_redis_keys_are_scoped_to_the_docparser() -> None:
+    (stable, *_) = _deployments(GATEWAY.resource()).values()
+    env = {e["name"]: e.get("value") for e in _container(stable)["env"]}
+    assert env["DOCPARSER_REDIS_PREFIX"] == "docparser:ocr:invoices:"

@@ -241,3 +241,24 @@ async def test_a_job_past_its_own_deadline_fails_with_deadline_exceeded():
         job = (await client.post(JOBS, **upload(pdf_bytes(4)))).json()
         done = await wait_status(client, job["id"], {"succeeded", "failed"}, timeout=30)
     assert done["status"] == "failed" and done["error"]["code"] == "deadline_exceeded", done
+
+
+async def test_two_docparsers_on_one_redis_never_see_each_others_jobs(redis_url):
+    """DOCPARSER_REDIS_PREFIX (the operator sets docparser:<namespace>:<name>:) scopes jobs,
+    idempotency keys and cached results: B answers 404 for A's job and parses A's document
+    afresh; a second replica of A answers for it."""
+    a = make_settings(redis_url=redis_url, redis_prefix="docparser:ocr:invoices:")
+    b = make_settings(redis_url=redis_url, redis_prefix="docparser:ocr:receipts:")
+    async with (
+        serving(a) as (_a, client_a, _ea),
+        serving(a) as (_a2, client_a2, _ea2),
+        serving(b) as (_b, client_b, engine_b),
+    ):
+        job = (await client_a.post(JOBS, **upload(pdf_bytes(1)))).json()
+        await wait_status(client_a, job["id"], {"succeeded"})
+        assert (await client_a2.get(f"{JOBS}/{job['id']}")).status_code == 200
+        assert (await client_b.get(f"{JOBS}/{job['id']}")).status_code == 404
+        files = {"file": ("a.png", png_bytes(130, 70), "image/png")}
+        assert (await client_a.post("/v1/document/parse", files=files)).json()["cached"] is False
+        again = (await client_b.post("/v1/document/parse", files=files)).json()
+        assert again["cached"] is False and engine_b.batches

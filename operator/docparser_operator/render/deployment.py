@@ -26,7 +26,7 @@ from typing import Any
 
 from docparser_operator import naming, sizing
 from docparser_operator.labels import LABEL_REVISION, pod_labels, pod_selector
-from docparser_operator.models import DocParser, DocParserSpec
+from docparser_operator.models import DocParser, DocParserSpec, ObjectMeta
 from docparser_operator.render.meta import object_meta
 from docparser_operator.render.plan import Plan, TrackPlan
 
@@ -65,7 +65,7 @@ def _container_security() -> dict[str, Any]:
     }
 
 
-def _env(spec: DocParserSpec, tp: TrackPlan) -> list[dict[str, Any]]:
+def _env(spec: DocParserSpec, tp: TrackPlan, meta: ObjectMeta) -> list[dict[str, Any]]:
     env = {
         "DOCPARSER_MAX_BATCH_SIZE": str(spec.runtime.max_batch_size),
         "DOCPARSER_DEFAULT_MAX_NEW_TOKENS": str(spec.runtime.max_new_tokens),
@@ -92,6 +92,10 @@ def _env(spec: DocParserSpec, tp: TrackPlan) -> list[dict[str, Any]]:
         # Jobs and the result cache in Redis: any replica answers for any job.
         ref = {"name": redis.name, "key": redis.key}
         rendered.append({"name": "DOCPARSER_REDIS_URL", "valueFrom": {"secretKeyRef": ref}})
+        # Every key of this DocParser (both tracks) under its own prefix: DocParsers that
+        # share one Redis never run or read each other's jobs or cached results.
+        prefix = naming.redis_prefix(meta.namespace, meta.name)
+        rendered.append({"name": "DOCPARSER_REDIS_PREFIX", "value": prefix})
     return rendered
 
 
@@ -126,7 +130,7 @@ def _resources(spec: DocParserSpec) -> dict[str, Any]:
     return {"requests": requests, "limits": limits}
 
 
-def _runtime_container(spec: DocParserSpec, tp: TrackPlan) -> dict[str, Any]:
+def _runtime_container(spec: DocParserSpec, tp: TrackPlan, meta: ObjectMeta) -> dict[str, Any]:
     args = ["serve", "--engine", spec.engine, "--host", "0.0.0.0", "--port", str(naming.HTTP_PORT)]
     mounts: list[dict[str, Any]] = [{"name": "tmp", "mountPath": "/tmp"}]
     if tp.weights is not None:
@@ -140,7 +144,7 @@ def _runtime_container(spec: DocParserSpec, tp: TrackPlan) -> dict[str, Any]:
         "image": spec.runtime.image,
         "imagePullPolicy": spec.runtime.image_pull_policy,
         "args": args,
-        "env": _env(spec, tp) + [e.model_dump() for e in spec.pod.env],
+        "env": _env(spec, tp, meta) + [e.model_dump() for e in spec.pod.env],
         **({"envFrom": [dict(e) for e in spec.pod.env_from]} if spec.pod.env_from else {}),
         "ports": [
             {"name": naming.HTTP_PORT_NAME, "containerPort": naming.HTTP_PORT, "protocol": "TCP"}
@@ -255,7 +259,7 @@ def pod_template(resource: DocParser, tp: TrackPlan) -> dict[str, Any]:
             "seccompProfile": {"type": "RuntimeDefault"},
         },
         "terminationGracePeriodSeconds": termination_grace_seconds(spec),
-        "containers": [_runtime_container(spec, tp)],
+        "containers": [_runtime_container(spec, tp, resource.metadata)],
         "volumes": _volumes(spec, tp),
     }
     if tp.weights is not None:

@@ -20,6 +20,7 @@ def create_job_store(settings) -> JobStore:
             max_queued=settings.max_queued_jobs,
             max_queued_per_owner=settings.max_queued_jobs_per_key,
             write_retries=settings.redis_write_retries,
+            prefix=settings.redis_prefix,
         )
     from .memory_store import MemoryJobStore
 
