@@ -123,6 +123,7 @@ async def test_readyz_is_503_while_loading_and_probes_answer_meanwhile():
         ready = await client.get("/readyz")
         assert ready.status_code == 503
         assert ready.json()["status"] == "starting"
+        assert (await client.get("/health")).status_code == 503  # the guides' /health
         assert (await client.get("/livez")).status_code == 200
         parse = await client.post(PARSE, files={"file": ("a.png", png_bytes(), "image/png")})
         assert parse.status_code == 503
@@ -132,6 +133,7 @@ async def test_readyz_is_503_while_loading_and_probes_answer_meanwhile():
         await wait_ready(client)
         body = (await client.get("/readyz")).json()
         assert body["status"] == "ready" and body["engine"] == "gated-test"
+        assert (await client.get("/health")).json() == body
         assert engine.loaded and engine.warmed
 
 

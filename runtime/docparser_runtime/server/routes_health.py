@@ -38,6 +38,12 @@ async def livez(request: Request) -> JSONResponse:
     summary="Readiness: engine loaded, warmed up, not draining",
     responses={503: {"description": "starting, draining or failed"}},
 )
+@router.get(
+    "/health",
+    summary="Health as the deployment guides' load balancers expect: 200 once ready "
+    "(the same answer as /readyz)",
+    responses={503: {"description": "starting, draining or failed"}},
+)
 async def readyz(request: Request) -> JSONResponse:
     state = request.app.state
     body = state.lifecycle.snapshot()
