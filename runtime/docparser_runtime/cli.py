@@ -12,6 +12,7 @@ import logging
 import sys
 from pathlib import Path
 
+from docparser_runtime import logs
 from docparser_runtime.engines.registry import ENGINES
 
 
@@ -33,6 +34,9 @@ def _build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (default 8000)")
     serve.add_argument("--log-level", help="debug | info | warning | error")
+    serve.add_argument(
+        "--log-format", choices=["auto", "json", "text"], help="default auto: json in containers"
+    )
 
     fetch = sub.add_parser("fetch-weights", help="download and verify model weights")
     fetch.add_argument(
@@ -62,6 +66,7 @@ def _settings_from_args(args: argparse.Namespace):
             "host": args.host,
             "port": args.port,
             "log_level": args.log_level,
+            "log_format": getattr(args, "log_format", None),
         }.items()
         if value is not None
     }
@@ -73,9 +78,7 @@ def serve(args: argparse.Namespace) -> int:
     from docparser_runtime.server.drain import run_server, write_termination_message
 
     settings = _settings_from_args(args)
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
+    logs.configure(settings.log_level, settings.log_format)
     from docparser_runtime.errors import WeightsError
     from docparser_runtime.weights.verify import check_serving_weights
 

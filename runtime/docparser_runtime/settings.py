@@ -25,6 +25,9 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
     log_level: str = "info"
+    log_format: Literal["auto", "json", "text"] = Field(
+        "auto", description="json lines, text, or auto: json unless stderr is a terminal"
+    )
 
     # Engine
     engine: EngineName = "rapidocr"

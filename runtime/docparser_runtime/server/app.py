@@ -32,6 +32,7 @@ from docparser_runtime.server.lifecycle import Lifecycle
 from docparser_runtime.server.metrics import Metrics
 from docparser_runtime.server.parse_service import ParseService
 from docparser_runtime.server.ratelimit import RateLimiter, enforce_limits
+from docparser_runtime.server.request_log import RequestLogMiddleware
 from docparser_runtime.server.slow_clients import BodyDeadline
 from docparser_runtime.server.sse import install_streaming
 from docparser_runtime.settings import Settings
@@ -177,6 +178,7 @@ def create_app(
         BodyDeadline, idle_s=settings.body_idle_timeout_s, total_s=settings.body_timeout_s
     )
     app.add_middleware(RequestMetricsMiddleware, metrics=app.state.metrics)
+    app.add_middleware(RequestLogMiddleware)  # outermost: sees every reply, adds its id
     app.include_router(routes_health.router)
     app.include_router(routes_parse.router)
     app.include_router(routes_jobs.router)

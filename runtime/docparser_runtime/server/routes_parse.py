@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse, Response
 from docparser_runtime.errors import InvalidInput
 from docparser_runtime.server.error_mapping import CLIENT_CLOSED_STATUS
 from docparser_runtime.server.request_input import read_parse_request
+from docparser_runtime.server.request_log import report_result
 from docparser_runtime.server.request_options import options_schema
 
 router = APIRouter(tags=["parse"])
@@ -114,4 +115,5 @@ async def parse_document(request: Request) -> Response:
             body = await run_until_disconnect(request, state.parse_service.parse(parse_request))
         except ClientDisconnected:
             return Response(status_code=CLIENT_CLOSED_STATUS)
+    report_result(request.state, body)
     return JSONResponse(body)
