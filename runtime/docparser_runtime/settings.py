@@ -185,6 +185,15 @@ class Settings(BaseSettings):
     drain_grace_s: float = Field(
         5.0, ge=0, description="after SIGTERM: /readyz 503 while still serving (preStop window)"
     )
+    @property
+    def sync_deadline_s(self) -> float:
+        """How long a synchronous request may run: the request timeout, but never longer
+        than the drain window, so a request accepted just before SIGTERM still finishes
+        before the pod is killed (async jobs have their own deadline and are re-queued)."""
+        if self.drain_timeout_s > 0:
+            return min(self.request_timeout_s, self.drain_timeout_s)
+        return self.request_timeout_s
+
     engine_stall_s: float = Field(
         900.0, ge=0, description="/livez 503 when one engine call runs longer; 0 disables"
     )

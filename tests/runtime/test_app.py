@@ -201,6 +201,19 @@ async def test_deadline_answers_504():
     assert resp.json()["error"]["code"] == "deadline_exceeded"
 
 
+async def test_a_sync_request_never_outlives_the_drain_window():
+    """request_timeout_s 600 but a drain window of 0.3 s: the request ends (504) within the
+    window, so one accepted just before SIGTERM is never cut off by the pod's kill."""
+    settings = make_settings(request_timeout_s=600.0, drain_timeout_s=0.3)
+    assert settings.sync_deadline_s == 0.3
+    async with serving(settings) as (_, client, engine):
+        engine.gate.clear()
+        resp = await client.post(PARSE, files={"file": ("a.png", png_bytes(), "image/png")})
+        engine.gate.set()
+    assert resp.status_code == 504 and resp.json()["error"]["code"] == "deadline_exceeded"
+    assert make_settings(request_timeout_s=10.0, drain_timeout_s=0).sync_deadline_s == 10.0
+
+
 async def test_unexpected_engine_error_is_a_500_without_internals():
     async with serving() as (_, client, engine):
         engine.fail_with = ZeroDivisionError("secret path /opt/model/weights.bin")

@@ -177,7 +177,7 @@ class DroppingEngine(Engine):
 
 SHORT = documents.SINGLE_COLUMN[:3]
 # Real OCR on a shared machine: no request deadline may turn slowness into a failure.
-SLOW_OK = make_settings(request_timeout_s=600.0)
+SLOW_OK = make_settings(request_timeout_s=600.0, drain_timeout_s=600.0)
 
 
 def short_page() -> tuple[Image.Image, list[tuple]]:

@@ -105,14 +105,14 @@ class ParseService:
         deadline: float | None = None,
         on_total: TotalCallback | None = None,
     ) -> dict:
-        """Parse one document. ``deadline`` (``time.monotonic()``) defaults to
-        now + ``request_timeout_s``. Pages are decoded as the pipeline needs them, at most
-        ``decode_lookahead`` ahead of inference. With ``on_delta`` pages are generated one
+        """Parse one document. ``deadline`` (``time.monotonic()``) defaults to now +
+        ``sync_deadline_s`` (the request timeout, within the drain window). Pages are
+        decoded as the pipeline needs them, at most ``decode_lookahead`` ahead of inference. With ``on_delta`` pages are generated one
         at a time through ``engine.stream_page`` (streaming), otherwise batched."""
         m = self.metrics
         t0 = time.monotonic()
         if deadline is None:
-            deadline = t0 + self.settings.request_timeout_s
+            deadline = t0 + self.settings.sync_deadline_s
         timings = _Timings()
         m.outstanding_requests.inc()
         try:
