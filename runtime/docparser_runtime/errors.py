@@ -113,6 +113,13 @@ class DeadlineExceeded(DocParserError):
     code = "deadline_exceeded"
 
 
+class GpuOutOfMemory(DocParserError):
+    """One page alone does not fit in GPU memory at the requested tier (422): the batch
+    was split down to that page first, so only it fails; a lower tier may fit."""
+
+    code = "gpu_out_of_memory"
+
+
 class EngineFailure(DocParserError):
     """The model failed on valid input: our bug or the hardware's (500)."""
 

@@ -185,6 +185,7 @@ class Settings(BaseSettings):
     drain_grace_s: float = Field(
         5.0, ge=0, description="after SIGTERM: /readyz 503 while still serving (preStop window)"
     )
+
     @property
     def sync_deadline_s(self) -> float:
         """How long a synchronous request may run: the request timeout, but never longer

@@ -10,6 +10,7 @@ from docparser_runtime.engines.base import ParseOptions
 from docparser_runtime.errors import (
     DeadlineExceeded,
     EngineFailure,
+    GpuOutOfMemory,
     InvalidInput,
     Overloaded,
     PayloadTooLarge,
@@ -264,3 +265,42 @@ async def test_close_fails_queued_work_with_unavailable():
             await task
     with pytest.raises(Unavailable):
         await batcher.submit([page(2)], OPTS)
+
+
+class OutOfMemoryError(RuntimeError):
+    """Named like torch.cuda.OutOfMemoryError (the batcher recognises it by name)."""
+
+
+class SmallGpuEngine(GatedEngine):
+    """A fault hook: batches above ``fits`` pages, or containing a page in ``never``, run
+    out of GPU memory as CUDA would."""
+
+    def __init__(self, fits: int, never: frozenset[int] = frozenset()) -> None:
+        super().__init__()
+        self.fits, self.never = fits, never
+        self.released = 0
+
+    def infer_batch(self, pages, options):
+        if len(pages) > self.fits or any(p.index in self.never for p in pages):
+            self.batches.append([p.index for p in pages])
+            raise OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return super().infer_batch(pages, options)
+
+    def release_cached_memory(self) -> None:
+        self.released += 1
+
+
+async def test_an_out_of_memory_batch_is_split_and_every_page_that_fits_is_served():
+    engine = SmallGpuEngine(fits=2, never=frozenset({5}))
+    metrics = Metrics()
+    batcher = await make(engine, max_batch_size=8, max_wait_ms=50.0, metrics=metrics)
+    tasks = [asyncio.create_task(batcher.submit([page(i)], OPTS)) for i in range(8)]
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    failed = {i: r for i, r in enumerate(results) if isinstance(r, BaseException)}
+    assert set(failed) == {5}  # only the page that does not fit alone
+    assert isinstance(failed[5], GpuOutOfMemory) and "lower tier" in str(failed[5])
+    assert [r[0].index for i, r in enumerate(results) if i != 5] == [0, 1, 2, 3, 4, 6, 7]
+    assert max(len(b) for b in engine.batches if 5 not in b) <= 8
+    ooms = metrics.registry.get_sample_value("docparser_gpu_oom_total")
+    assert ooms is not None and ooms >= 3 and engine.released == ooms
+    await batcher.close()

@@ -140,5 +140,9 @@ class Engine(abc.ABC):
         on_delta(result.content)
         return result
 
+    def release_cached_memory(self) -> None:  # noqa: B027 - optional hook
+        """Give cached accelerator memory back after an out-of-memory error (the batcher
+        then retries smaller batches); engines without an accelerator hold none."""
+
     def close(self) -> None:  # noqa: B027 - optional hook, most engines hold nothing
         """Release resources (GPU memory, sessions)."""

@@ -139,6 +139,12 @@ class DeepseekOcr2Engine(Engine):
             if i is not None and i != unk
         }
 
+    def release_cached_memory(self) -> None:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
     def close(self) -> None:
         self._model = self._processor = None
 

@@ -34,6 +34,7 @@ from docparser_runtime.errors import (
     DeadlineExceeded,
     DocParserError,
     EngineFailure,
+    GpuOutOfMemory,
     Overloaded,
     PayloadTooLarge,
     Unavailable,
@@ -41,6 +42,12 @@ from docparser_runtime.errors import (
 from docparser_runtime.server.metrics import Metrics
 
 log = logging.getLogger("docparser.batcher")
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """torch.cuda.OutOfMemoryError (by name: the batcher never imports torch) or an
+    engine's own out-of-memory error message."""
+    return type(exc).__name__ == "OutOfMemoryError" or "out of memory" in str(exc).lower()
 
 
 def _report_to(callback: Callable[[PageResult], None]) -> Callable[[asyncio.Future], None]:
@@ -298,15 +305,47 @@ class MicroBatcher:
             self._queue = alive
             self._set_queue_gauge()
 
-    def _infer(self, pages, options: ParseOptions, on_delta) -> list[PageResult]:
-        """On the engine thread: the engine, then the coverage audit of its pages."""
+    def _infer(self, pages, options: ParseOptions, on_delta) -> list[PageResult | GpuOutOfMemory]:
+        """On the engine thread: the engine, then the coverage audit of its pages. A page
+        that does not fit in GPU memory even alone gets its error in place of a result."""
         if on_delta is not None:
-            results = [self.engine.stream_page(pages[0], options, on_delta)]
+            stream = self.engine.stream_page
+            results = [self._call_engine(lambda: stream(pages[0], options, on_delta), options)]
         else:
-            results = self.engine.infer_batch(pages, options)
-        if self.audit and len(results) == len(pages):
-            audit_results(self.engine, pages, results, options)
+            results = self._infer_splitting(pages, options)
+        served = [(p, r) for p, r in zip(pages, results, strict=False) if isinstance(r, PageResult)]
+        if self.audit and served and len(results) == len(pages):
+            audit_results(self.engine, [p for p, _ in served], [r for _, r in served], options)
         return results
+
+    def _infer_splitting(self, pages, options: ParseOptions) -> list[PageResult | GpuOutOfMemory]:
+        """A batch that runs out of GPU memory is split in halves and retried (after the
+        engine returns its cached memory), down to single pages: only a page that does
+        not fit alone fails (``GpuOutOfMemory``), its batch-mates are served."""
+        try:
+            return self._call_engine(lambda: self.engine.infer_batch(pages, options), options)
+        except GpuOutOfMemory as exc:
+            if len(pages) == 1:
+                return [exc]
+            mid = len(pages) // 2
+            return self._infer_splitting(pages[:mid], options) + self._infer_splitting(
+                pages[mid:], options
+            )
+
+    def _call_engine(self, call, options: ParseOptions):
+        try:
+            return call()
+        except Exception as exc:
+            if not is_out_of_memory(exc):
+                raise
+            if self.metrics:
+                self.metrics.gpu_oom.inc()
+            log.warning("GPU out of memory; returning cached memory and retrying smaller")
+            self.engine.release_cached_memory()
+            raise GpuOutOfMemory(
+                f"the page does not fit in GPU memory at tier {options.tier}; "
+                "retry with a lower tier"
+            ) from None
 
     async def _execute(self, batch: list[_Item]) -> None:
         loop = asyncio.get_running_loop()
@@ -341,5 +380,9 @@ class MicroBatcher:
         self._ewma_batch_s = 0.8 * self._ewma_batch_s + 0.2 * (end - start)
         for it, result in zip(batch, results, strict=True):
             it.finished = end
-            if not it.future.done():
+            if it.future.done():
+                continue
+            if isinstance(result, GpuOutOfMemory):
+                it.future.set_exception(result)
+            else:
                 it.future.set_result(result)

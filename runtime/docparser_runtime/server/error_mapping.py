@@ -26,6 +26,7 @@ log = logging.getLogger("docparser.server")
 # Most specific class first: lookup walks the exception's MRO.
 STATUS_BY_ERROR: dict[type[errors.DocParserError], int] = {
     errors.DocumentTooComplex: 422,
+    errors.GpuOutOfMemory: 422,
     errors.UnsupportedMediaType: 415,
     errors.PayloadTooLarge: 413,
     errors.RequestTimeout: 408,

@@ -70,6 +70,11 @@ class Metrics:
             "Pages waiting in the micro-batcher queue (not yet in a batch).",
             registry=r,
         )
+        self.gpu_oom = Counter(
+            "docparser_gpu_oom",
+            "GPU out-of-memory errors of the engine (each splits its batch and retries).",
+            registry=r,
+        )
         self.decoder_restarts = Counter(
             "docparser_decoder_restarts_total",
             "Sandboxed decoder processes killed or crashed and replaced, by reason "

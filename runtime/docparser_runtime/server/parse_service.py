@@ -107,8 +107,9 @@ class ParseService:
     ) -> dict:
         """Parse one document. ``deadline`` (``time.monotonic()``) defaults to now +
         ``sync_deadline_s`` (the request timeout, within the drain window). Pages are
-        decoded as the pipeline needs them, at most ``decode_lookahead`` ahead of inference. With ``on_delta`` pages are generated one
-        at a time through ``engine.stream_page`` (streaming), otherwise batched."""
+        decoded as the pipeline needs them, at most ``decode_lookahead`` ahead of inference.
+        With ``on_delta`` pages are generated one at a time through ``engine.stream_page``
+        (streaming), otherwise batched."""
         m = self.metrics
         t0 = time.monotonic()
         if deadline is None:
