@@ -19,7 +19,7 @@ from typing import Any
 from kubernetes.utils.quantity import parse_quantity
 
 from docparser_operator import labels, naming, rollout
-from docparser_operator.apply import FIELD_MANAGER, KubeClient, ref_for
+from docparser_operator.apply import FIELD_MANAGER, ApiError, KubeClient, ref_for
 
 CHILD_KINDS = (
     "Deployment",
@@ -123,19 +123,30 @@ class Observed:
 
     children: dict[Key, dict[str, Any]]
     pods: list[dict[str, Any]]
+    forbidden: tuple[str, ...] = ()  # kinds the operator may not list (RBAC)
 
 
 def observe(client: KubeClient, namespace: str, name: str) -> Observed:
-    """Every live object labelled as a child of this DocParser (owned or not), and its pods."""
+    """Every live object labelled as a child of this DocParser (owned or not), and its pods.
+    A kind the operator may not list (403) is reported, not fatal: the pass goes on with
+    what it can see and status says which permission is missing."""
     selector = labels.selector_string(labels.owned_selector(name))
     live: dict[Key, dict[str, Any]] = {}
+    forbidden: list[str] = []
     for kind in CHILD_KINDS:
-        for obj in client.list(ref_for(kind), namespace, selector=selector):
+        try:
+            items = client.list(ref_for(kind), namespace, selector=selector)
+        except ApiError as exc:
+            if exc.status != 403:
+                raise
+            forbidden.append(kind)
+            continue
+        for obj in items:
             live[(kind, obj["metadata"]["name"])] = obj
     pods = client.list(
         ref_for("Pod"), namespace, selector=labels.selector_string(labels.pod_selector(name))
     )
-    return Observed(live, pods)
+    return Observed(live, pods, tuple(forbidden))
 
 
 def revision_states(observed: Observed, uid: str) -> list[rollout.RevisionState]:

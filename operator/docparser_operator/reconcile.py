@@ -280,6 +280,14 @@ def reconcile(
     observed = observer(namespace, name)
     previous_weight = (previous.get("canary") or {}).get("weight") or 0
     decision = decide(resource, observed, previous_weight=previous_weight)
+    out.problems.extend(
+        Problem(
+            "Forbidden",
+            f"{kind}: the operator's service account may not list it; grant the verbs the "
+            "chart's ClusterRole lists",
+        )
+        for kind in observed.forbidden
+    )
     out.problems.extend(decision.problems)
     out.conflicts.extend(decision.conflicts)
     try:

@@ -212,3 +212,65 @@ def test_garbage_collector_removes_children_of_a_deleted_docparser(
         time.sleep(0.2)
     assert not remaining, [c["metadata"]["name"] for c in remaining]
     assert operator_client.get(DOCPARSER, real_namespace, "gc") is None
+
+
+@pytest.mark.parametrize("missing", ["PodDisruptionBudget", "HTTPRoute"])
+def test_a_missing_permission_is_degraded_forbidden_naming_it(
+    real_apiserver: ControlPlane, real_api: KubeApi, real_namespace: str, missing: str
+) -> None:
+    """With RBAC on, the operator's identity may do everything but write PDBs, or list
+    HTTPRoutes (a chart trimmed by hand): the other children are applied, and the status
+    says Degraded Forbidden naming the kind, instead of a retry loop."""
+    from docparser_operator.reconcile import reconcile
+
+    verbs = ["get", "list", "watch", "create", "patch", "delete", "update"]
+    rules = [
+        {
+            "apiGroups": ["docparser.io"],
+            "resources": ["docparsers", "docparsers/status"],
+            "verbs": verbs,
+        },
+        {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": verbs},
+        {"apiGroups": [""], "resources": ["services", "pods", "events"], "verbs": verbs},
+        {"apiGroups": ["autoscaling"], "resources": ["horizontalpodautoscalers"], "verbs": verbs},
+        {"apiGroups": ["gateway.networking.k8s.io"], "resources": ["httproutes"], "verbs": verbs}
+        if missing != "HTTPRoute"
+        else {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]},  # none at all
+        {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": verbs},
+        {
+            "apiGroups": ["policy"],
+            "resources": ["poddisruptionbudgets"],
+            "verbs": ["get", "list"] if missing == "PodDisruptionBudget" else verbs,
+        },
+    ]
+    role = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{real_namespace}/roles"
+    real_api.create(role, {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                           "metadata": {"name": "trimmed"}, "rules": rules})  # fmt: skip
+    real_api.create(
+        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{real_namespace}/rolebindings",
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "trimmed"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "trimmed"},
+            "subjects": [{"kind": "User", "name": ControlPlane.USER_NAME}],
+        },
+    )
+    live = real_api.create(path(real_namespace), docparser("rbac", SPECS["service-router"]))
+    cfg = k8s_client.Configuration()
+    cfg.host, cfg.ssl_ca_cert = real_apiserver.server, real_apiserver.ca_file
+    cfg.api_key = {"authorization": f"Bearer {real_apiserver.user_token}"}
+    outcome = real_api.wait_for(  # the RoleBinding takes a moment to reach the authorizer
+        "a pass with the trimmed role",
+        lambda: (o := reconcile(KubeClient(cfg), live)).applied and o,
+        timeout=30,
+    )
+    forbidden = [p for p in outcome.problems if p.reason == "Forbidden"]
+    assert forbidden and missing in forbidden[0].message
+    assert (
+        "Deployment",
+        next(k for k in outcome.applied if k[0] == "Deployment")[1],
+    ) in outcome.applied
+    status = real_api.get(path(real_namespace, "rbac"))["status"]
+    degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
+    assert degraded["status"] == "True" and degraded["reason"] == "Forbidden"
