@@ -151,6 +151,40 @@ def test_service_router_autoscaled_within_n_gpus(cluster: Cluster, operator: Any
         assert budget <= 4, sampler.report()
 
 
+def test_promotion_at_100_with_an_autoscaler_keeps_every_pod(
+    cluster: Cluster, operator: Any
+) -> None:
+    """The issue's permanent outage: autoscaled (min 1, max 4, the HPA chose 3), a canary at
+    100 %, then the documented promotion in one commit. The promoted revision keeps its 3
+    Ready pods and becomes stable; no moment has fewer than 3 Ready pods behind traffic."""
+    spec = docparser("inv", traffic=GATEWAY, replicas={"min": 1, "max": 4})["spec"]
+    with Kubelet(cluster, ready_after=0.5):
+        create(cluster, docparser("inv", **spec))
+        settle(cluster, "inv", "serving")
+        scale_to(cluster, "inv", 3)  # what the HPA does
+        wait_for(
+            "3 pods Ready",
+            lambda: cluster.get(DOCPARSER, "inv")["status"]["replicas"] == 3,
+            timeout=STEP_TIMEOUT,
+        )
+        settle(cluster, "inv", "at 3")
+        with TrafficSampler(cluster, "inv", floor=3, interval=0.25) as sampler:
+            spec = spec_of(cluster, "inv")
+            spec["canary"] = {"weights": CANARY_WEIGHTS, "weight": 100}
+            set_spec(cluster, "inv", spec)
+            st = settle(cluster, "inv", "100% on the canary")
+            assert st["canary"]["weight"] == 100 and st["canary"]["readyReplicas"] == 3
+            v2 = revision(cluster, "inv", "canary")
+            promoted = spec_of(cluster, "inv")
+            promoted["weights"] = promoted.pop("canary")["weights"]
+            set_spec(cluster, "inv", promoted)
+            st = settle(cluster, "inv", "promoted")
+        assert st["stable"]["revision"] == v2 and st["stable"]["readyReplicas"] == 3
+        assert condition(cluster, "inv", "Ready")["status"] == "True"
+        sys.__stderr__.write(f"\n{cluster.backend}: {sampler.report()}\n")  # docs/benchmarks.md
+        assert sampler.violations == [], sampler.report()
+
+
 def test_runtime_change_rolls_a_new_revision_make_before_break(
     cluster: Cluster, operator: Any
 ) -> None:
