@@ -19,6 +19,8 @@ from prometheus_client import (
     generate_latest,
 )
 
+from docparser_runtime.server.gpu_metrics import GpuCollector
+
 # Seconds: 5 ms .. 10 min; covers a cached hit up to a long PDF on a busy replica.
 LATENCY_BUCKETS = (
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600,
@@ -70,6 +72,7 @@ class Metrics:
             "Pages waiting in the micro-batcher queue (not yet in a batch).",
             registry=r,
         )
+        r.register(GpuCollector())
         self.gpu_oom = Counter(
             "docparser_gpu_oom",
             "GPU out-of-memory errors of the engine (each splits its batch and retries).",
