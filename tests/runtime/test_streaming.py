@@ -157,3 +157,10 @@ def test_rapidocr_stream_matches_its_result(rapidocr_url):
     events = stream(rapidocr_url, png_bytes(page))
     result = check_consistent(events, pages=1)
     assert "Document parsing" in result["content"]
+    metrics = httpx.get(f"{rapidocr_url}/metrics", timeout=10).text
+    count = next(
+        float(line.split()[-1])
+        for line in metrics.splitlines()
+        if line.startswith("docparser_time_to_first_token_seconds_count")
+    )
+    assert count >= 1  # the streamed request's first text was timed

@@ -50,6 +50,13 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
+        self.time_to_first_token = Histogram(
+            "docparser_time_to_first_token_seconds",
+            "Streamed requests: time from arrival to the first text sent (decode, queue, "
+            "vision encoder and the first token).",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
         for stage in STAGES:  # export zeros before the first request, for dashboards
             self.stage_seconds.labels(stage=stage)
         self.outstanding_requests = Gauge(

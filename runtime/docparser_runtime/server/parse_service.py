@@ -125,7 +125,8 @@ class ParseService:
             m.outstanding_pages.inc(doc.page_count)
             timings.planned = doc.page_count
             if on_delta is not None:
-                done = await self._stream(doc, request, on_page, on_delta, deadline, timings)
+                streamed = self._timing_first_token(on_delta, t0)
+                done = await self._stream(doc, request, on_page, streamed, deadline, timings)
             else:
                 done = await self._batch(doc, request, on_page, deadline, timings)
         finally:
@@ -280,6 +281,19 @@ class ParseService:
         finally:
             stop.set()  # the client went away or failed: stop generating
         return results
+
+    def _timing_first_token(self, on_delta: PageDeltaCallback, t0: float) -> PageDeltaCallback:
+        """``on_delta`` that observes the time to the request's first streamed text once."""
+        first = True
+
+        def timed(index: int, text: str) -> None:
+            nonlocal first
+            if first:
+                first = False
+                self.metrics.time_to_first_token.observe(time.monotonic() - t0)
+            on_delta(index, text)
+
+        return timed
 
     def _count_warnings(self, results: Sequence[PageResult]) -> None:
         engine = self.engine.name
