@@ -39,7 +39,7 @@ from typing import Any
 
 import kopf
 
-from docparser_operator import cache, events, labels, leader
+from docparser_operator import cache, events, labels, leader, permissions, triggers
 from docparser_operator.apply import DOCPARSER, ApiError, KubeClient, load_configuration
 from docparser_operator.metrics import OperatorMetrics
 from docparser_operator.naming import API_GROUP, KIND, PLURAL
@@ -290,21 +290,6 @@ async def stop_resync(memo: kopf.Memo, **_: Any) -> None:
         await asyncio.to_thread(state.metrics.close)  # this run started it, so it stops it
 
 
-def _deployment_signature(body: Mapping[str, Any]) -> tuple[Any, ...]:
-    st = body.get("status") or {}
-    return (
-        (body.get("metadata") or {}).get("generation"),
-        st.get("observedGeneration"),
-        st.get("replicas"),
-        st.get("readyReplicas"),
-        st.get("updatedReplicas"),
-        st.get("availableReplicas"),
-        tuple(
-            (c.get("type"), c.get("status"), c.get("reason")) for c in st.get("conditions") or []
-        ),
-    )
-
-
 @kopf.on.event("apps", "v1", "deployments", labels={labels.LABEL_MANAGED_BY: labels.MANAGED_BY})
 def on_deployment(event: Mapping[str, Any], body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """A child Deployment moved (pods became ready, a rollout stalled): refresh its owner."""
@@ -314,7 +299,7 @@ def on_deployment(event: Mapping[str, Any], body: kopf.Body, memo: kopf.Memo, **
     if owner is None:
         return
     key = meta.get("uid", "")
-    signature = _deployment_signature(body)
+    signature = triggers.deployment_signature(body)
     if event.get("type") != "DELETED" and state.deployment_seen.get(key) == signature:
         return  # our own no-op (or metadata-only) change: nothing new to report
     state.deployment_seen[key] = signature
@@ -322,30 +307,6 @@ def on_deployment(event: Mapping[str, Any], body: kopf.Body, memo: kopf.Memo, **
         state.deployment_seen.pop(key, None)
         _forget(state, body)
     _reconcile_owner(state, meta.get("namespace"), owner)
-
-
-def _pod_signature(body: Mapping[str, Any]) -> tuple[Any, ...]:
-    """What status reports of a pod: phase, conditions, each container's state and reason."""
-    st = body.get("status") or {}
-
-    def containers(key: str) -> tuple[Any, ...]:
-        out = []
-        for ctr in st.get(key) or []:
-            state = ctr.get("state") or {}
-            kind = next(iter(state), "")
-            out.append(
-                (ctr.get("name"), ctr.get("ready"), kind, (state.get(kind) or {}).get("reason"))
-            )
-        return tuple(out)
-
-    return (
-        st.get("phase"),
-        tuple(
-            (c.get("type"), c.get("status"), c.get("reason")) for c in st.get("conditions") or []
-        ),
-        containers("initContainerStatuses"),
-        containers("containerStatuses"),
-    )
 
 
 @kopf.on.event("", "v1", "pods", labels={labels.LABEL_MANAGED_BY: labels.MANAGED_BY})
@@ -356,7 +317,7 @@ def on_pod(event: Mapping[str, Any], body: kopf.Body, memo: kopf.Memo, **_: Any)
     state = _state(memo)
     meta = body.get("metadata") or {}
     key = meta.get("uid", "")
-    signature = _pod_signature(body)
+    signature = triggers.pod_signature(body)
     if event.get("type") == "DELETED":
         state.pod_seen.pop(key, None)
         return  # its ReplicaSet and Deployment report the loss
@@ -456,6 +417,7 @@ def run(namespaces: list[str]) -> None:
             memo=kopf.Memo(metrics=metrics),
         )
 
+    permissions.require_watches(settings, [(g, p) for g, _v, p in INDEXED.values()], namespaces)
     if not settings.leader_elect:
         run_kopf()
         return

@@ -274,3 +274,47 @@ def test_a_missing_permission_is_degraded_forbidden_naming_it(
     status = real_api.get(path(real_namespace, "rbac"))["status"]
     degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
     assert degraded["status"] == "True" and degraded["reason"] == "Forbidden"
+
+
+def test_the_operator_names_watches_rbac_denies_before_it_starts(
+    real_apiserver: ControlPlane, real_api: KubeApi, real_namespace: str
+) -> None:
+    """kopf waits for every index's first list before running any handler, and retries a
+    forbidden watch for ever: a trimmed ClusterRole would leave the operator silent. The
+    start-up check asks the API server (SelfSubjectAccessReview) and names what is denied."""
+    from docparser_operator import permissions
+    from docparser_operator.handlers import INDEXED
+
+    real_api.create(
+        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{real_namespace}/roles",
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "watcher"},
+            "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["list", "watch"]}],
+        },
+    )
+    cfg = k8s_client.Configuration()
+    cfg.host, cfg.ssl_ca_cert = real_apiserver.server, real_apiserver.ca_file
+    cfg.api_key = {"authorization": f"Bearer {real_apiserver.user_token}"}
+    user = KubeClient(cfg)
+    kinds = [(group, plural) for group, _version, plural in INDEXED.values()]
+    denied = permissions.missing(user, kinds, [real_namespace])
+    assert {d.resource for d in denied} == {plural for _, plural in kinds}  # not bound yet
+    real_api.create(
+        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{real_namespace}/rolebindings",
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "watcher"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "watcher"},
+            "subjects": [{"kind": "User", "name": ControlPlane.USER_NAME}],
+        },
+    )
+    real_api.wait_for(
+        "the binding to reach the authorizer",
+        lambda: not permissions.missing(user, kinds, [real_namespace]),
+        timeout=30,
+    )
+    denied = permissions.missing(user, kinds, [""])  # bound in one namespace, not cluster-wide
+    assert denied and "in all namespaces" in str(denied[0])

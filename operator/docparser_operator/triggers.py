@@ -1,0 +1,49 @@
+"""What of a child's change is worth a reconcile (pure): the fields status is built from.
+
+Our own metadata-only writes (labels, annotations) and the kubelet's heartbeats change
+nothing here, so they trigger no pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def deployment_signature(body: Mapping[str, Any]) -> tuple[Any, ...]:
+    st = body.get("status") or {}
+    return (
+        (body.get("metadata") or {}).get("generation"),
+        st.get("observedGeneration"),
+        st.get("replicas"),
+        st.get("readyReplicas"),
+        st.get("updatedReplicas"),
+        st.get("availableReplicas"),
+        tuple(
+            (c.get("type"), c.get("status"), c.get("reason")) for c in st.get("conditions") or []
+        ),
+    )
+
+
+def pod_signature(body: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What status reports of a pod: phase, conditions, each container's state and reason."""
+    st = body.get("status") or {}
+
+    def containers(key: str) -> tuple[Any, ...]:
+        out = []
+        for ctr in st.get(key) or []:
+            state = ctr.get("state") or {}
+            kind = next(iter(state), "")
+            out.append(
+                (ctr.get("name"), ctr.get("ready"), kind, (state.get(kind) or {}).get("reason"))
+            )
+        return tuple(out)
+
+    return (
+        st.get("phase"),
+        tuple(
+            (c.get("type"), c.get("status"), c.get("reason")) for c in st.get("conditions") or []
+        ),
+        containers("initContainerStatuses"),
+        containers("containerStatuses"),
+    )
