@@ -24,6 +24,7 @@ EXPECTED = {
     errors.Overloaded: 429,
     errors.Unavailable: 503,
     errors.DeadlineExceeded: 504,
+    errors.GpuOutOfMemory: 422,
     errors.EngineFailure: 500,
     errors.WeightsError: 503,
     errors.DocParserError: 500,
