@@ -214,6 +214,33 @@ def test_garbage_collector_removes_children_of_a_deleted_docparser(
     assert operator_client.get(DOCPARSER, real_namespace, "gc") is None
 
 
+RBAC = "/apis/rbac.authorization.k8s.io/v1/namespaces/{}/{}"
+
+
+def grant_user(api: KubeApi, namespace: str, name: str, rules: list[dict]) -> None:
+    """A Role with ``rules`` bound to the harness's unprivileged user in ``namespace``."""
+    api.create(RBAC.format(namespace, "roles"), {"apiVersion": "rbac.authorization.k8s.io/v1",
+               "kind": "Role", "metadata": {"name": name}, "rules": rules})  # fmt: skip
+    api.create(
+        RBAC.format(namespace, "rolebindings"),
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"kind": "User", "name": ControlPlane.USER_NAME}],
+        },
+    )
+
+
+def user_client(control_plane: ControlPlane) -> KubeClient:
+    """The operator's client as the harness's unprivileged user (RBAC decides)."""
+    cfg = k8s_client.Configuration()
+    cfg.host, cfg.ssl_ca_cert = control_plane.server, control_plane.ca_file
+    cfg.api_key = {"authorization": f"Bearer {control_plane.user_token}"}
+    return KubeClient(cfg)
+
+
 @pytest.mark.parametrize("missing", ["PodDisruptionBudget", "HTTPRoute"])
 def test_a_missing_permission_is_degraded_forbidden_naming_it(
     real_apiserver: ControlPlane, real_api: KubeApi, real_namespace: str, missing: str
@@ -243,26 +270,11 @@ def test_a_missing_permission_is_degraded_forbidden_naming_it(
             "verbs": ["get", "list"] if missing == "PodDisruptionBudget" else verbs,
         },
     ]
-    role = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{real_namespace}/roles"
-    real_api.create(role, {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-                           "metadata": {"name": "trimmed"}, "rules": rules})  # fmt: skip
-    real_api.create(
-        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{real_namespace}/rolebindings",
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": "trimmed"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "trimmed"},
-            "subjects": [{"kind": "User", "name": ControlPlane.USER_NAME}],
-        },
-    )
+    grant_user(real_api, real_namespace, "trimmed", rules)
     live = real_api.create(path(real_namespace), docparser("rbac", SPECS["service-router"]))
-    cfg = k8s_client.Configuration()
-    cfg.host, cfg.ssl_ca_cert = real_apiserver.server, real_apiserver.ca_file
-    cfg.api_key = {"authorization": f"Bearer {real_apiserver.user_token}"}
     outcome = real_api.wait_for(  # the RoleBinding takes a moment to reach the authorizer
         "a pass with the trimmed role",
-        lambda: (o := reconcile(KubeClient(cfg), live)).applied and o,
+        lambda: (o := reconcile(user_client(real_apiserver), live)).applied and o,
         timeout=30,
     )
     forbidden = [p for p in outcome.problems if p.reason == "Forbidden"]
@@ -285,32 +297,12 @@ def test_the_operator_names_watches_rbac_denies_before_it_starts(
     from docparser_operator import permissions
     from docparser_operator.handlers import INDEXED
 
-    real_api.create(
-        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{real_namespace}/roles",
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": {"name": "watcher"},
-            "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["list", "watch"]}],
-        },
-    )
-    cfg = k8s_client.Configuration()
-    cfg.host, cfg.ssl_ca_cert = real_apiserver.server, real_apiserver.ca_file
-    cfg.api_key = {"authorization": f"Bearer {real_apiserver.user_token}"}
-    user = KubeClient(cfg)
+    user = user_client(real_apiserver)
     kinds = [(group, plural) for group, _version, plural in INDEXED.values()]
     denied = permissions.missing(user, kinds, [real_namespace])
     assert {d.resource for d in denied} == {plural for _, plural in kinds}  # not bound yet
-    real_api.create(
-        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{real_namespace}/rolebindings",
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": "watcher"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "watcher"},
-            "subjects": [{"kind": "User", "name": ControlPlane.USER_NAME}],
-        },
-    )
+    watch_all = [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["list", "watch"]}]
+    grant_user(real_api, real_namespace, "watcher", watch_all)
     real_api.wait_for(
         "the binding to reach the authorizer",
         lambda: not permissions.missing(user, kinds, [real_namespace]),
