@@ -91,7 +91,7 @@ class Rollout(_Model):
 
 
 class Autoscaling(_Model):
-    metric: Literal["queue", "inflight", "cpu"] = "queue"
+    metric: Literal["queue", "backlog", "inflight", "cpu"] = "queue"
     target: Annotated[int, Field(ge=1, le=10000)] = 4
     scale_down_stabilization_seconds: Annotated[int, Field(ge=0, le=3600)] = 600
 

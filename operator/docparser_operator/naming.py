@@ -41,6 +41,7 @@ OPERATOR_ENV = frozenset(
         "DOCPARSER_API_KEYS_FILE",
         "DOCPARSER_REDIS_URL",
         "DOCPARSER_REDIS_PREFIX",
+        "DOCPARSER_REVISION",
         "HOME",
         "HF_HOME",
         "HF_HUB_OFFLINE",

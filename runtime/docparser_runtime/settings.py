@@ -143,6 +143,13 @@ class Settings(BaseSettings):
         "the result cache): DocParsers sharing one Redis never see each other's keys; the "
         "operator sets docparser:<namespace>:<name>:",
     )
+    revision: str = Field(
+        "",
+        max_length=63,
+        pattern=r"^[A-Za-z0-9._-]*$",
+        description="this pod's revision (track); jobs run on the revision that accepted them "
+        "(the operator sets it from the pod's docparser.io/revision label)",
+    )
     job_ttl_s: int = Field(24 * 3600, ge=1)
     max_queued_jobs: int = Field(
         1000, ge=1, description="queued jobs before POST /v1/jobs answers 429 (uploads are held)"

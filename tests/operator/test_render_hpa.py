@@ -63,6 +63,7 @@ CPU = {
     ("metric", "expected"),
     [
         ("queue", _pods("docparser_outstanding_pages")),
+        ("backlog", _pods("docparser_backlog_pages")),
         ("inflight", _pods("docparser_outstanding_requests")),
         ("cpu", CPU),
     ],

@@ -257,3 +257,19 @@ async def test_redis_unreachable_is_unavailable_not_a_crash():
             assert exc.value.code == "job_store_unavailable"
     finally:
         await store.close()
+
+
+async def test_backlog_sums_the_page_estimates_of_queued_jobs(store):
+    for i, pages in enumerate((3, 5)):
+        data = f"doc {i}".encode()
+        await store.submit(
+            data=data,
+            params=PARAMS,
+            fingerprint=request_fingerprint(data, PARAMS),
+            pages_estimate=pages,
+        )
+    await store.heartbeat("w1", lease_s=30)
+    backlog = await store.backlog()
+    assert (backlog.jobs, backlog.pages, backlog.workers) == (2, 8, 1)
+    await store.claim("w1", timeout_s=1)  # a running job is no longer backlog
+    assert (await store.backlog()).pages == 5

@@ -87,6 +87,10 @@ def _env(spec: DocParserSpec, tp: TrackPlan, meta: ObjectMeta) -> list[dict[str,
     if spec.auth and spec.auth.api_key_secret_ref:
         env["DOCPARSER_API_KEYS_FILE"] = API_KEYS_DIR
     rendered: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in env.items()]
+    # The pod's own revision, read from its label (the template stays the same text for
+    # every revision): jobs a revision accepts run on that revision only.
+    label = f"metadata.labels['{LABEL_REVISION}']"
+    rendered.append({"name": "DOCPARSER_REVISION", "valueFrom": {"fieldRef": {"fieldPath": label}}})
     redis = spec.runtime.redis_url_secret_ref
     if redis is not None:
         # Jobs and the result cache in Redis: any replica answers for any job.

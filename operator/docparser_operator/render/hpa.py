@@ -6,8 +6,10 @@ stable and canary revisions by the weight. So one autoscaler decides the size an
 never drifts with load, as Argo Rollouts sizes a canary from the Rollout's replicas.
 
 Metrics: ``queue`` scales on the runtime gauge ``docparser_outstanding_pages`` (decoded pages
-queued or being inferred: a 300-page PDF is 300 units, not one request) and ``inflight`` on
-``docparser_outstanding_requests``, both as Pods metrics averaged per pod (they need a
+queued or being inferred: a 300-page PDF is 300 units, not one request), ``backlog`` on
+``docparser_backlog_pages`` (those pages plus the pod's share of its revision's queued job
+pages, so queued async jobs scale out too) and ``inflight`` on
+``docparser_outstanding_requests``, all as Pods metrics averaged per pod (they need a
 custom-metrics adapter such as prometheus-adapter); ``cpu`` is Resource CPU utilization.
 Behaviour: scale up at once (a queue of GPU work only grows), scale down slowly, one pod per
 five minutes after ``scaleDownStabilizationSeconds`` of low load: GPU pods are slow to start.
@@ -23,7 +25,11 @@ from docparser_operator.naming import API_VERSION, KIND
 from docparser_operator.render.meta import object_meta
 from docparser_operator.render.plan import Plan
 
-POD_METRICS = {"queue": "docparser_outstanding_pages", "inflight": "docparser_outstanding_requests"}
+POD_METRICS = {
+    "queue": "docparser_outstanding_pages",
+    "backlog": "docparser_backlog_pages",
+    "inflight": "docparser_outstanding_requests",
+}
 
 
 def _metric(autoscaling: Autoscaling) -> dict[str, Any]:

@@ -2,10 +2,11 @@
 
 from .factory import create_job_store
 from .models import Job, JobStatus, request_fingerprint
-from .store import ClaimedJob, JobStore
+from .store import Backlog, ClaimedJob, JobStore
 from .worker import JobRunner, JobStopped, JobWorker
 
 __all__ = [
+    "Backlog",
     "ClaimedJob",
     "Job",
     "JobRunner",

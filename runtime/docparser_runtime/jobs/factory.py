@@ -21,6 +21,8 @@ def create_job_store(settings) -> JobStore:
             max_queued_per_owner=settings.max_queued_jobs_per_key,
             write_retries=settings.redis_write_retries,
             prefix=settings.redis_prefix,
+            revision=settings.revision,
+            orphan_after_s=2 * settings.job_lease_s,
         )
     from .memory_store import MemoryJobStore
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from .models import Job, JobStatus, new_job_id
 from .store import (
+    Backlog,
     ClaimedJob,
     JobStore,
     already_finished,
@@ -104,6 +105,7 @@ class MemoryJobStore(JobStore):
         fingerprint: str,
         idempotency_key: str | None = None,
         owner: str | None = None,
+        pages_estimate: int = 1,
     ) -> tuple[Job, bool]:
         async with self._cond:
             self._sweep()
@@ -125,6 +127,7 @@ class MemoryJobStore(JobStore):
                 idempotency_key=idempotency_key,
                 fingerprint=fingerprint,
                 owner=owner,
+                pages_estimate=max(int(pages_estimate), 1),
             )
             self._jobs[job.id] = job
             self._inputs[job.id] = data
@@ -149,6 +152,11 @@ class MemoryJobStore(JobStore):
 
     async def queue_depth(self) -> int:
         return len(self._queue)
+
+    async def backlog(self) -> Backlog:
+        """One process runs every job it holds: its own queue, one worker."""
+        pages = sum(self._jobs[j].pages_estimate for j in self._queue)
+        return Backlog(jobs=len(self._queue), pages=pages, workers=1)
 
     async def cancel(self, job_id: str) -> Job:
         async with self._cond:

@@ -61,6 +61,10 @@ class Job:
     cancel_requested: bool = False
     worker: str | None = None
     attempts: int = 0
+    # The revision (track) whose pod accepted the job: only pods of that revision run it
+    # (a canary's jobs never run on stable, a dark canary runs no production job).
+    revision: str = ""
+    pages_estimate: int = 1  # for the autoscaling backlog while queued (page_estimate.py)
 
     def to_public(self, *, queue_position: int | None = None) -> dict[str, Any]:
         """The JSON body of ``GET /v1/jobs/{id}`` (and of the 202 reply)."""
@@ -100,6 +104,8 @@ class Job:
             "cancel_requested": "1" if self.cancel_requested else "0",
             "worker": self.worker or "",
             "attempts": str(self.attempts),
+            "revision": self.revision,
+            "pages_estimate": str(self.pages_estimate),
         }
 
     @classmethod
@@ -124,4 +130,6 @@ class Job:
             cancel_requested=f.get("cancel_requested") == "1",
             worker=f.get("worker") or None,
             attempts=int(f.get("attempts") or 0),
+            revision=f.get("revision") or "",
+            pages_estimate=int(f.get("pages_estimate") or 1),
         )

@@ -15,6 +15,17 @@ local function owner_set(prefix, job_key)
 end
 """
 
+# Each revision (track) has its own queue, ``<prefix>queue:<revision>`` (``<prefix>queue``
+# without a revision), so a job runs on the revision that accepted it. Scripts that put a
+# job back find its queue from the job's ``revision`` field (ARGV names the base key).
+_QUEUE_OF = """
+local function queue_of(base, job_key)
+  local rev = redis.call('HGET', job_key, 'revision')
+  if rev and rev ~= '' then return base .. ':' .. rev end
+  return base
+end
+"""
+
 SUBMIT = """
 -- KEYS: job, input, queue, owner queued set, [idem]
 -- ARGV: id, fingerprint, ttl, job prefix, input, max queued (0 = none),
@@ -71,16 +82,17 @@ return 0
 
 CANCEL = (
     _OWNER_QUEUED
+    + _QUEUE_OF
     + """
--- KEYS: job, queue, input; ARGV: id, now, ttl, owner set prefix
+-- KEYS: job, input; ARGV: id, now, ttl, owner set prefix, queue base
 local st = redis.call('HGET', KEYS[1], 'status')
 if not st then return 'missing' end
 if st == 'queued' then
   local owned = owner_set(ARGV[4], KEYS[1])
   if owned then redis.call('SREM', owned, ARGV[1]) end
-  redis.call('LREM', KEYS[2], 0, ARGV[1])
+  redis.call('LREM', queue_of(ARGV[5], KEYS[1]), 0, ARGV[1])
   redis.call('HSET', KEYS[1], 'status', 'cancelled', 'updated_at', ARGV[2], 'worker', '')
-  redis.call('DEL', KEYS[3])
+  redis.call('DEL', KEYS[2])
   redis.call('EXPIRE', KEYS[1], ARGV[3])
   return 'cancelled'
 end
@@ -116,14 +128,15 @@ return 1
 
 RELEASE = (
     _OWNER_QUEUED
+    + _QUEUE_OF
     + """
--- KEYS: job, processing, queue; ARGV: id, worker, now, owner set prefix
+-- KEYS: job, processing; ARGV: id, worker, now, owner set prefix, queue base
 redis.call('LREM', KEYS[2], 0, ARGV[1])
 if redis.call('HGET', KEYS[1], 'status') ~= 'running' then return 0 end
 if redis.call('HGET', KEYS[1], 'worker') ~= ARGV[2] then return 0 end
 redis.call('HSET', KEYS[1], 'status', 'queued', 'worker', '', 'pages_done', '0',
            'updated_at', ARGV[3])
-redis.call('RPUSH', KEYS[3], ARGV[1])
+redis.call('RPUSH', queue_of(ARGV[5], KEYS[1]), ARGV[1])
 local owned = owner_set(ARGV[4], KEYS[1])
 if owned then redis.call('SADD', owned, ARGV[1]) end
 return 1
@@ -132,10 +145,11 @@ return 1
 
 REQUEUE_DEAD = (
     _OWNER_QUEUED
+    + _QUEUE_OF
     + """
--- KEYS: lease, processing, queue, workers
+-- KEYS: lease, processing, workers
 -- ARGV: worker, job prefix, input prefix, now, ttl, max attempts, error json,
---       owner set prefix
+--       owner set prefix, queue base
 if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
 local n = 0
 while true do
@@ -160,28 +174,45 @@ while true do
     else
       redis.call('HSET', jk, 'status', 'queued', 'worker', '', 'pages_done', '0',
                  'updated_at', ARGV[4])
-      redis.call('RPUSH', KEYS[3], id)
+      redis.call('RPUSH', queue_of(ARGV[9], jk), id)
       local owned = owner_set(ARGV[8], jk)
       if owned then redis.call('SADD', owned, id) end
       n = n + 1
     end
   end
 end
-redis.call('SREM', KEYS[4], ARGV[1])
+redis.call('SREM', KEYS[3], ARGV[1])
 return n
 """
 )
 
 
-RETURN_UNSTARTED = """
--- KEYS: processing, queue; ARGV: job prefix -> ids moved back (still 'queued')
+RETURN_UNSTARTED = (
+    _QUEUE_OF
+    + """
+-- KEYS: processing; ARGV: job prefix, queue base -> ids moved back (still 'queued')
 local n = 0
 for _, id in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do
   if redis.call('HGET', ARGV[1] .. id, 'status') == 'queued' then
     redis.call('LREM', KEYS[1], 0, id)
-    redis.call('RPUSH', KEYS[2], id)
+    redis.call('RPUSH', queue_of(ARGV[2], ARGV[1] .. id), id)
     n = n + 1
   end
+end
+return n
+"""
+)
+
+ADOPT = """
+-- KEYS: orphaned queue, adopting queue; ARGV: job prefix, adopting revision, now
+-- Moves every job of a revision that has no live pod left to a live revision's queue,
+-- oldest at the head (they waited longest), and records the new revision on each job.
+local n = 0
+while true do
+  local id = redis.call('LMOVE', KEYS[1], KEYS[2], 'LEFT', 'RIGHT')
+  if not id then break end
+  redis.call('HSET', ARGV[1] .. id, 'revision', ARGV[2], 'updated_at', ARGV[3])
+  n = n + 1
 end
 return n
 """

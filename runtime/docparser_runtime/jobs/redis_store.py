@@ -1,12 +1,21 @@
 """Redis job store: any replica answers for any job, and no accepted job is lost.
 
 Layout (prefix ``docparser:``): ``job:{id}`` hash (the ``Job`` fields), ``input:{id}``
-(the uploaded bytes, deleted when the job ends), ``queue`` (list; LPUSH new ids, workers
-take from the right), ``processing:{worker}`` (list a worker's claimed ids move into with
+(the uploaded bytes, deleted when the job ends), ``queue:{revision}`` (list; LPUSH new
+ids, workers take from the right; ``queue`` for a pod without a revision),
+``processing:{worker}`` (list a worker's claimed ids move into with
 BLMOVE, the "reliable queue" pattern), ``lease:{worker}`` (renewed by a heartbeat, expires
 when the pod dies), ``workers`` (set of workers that may hold jobs), ``idem:{key}``
 ("fingerprint id"), ``queued_by:{owner}`` (set of an API key's queued job ids: the
-per-key quota). Every multi-key state change is one Lua script, so concurrent replicas
+per-key quota), ``worker_revision`` / ``revision_seen`` / ``revision_accepted`` (hashes:
+each worker's revision, each revision's last heartbeat and last accepted job).
+
+Tracks: a job runs on the revision whose pod accepted it (the canary's jobs on the canary,
+stable's on stable; a dark canary gets no production traffic, so it runs no production
+job). When a revision has had no live pod for ``orphan_after_s`` (promoted away, rolled
+back) while jobs still wait in its queue, they are adopted by the live revision that most
+recently accepted a job (the one serving traffic), so no accepted job is stranded. Every
+multi-key state change is one Lua script, so concurrent replicas
 (and the reaper) never see half an update; the queue limits are checked in the same
 script that enqueues.
 
@@ -34,6 +43,7 @@ from ..errors import Unavailable
 from . import redis_scripts as scripts
 from .models import Job, JobStatus, new_job_id
 from .store import (
+    Backlog,
     ClaimedJob,
     JobStore,
     already_finished,
@@ -80,6 +90,8 @@ class RedisJobStore(JobStore):
         retry_base_s: float = 0.2,
         retry_cap_s: float = 5.0,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        revision: str = "",
+        orphan_after_s: float = 30.0,
     ) -> None:
         """``max_queued`` / ``max_queued_per_owner``: 0 = unlimited. ``write_retries``:
         extra tries of a worker-side write after a connection error, sleeping
@@ -97,6 +109,8 @@ class RedisJobStore(JobStore):
         self.retry_base_s = retry_base_s
         self.retry_cap_s = retry_cap_s
         self._sleep = sleep
+        self.revision = revision
+        self.orphan_after_s = orphan_after_s
         self._submit = client.register_script(scripts.SUBMIT)
         self._start = client.register_script(scripts.START)
         self._cancel = client.register_script(scripts.CANCEL)
@@ -105,6 +119,7 @@ class RedisJobStore(JobStore):
         self._release = client.register_script(scripts.RELEASE)
         self._requeue_dead = client.register_script(scripts.REQUEUE_DEAD)
         self._return_unstarted = client.register_script(scripts.RETURN_UNSTARTED)
+        self._adopt = client.register_script(scripts.ADOPT)
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RedisJobStore:
@@ -152,8 +167,28 @@ class RedisJobStore(JobStore):
         raise AssertionError("unreachable")  # the loop returns or raises
 
     @property
-    def _queue(self) -> str:
+    def _queue_base(self) -> str:
         return f"{self.p}queue"
+
+    def _queue_for(self, revision: str) -> str:
+        return f"{self._queue_base}:{revision}" if revision else self._queue_base
+
+    @property
+    def _queue(self) -> str:
+        """This pod's revision's queue: the only one its workers claim from."""
+        return self._queue_for(self.revision)
+
+    @property
+    def _worker_revision(self) -> str:
+        return f"{self.p}worker_revision"
+
+    @property
+    def _revision_seen(self) -> str:
+        return f"{self.p}revision_seen"
+
+    @property
+    def _revision_accepted(self) -> str:
+        return f"{self.p}revision_accepted"
 
     @property
     def _workers(self) -> str:
@@ -169,6 +204,7 @@ class RedisJobStore(JobStore):
         fingerprint: str,
         idempotency_key: str | None = None,
         owner: str | None = None,
+        pages_estimate: int = 1,
     ) -> tuple[Job, bool]:
         job = Job(
             id=new_job_id(),
@@ -176,6 +212,8 @@ class RedisJobStore(JobStore):
             idempotency_key=idempotency_key,
             fingerprint=fingerprint,
             owner=owner,
+            revision=self.revision,
+            pages_estimate=max(int(pages_estimate), 1),
         )
         owner_set = self._owner_prefix + (owner or "")
         keys = [self._job(job.id), self._input(job.id), self._queue, owner_set]
@@ -194,6 +232,8 @@ class RedisJobStore(JobStore):
             raise quota_exceeded(int(job_id))
         if outcome == b"existing":
             return await self.get(job_id.decode()), False
+        # Marks this revision as serving traffic: it adopts orphaned jobs (reap).
+        await self.r.hset(self._revision_accepted, self.revision, repr(time.time()))
         return job, True
 
     @_unavailable_when_unreachable
@@ -205,18 +245,42 @@ class RedisJobStore(JobStore):
 
     @_unavailable_when_unreachable
     async def queue_position(self, job_id: str) -> int | None:
+        raw = await self.r.hget(self._job(job_id), "revision")
+        queue = self._queue_for(raw.decode() if raw else "")
         async with self.r.pipeline(transaction=True) as pipe:
-            index, length = await pipe.lpos(self._queue, job_id).llen(self._queue).execute()
+            index, length = await pipe.lpos(queue, job_id).llen(queue).execute()
         return None if index is None else length - 1 - index
 
     @_unavailable_when_unreachable
     async def queue_depth(self) -> int:
         return await self.r.llen(self._queue)
 
+    # Queued jobs whose page estimates are summed exactly; past it, the rest are counted
+    # at the sampled mean (the metric refreshes every few seconds on every pod).
+    BACKLOG_SAMPLE = 1000
+
+    @_unavailable_when_unreachable
+    async def backlog(self) -> Backlog:
+        ids = await self.r.lrange(self._queue, 0, self.BACKLOG_SAMPLE - 1)
+        async with self.r.pipeline(transaction=False) as pipe:
+            pipe.llen(self._queue)
+            for raw in ids:
+                pipe.hget(self._job(raw.decode()), "pages_estimate")
+            pipe.hgetall(self._worker_revision)
+            depth, *estimates, owners = await pipe.execute()
+        sampled = [int(e or 1) for e in estimates]
+        pages = sum(sampled)
+        if depth > len(sampled) and sampled:
+            pages += round((depth - len(sampled)) * pages / len(sampled))
+        mine = [w.decode() for w, rev in owners.items() if rev.decode() == self.revision]
+        # EXISTS with several keys counts those present: the live leases of this revision.
+        alive = await self.r.exists(*(self._lease(w) for w in mine)) if mine else 0
+        return Backlog(jobs=int(depth), pages=int(pages), workers=max(int(alive), 1))
+
     @_unavailable_when_unreachable
     async def cancel(self, job_id: str) -> Job:
-        keys = [self._job(job_id), self._queue, self._input(job_id)]
-        args = [job_id, time.time(), self.ttl_s, self._owner_prefix]
+        keys = [self._job(job_id), self._input(job_id)]
+        args = [job_id, time.time(), self.ttl_s, self._owner_prefix, self._queue_base]
         outcome = await self._cancel(keys=keys, args=args)
         if outcome == b"missing":
             raise not_found(job_id)
@@ -288,8 +352,8 @@ class RedisJobStore(JobStore):
         return await self._retrying("finish", write)
 
     async def release(self, job_id: str, worker_id: str) -> None:
-        keys = [self._job(job_id), self._processing(worker_id), self._queue]
-        args = [job_id, worker_id, time.time(), self._owner_prefix]
+        keys = [self._job(job_id), self._processing(worker_id)]
+        args = [job_id, worker_id, time.time(), self._owner_prefix, self._queue_base]
         await self._retrying("release", lambda: self._release(keys=keys, args=args))
 
     async def heartbeat(self, worker_id: str, *, lease_s: float) -> None:
@@ -297,6 +361,8 @@ class RedisJobStore(JobStore):
             async with self.r.pipeline(transaction=True) as pipe:
                 pipe.set(self._lease(worker_id), b"1", px=max(int(lease_s * 1000), 1))
                 pipe.sadd(self._workers, worker_id)
+                pipe.hset(self._worker_revision, worker_id, self.revision)
+                pipe.hset(self._revision_seen, self.revision, repr(time.time()))
                 await pipe.execute()
 
         await self._retrying("heartbeat", beat)
@@ -305,10 +371,48 @@ class RedisJobStore(JobStore):
         requeued = 0
         for raw in await self.r.smembers(self._workers):
             requeued += max(await self._requeue_worker(raw.decode()), 0)
-        return requeued
+        return requeued + await self._adopt_orphans()
+
+    async def _adopt_orphans(self) -> int:
+        """Move the queued jobs of revisions with no live pod to this pod's revision,
+        when this revision is the adopter: among live revisions, the one that accepted a
+        job most recently (serving traffic; a dark canary never does), then by name."""
+        async with self.r.pipeline(transaction=False) as pipe:
+            seen, accepted = (
+                await pipe.hgetall(self._revision_seen).hgetall(self._revision_accepted).execute()
+            )
+        now = time.time()
+        seen_at = {k.decode(): float(v) for k, v in seen.items()}
+        accepted_at = {k.decode(): float(v) for k, v in accepted.items()}
+        live = {rev for rev, t in seen_at.items() if now - t <= self.orphan_after_s}
+        if not live:
+            return 0
+        adopter = max(live, key=lambda rev: (accepted_at.get(rev, 0.0), rev))
+        if adopter != self.revision:
+            return 0
+        adopted = 0
+        for rev in (set(seen_at) | set(accepted_at)) - live:
+            moved = int(
+                await self._adopt(
+                    keys=[self._queue_for(rev), self._queue],
+                    args=[f"{self.p}job:", self.revision, time.time()],
+                )
+            )
+            if moved:
+                log.warning("revision %r has no live pod: adopted its %d queued jobs", rev, moved)
+            adopted += moved
+            # Forget a revision once its queue is empty and it accepted nothing lately.
+            if now - accepted_at.get(rev, 0.0) > self.orphan_after_s:
+                async with self.r.pipeline(transaction=False) as pipe:
+                    await (
+                        pipe.hdel(self._revision_seen, rev)
+                        .hdel(self._revision_accepted, rev)
+                        .execute()
+                    )
+        return adopted
 
     async def _requeue_worker(self, worker_id: str) -> int:
-        keys = [self._lease(worker_id), self._processing(worker_id), self._queue, self._workers]
+        keys = [self._lease(worker_id), self._processing(worker_id), self._workers]
         error = json.dumps(
             {
                 "code": "worker_lost",
@@ -325,12 +429,17 @@ class RedisJobStore(JobStore):
             self.max_attempts,
             error,
             self._owner_prefix,
+            self._queue_base,
         ]
-        return int(await self._requeue_dead(keys=keys, args=args))
+        outcome = int(await self._requeue_dead(keys=keys, args=args))
+        if outcome >= 0:  # the worker is gone for good: forget its revision
+            await self.r.hdel(self._worker_revision, worker_id)
+        return outcome
 
     async def return_unstarted(self, worker_id: str) -> int:
-        keys = [self._processing(worker_id), self._queue]
-        return int(await self._return_unstarted(keys=keys, args=[f"{self.p}job:"]))
+        keys = [self._processing(worker_id)]
+        args = [f"{self.p}job:", self._queue_base]
+        return int(await self._return_unstarted(keys=keys, args=args))
 
     async def deregister(self, worker_id: str) -> None:
         await self.r.delete(self._lease(worker_id))

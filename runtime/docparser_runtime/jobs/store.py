@@ -22,6 +22,20 @@ from ..errors import Conflict, NotFound, Overloaded
 from .models import Job, JobStatus
 
 
+@dataclass(frozen=True)
+class Backlog:
+    """Queued work of this pod's revision, for the autoscaling signal: ``pages`` (the
+    jobs' page estimates) shared by ``workers`` live pods of the revision (at least 1)."""
+
+    jobs: int
+    pages: int
+    workers: int
+
+    @property
+    def pages_per_worker(self) -> float:
+        return self.pages / max(self.workers, 1)
+
+
 @dataclass
 class ClaimedJob:
     """A job a worker now owns, with the input bytes it needs to run it."""
@@ -42,17 +56,20 @@ class JobStore(abc.ABC):
         fingerprint: str,
         idempotency_key: str | None = None,
         owner: str | None = None,
+        pages_estimate: int = 1,
     ) -> tuple[Job, bool]:
-        """Queue a new job; returns ``(job, created)``. ``created`` is False when the
-        idempotency key already names a job with the same fingerprint. Raises
-        ``Conflict`` when the key names a job with another fingerprint. Callers scope
-        ``idempotency_key`` per owner (two API keys never share a key space).
+        """Queue a new job on this pod's revision; returns ``(job, created)``.
+        ``created`` is False when the idempotency key already names a job with the same
+        fingerprint. Raises ``Conflict`` when the key names a job with another
+        fingerprint. Callers scope ``idempotency_key`` per owner (two API keys never share
+        a key space).
 
         Raises ``Overloaded`` (``job_queue_full``) when ``max_queued`` jobs are queued,
         or (``job_quota_exceeded``) when ``owner`` already has ``max_queued_per_owner``
         queued jobs. Both checks are atomic with the enqueue, so parallel submitters on
         any number of replicas never overshoot; an idempotent replay of an existing job
-        is answered even when the queue is full (it adds nothing)."""
+        is answered even when the queue is full (it adds nothing). ``pages_estimate``
+        weighs the job in ``backlog`` while it waits."""
 
     @abc.abstractmethod
     async def get(self, job_id: str) -> Job:
@@ -64,7 +81,11 @@ class JobStore(abc.ABC):
 
     @abc.abstractmethod
     async def queue_depth(self) -> int:
-        """Number of queued jobs (metrics, autoscaling)."""
+        """Number of queued jobs this pod's revision will run."""
+
+    @abc.abstractmethod
+    async def backlog(self) -> Backlog:
+        """Queued jobs and pages of this pod's revision and the live pods sharing them."""
 
     @abc.abstractmethod
     async def cancel(self, job_id: str) -> Job:

@@ -23,6 +23,7 @@ from ..jobs import JobStopped, JobWorker, create_job_store
 from ..jobs.worker import ProgressFn
 from ..settings import Settings
 from .lifecycle import State
+from .metrics import Metrics
 from .request_input import build_parse_request
 
 log = logging.getLogger("docparser.jobs")
@@ -96,14 +97,25 @@ def make_runner(app: FastAPI):
 
 
 class JobMetrics:
-    """Job metrics in the app's registry. ``docparser_jobs_queued`` is the shared queue
-    as this replica sees it (the same on every replica when Redis is used)."""
+    """Job metrics in the app's registry. ``docparser_jobs_queued`` / ``_pages`` are the
+    queue of this pod's revision (the same on each of its pods when Redis is used); the
+    refresh also hands the app's ``Metrics`` this pod's share of those pages, which
+    ``docparser_backlog_pages`` adds to the pages in flight."""
 
-    def __init__(self, registry) -> None:
+    def __init__(self, metrics: Metrics) -> None:
         from prometheus_client import Counter, Gauge
 
+        registry = metrics.registry
+        self.metrics = metrics
         self.queued = Gauge(
-            "docparser_jobs_queued", "Jobs waiting in the job queue.", registry=registry
+            "docparser_jobs_queued",
+            "Jobs waiting in this revision's job queue.",
+            registry=registry,
+        )
+        self.queued_pages = Gauge(
+            "docparser_jobs_queued_pages",
+            "Estimated pages of the jobs waiting in this revision's queue.",
+            registry=registry,
         )
         self.running = Gauge(
             "docparser_jobs_running", "Jobs running on this replica.", registry=registry
@@ -120,7 +132,10 @@ class JobMetrics:
             worker = getattr(app.state, "job_worker", None)
             self.running.set(worker.running_jobs if worker is not None else 0)
             with contextlib.suppress(Exception):
-                self.queued.set(await app.state.job_store.queue_depth())
+                backlog = await app.state.job_store.backlog()
+                self.queued.set(backlog.jobs)
+                self.queued_pages.set(backlog.pages)
+                self.metrics.queued_job_pages_share = backlog.pages_per_worker
             await asyncio.sleep(every_s)
 
 
@@ -131,7 +146,7 @@ async def start_jobs(app: FastAPI) -> None:
     store = create_job_store(settings)
     app.state.job_store = store
     app.state.job_worker = None
-    metrics = JobMetrics(app.state.metrics.registry)
+    metrics = JobMetrics(app.state.metrics)
     app.state.job_metrics_task = asyncio.create_task(metrics.refresh(app), name="jobs-metrics")
     if settings.job_workers <= 0:
         return

@@ -4,7 +4,10 @@ Each app owns its own ``CollectorRegistry`` so tests (and several apps in one pr
 never share counters. Outstanding work is exported three ways because a request is a
 poor unit of GPU load: one 300-page PDF is one request but 300 pages and up to
 300 x 1121 visual tokens. The autoscaler scales on ``docparser_outstanding_pages``
-(or ``docparser_outstanding_vision_tokens``), not on requests.
+(or ``docparser_outstanding_vision_tokens``), not on requests; ``docparser_backlog_pages``
+adds this pod's share of its revision's queued job pages, so queued async work scales too
+(each replica reports the shared queue once, divided by the live pods of its revision:
+averaged over pods, as the HPA does, it sums to the whole backlog).
 """
 
 from __future__ import annotations
@@ -74,6 +77,19 @@ class Metrics:
             "Visual tokens of the outstanding pages (GPU work, tier-aware).",
             registry=r,
         )
+        # What this process has planned and not settled, and its share of queued job
+        # pages (set by the job metrics loop): plain numbers the backlog gauge adds up.
+        self.outstanding_page_count = 0
+        self.queued_job_pages_share = 0.0
+        self.backlog_pages = Gauge(
+            "docparser_backlog_pages",
+            "Outstanding pages of this pod plus its share of its revision's queued job "
+            "pages (the autoscaling signal that sees async jobs).",
+            registry=r,
+        )
+        self.backlog_pages.set_function(
+            lambda: self.outstanding_page_count + self.queued_job_pages_share
+        )
         self.queue_pages = Gauge(
             "docparser_queue_pages",
             "Pages waiting in the micro-batcher queue (not yet in a batch).",
@@ -131,6 +147,14 @@ class Metrics:
         )
         self.engine_info = Info("docparser_engine", "Engine name and weights version.", registry=r)
         self.ready = Gauge("docparser_ready", "1 when the engine is loaded and warm.", registry=r)
+
+    def pages_planned(self, count: int) -> None:
+        self.outstanding_page_count += count
+        self.outstanding_pages.inc(count)
+
+    def pages_settled(self, count: int) -> None:
+        self.outstanding_page_count -= count
+        self.outstanding_pages.dec(count)
 
     def set_engine(self, engine: str, version: str) -> None:
         self.engine_info.info({"engine": engine, "version": version})

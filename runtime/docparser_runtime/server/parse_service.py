@@ -122,7 +122,7 @@ class ParseService:
                 on_total(doc.page_count)
             # Every page of the plan is outstanding work for the autoscaler, decoded yet or
             # not; each page leaves the gauge when its engine call ends (``_outstanding``).
-            m.outstanding_pages.inc(doc.page_count)
+            m.pages_planned(doc.page_count)
             timings.planned = doc.page_count
             if on_delta is not None:
                 streamed = self._timing_first_token(on_delta, t0)
@@ -130,7 +130,7 @@ class ParseService:
             else:
                 done = await self._batch(doc, request, on_page, deadline, timings)
         finally:
-            m.outstanding_pages.dec(timings.planned - timings.settled)
+            m.pages_settled(timings.planned - timings.settled)
             m.outstanding_requests.dec()
             if timings.pixels >= _TRIM_AFTER_PIXELS:
                 # Large pages leave freed heap in glibc's arenas: hand it back to the OS
@@ -193,7 +193,7 @@ class ParseService:
         try:
             yield
         finally:
-            m.outstanding_pages.dec(len(pages))
+            m.pages_settled(len(pages))
             timings.settled += len(pages)
             m.outstanding_vision_tokens.dec(tokens)
 

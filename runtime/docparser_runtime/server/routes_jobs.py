@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse
 from ..errors import InvalidInput
 from ..jobs import JobStatus, JobStore, request_fingerprint
 from ..jobs.store import not_found
+from ..preprocess.page_estimate import estimate_pages
 from .request_input import read_parse_request
 from .routes_parse import request_body_schema
 
@@ -123,6 +124,9 @@ async def create_job(
             fingerprint=request_fingerprint(parsed.data, params),
             idempotency_key=idempotency_key,
             owner=owner,
+            pages_estimate=estimate_pages(
+                parsed.data, parsed.pages, max_pages=state.settings.max_pages
+            ),
         )
         headers = {"Location": f"/v1/jobs/{job.id}"}
         if not created:
