@@ -328,7 +328,7 @@ def _exposed_names() -> set[str]:
         "gauge": ("",),
     }
     runtime = Metrics()
-    JobMetrics(runtime.registry)  # the job metrics join the same registry in the app
+    JobMetrics(runtime)  # the job metrics join the same registry in the app
     names = set()
     for registry in (runtime.registry, OperatorMetrics.create().registry):
         for family in registry.collect():

@@ -63,4 +63,7 @@ async def scrape(client) -> dict[tuple[str, tuple], float]:
 
 
 def value(samples, name, **labels) -> float:
-    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+    """Sum of ``name``'s samples that carry ``labels`` (others, such as the request series'
+    ``model`` / ``version``, may be there too)."""
+    wanted = set(labels.items())
+    return sum(v for (n, got), v in samples.items() if n == name and wanted <= set(got))

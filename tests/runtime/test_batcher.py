@@ -109,7 +109,10 @@ async def test_full_queue_raises_overloaded_with_retry_after():
         await batcher.submit([page(5)], OPTS)
     assert info.value.retry_after_s >= 1
     assert (
-        metrics.registry.get_sample_value("docparser_rejected_total", {"code": "overloaded"}) == 1
+        metrics.registry.get_sample_value(
+            "docparser_rejected_total", {"code": "overloaded", "model": "", "version": ""}
+        )
+        == 1
     )
     engine.gate.set()
     assert len(await queued) == 4

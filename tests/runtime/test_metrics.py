@@ -32,6 +32,11 @@ async def test_counters_histograms_and_info_after_a_parse():
         after = await scrape(client)
     key = {"route": PARSE, "method": "POST", "status": "200"}
     assert value(after, "docparser_requests_total", **key) == 1
+    # Request series name the model and version: canary vs stable needs no join.
+    identity = {"model": "gated-test", "version": "test-1"}
+    assert value(after, "docparser_requests_total", **key, **identity) == 1
+    assert value(after, "docparser_pages_total", **identity) == 2
+    assert value(after, "docparser_stage_duration_seconds_count", stage="total", **identity) == 1
     assert (
         value(after, "docparser_requests_total", route="unmatched", method="GET", status="404") == 1
     )
@@ -101,9 +106,10 @@ async def test_failed_requests_are_counted_by_status_and_rejections_by_code():
 
 def test_each_metrics_object_has_its_own_registry():
     a, b = Metrics(), Metrics()
-    a.pages.inc(5)
-    assert a.registry.get_sample_value("docparser_pages_total") == 5
-    assert b.registry.get_sample_value("docparser_pages_total") == 0
+    a.count_parsed(pages=5, vision_tokens=0, output_tokens=0)
+    identity = {"model": "", "version": ""}
+    assert a.registry.get_sample_value("docparser_pages_total", identity) == 5
+    assert b.registry.get_sample_value("docparser_pages_total", identity) == 0
     text = a.render().decode()
     for name in (
         "docparser_requests_total",

@@ -94,7 +94,8 @@ async def test_429_with_retry_after_through_the_app(tmp_path):
         assert (await client.post(PARSE, files=files, headers=b)).status_code == 200
         assert (await client.get("/livez")).status_code == 200  # probes are never limited
         metrics = (await client.get("/metrics")).text
-    assert 'docparser_rejected_total{code="rate_limited"} 1.0' in metrics
+    rejected = 'docparser_rejected_total{code="rate_limited",model="gated-test",version="test-1"}'
+    assert f"{rejected} 1.0" in metrics
 
 
 async def test_concurrency_cap_through_the_app():

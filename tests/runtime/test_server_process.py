@@ -101,10 +101,16 @@ def test_parses_a_rendered_page_over_real_http(server):
         assert client.get("/readyz").status_code == 200
         metrics = client.get("/metrics").text
     assert 'docparser_engine_info{engine="rapidocr"' in metrics
-    assert (
-        'docparser_requests_total{method="POST",route="/v1/document/parse",status="200"} 2.0'
-        in metrics
+    version = next(  # the rapidocr wheel's version, on the request series too
+        line.split('version="')[1].split('"')[0]
+        for line in metrics.splitlines()
+        if line.startswith("docparser_engine_info{")
     )
+    labels = (
+        f'method="POST",model="rapidocr",route="/v1/document/parse",status="200",'
+        f'version="{version}"'
+    )
+    assert f"docparser_requests_total{{{labels}}} 2.0" in metrics
 
 
 def test_sigterm_stops_the_process_cleanly(server):

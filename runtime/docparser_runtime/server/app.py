@@ -64,9 +64,9 @@ class RequestMetricsMiddleware:
         finally:
             route = scope.get("route")
             label = getattr(route, "path", None) or "unmatched"
-            self.metrics.requests.labels(
+            self.metrics.count_request(
                 route=label, method=scope.get("method", ""), status=str(status)
-            ).inc()
+            )
 
 
 async def _bring_up(app: FastAPI, engine: Engine | None, engine_loaded: bool) -> None:
@@ -162,7 +162,7 @@ def create_app(
         dependencies=[Depends(enforce_limits)],
     )
     app.state.settings = settings
-    app.state.metrics = Metrics()
+    app.state.metrics = Metrics(model=settings.engine, version=settings.model_version or "")
     app.state.lifecycle = Lifecycle()
     app.state.engine = engine
     app.state.owns_engine = not engine_loaded

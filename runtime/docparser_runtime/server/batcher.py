@@ -202,7 +202,7 @@ class MicroBatcher:
             )
         if full is not None:
             if self.metrics:
-                self.metrics.rejected.labels(code="overloaded").inc()
+                self.metrics.reject("overloaded")
             raise Overloaded(full, retry_after_s=self._retry_after(queued))
         loop = asyncio.get_running_loop()
         now = time.monotonic()
@@ -233,7 +233,7 @@ class MicroBatcher:
                     raise fut.exception()
             if pending:
                 if self.metrics:
-                    self.metrics.rejected.labels(code="deadline_exceeded").inc()
+                    self.metrics.reject("deadline_exceeded")
                 raise DeadlineExceeded("the request deadline passed before its pages were parsed")
         finally:
             self._withdraw(items)

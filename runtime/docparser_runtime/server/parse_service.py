@@ -146,9 +146,7 @@ class ParseService:
         m.observe_stage("audit", audit_s)
         m.observe_stage("total", t2 - t0)
         output_tokens = sum(r.output_tokens for r in results)
-        m.pages.inc(len(results))
-        m.vision_tokens.inc(tokens)
-        m.output_tokens.inc(output_tokens)
+        m.count_parsed(pages=len(results), vision_tokens=tokens, output_tokens=output_tokens)
         self._count_warnings(results)
         return self._reply(results, tokens, output_tokens, t0, t2, timings)
 
@@ -156,7 +154,7 @@ class ParseService:
         # Documents being opened hold their upload in memory: bound them like the page
         # queue, so a burst of large uploads gets 429s instead of an OOM.
         if self._decoding >= self.settings.max_queue_pages:
-            self.metrics.rejected.labels(code="overloaded").inc()
+            self.metrics.reject("overloaded")
             raise Overloaded(
                 f"{self._decoding} documents are being decoded; retry shortly",
                 retry_after_s=1.0,
@@ -290,7 +288,7 @@ class ParseService:
             nonlocal first
             if first:
                 first = False
-                self.metrics.time_to_first_token.observe(time.monotonic() - t0)
+                self.metrics.observe_first_token(time.monotonic() - t0)
             on_delta(index, text)
 
         return timed

@@ -130,7 +130,7 @@ class RateLimiter:
 def _count_rejection(request: Request, code: str) -> None:
     metrics = getattr(request.app.state, "metrics", None)
     if metrics is not None:
-        metrics.rejected.labels(code=code).inc()
+        metrics.reject(code)
 
 
 def is_protected_path(path: str) -> bool:
