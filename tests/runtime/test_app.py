@@ -141,7 +141,7 @@ async def test_engine_load_failure_is_reported_not_served():
     engine = GatedEngine()
     engine.load_error = OSError("weights missing at /models")
     async with serving(engine=engine, ready=False) as (app, client, _engine):
-        await until(lambda: app.state.lifecycle.state.value == "failed")
+        await until(lambda: app.state.runtime.lifecycle.state.value == "failed")
         ready = await client.get("/readyz")
         assert ready.status_code == 503
         assert ready.json()["status"] == "failed"
@@ -160,7 +160,7 @@ async def test_draining_refuses_new_work_and_lets_in_flight_requests_finish():
             client.post(PARSE, files={"file": ("a.png", png_bytes(), "image/png")})
         )
         await asyncio.to_thread(engine.entered.wait, 5)
-        lifecycle = app.state.lifecycle
+        lifecycle = app.state.runtime.lifecycle
         assert lifecycle.in_flight == 1
         lifecycle.start_draining()
         ready = await client.get("/readyz")
@@ -183,7 +183,7 @@ async def test_full_queue_answers_429_with_retry_after():
         held = asyncio.create_task(client.post(PARSE, files=files))
         await asyncio.to_thread(engine.entered.wait, 5)
         queued = asyncio.create_task(client.post(PARSE, files=files))
-        await until(lambda: app.state.batcher.queued_pages == 1)
+        await until(lambda: app.state.runtime.batcher.queued_pages == 1)
         refused = await client.post(PARSE, files=files)
         assert refused.status_code == 429
         assert refused.json()["error"]["code"] == "overloaded"
@@ -231,7 +231,7 @@ async def test_unexpected_error_outside_the_engine_is_a_generic_500(monkeypatch)
         async def broken(*_args, **_kwargs):
             raise KeyError("internal-detail")
 
-        monkeypatch.setattr(app.state.parse_service, "parse", broken)
+        monkeypatch.setattr(app.state.runtime.parse_service, "parse", broken)
         resp = await client.post(PARSE, files={"file": ("a.png", png_bytes(), "image/png")})
     assert resp.status_code == 500
     assert resp.json() == {"error": {"code": "engine_failure", "message": "internal server error"}}
@@ -240,7 +240,7 @@ async def test_unexpected_error_outside_the_engine_is_a_generic_500(monkeypatch)
 async def test_stream_option_uses_the_installed_responder_or_is_refused():
     async with serving() as (app, client, _engine):
         files = {"file": ("a.png", png_bytes(), "image/png")}
-        app.state.stream_responder = None  # as if the SSE module were not installed
+        app.state.runtime.stream_responder = None  # as if the SSE module were not installed
         refused = await client.post(PARSE, files=files, data={"stream": "true"})
         assert refused.status_code == 400
         assert refused.json()["error"]["code"] == "stream_unsupported"
@@ -250,7 +250,7 @@ async def test_stream_option_uses_the_installed_responder_or_is_refused():
 
             return PlainTextResponse(f"stream tier={parse_request.options.tier}")
 
-        app.state.stream_responder = responder
+        app.state.runtime.stream_responder = responder
         streamed = await client.post(PARSE, files=files, data={"stream": "1", "tier": "4"})
     assert streamed.status_code == 200 and streamed.text == "stream tier=4"
 
@@ -292,10 +292,10 @@ async def test_client_disconnect_drops_its_queued_pages():
 
         scope = json_post_scope(PARSE, content_length=len(payload))
         gone = asyncio.create_task(app(scope, receive, send))
-        await until(lambda: app.state.batcher.queued_pages == 1)
+        await until(lambda: app.state.runtime.batcher.queued_pages == 1)
         hang_up.set()
         await gone
-        assert app.state.batcher.queued_pages == 0
+        assert app.state.runtime.batcher.queued_pages == 0
         assert messages[0]["status"] == 499
         engine.gate.set()
         assert (await held).status_code == 200

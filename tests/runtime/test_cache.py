@@ -69,7 +69,7 @@ async def test_memory_lru_byte_budget_and_ttl():
 async def test_second_identical_request_is_a_hit():
     files = {"file": ("a.png", png_bytes(120, 80), "image/png")}
     async with serving(make_settings()) as (app, client, engine):
-        assert isinstance(app.state.parse_service, CachedParseService)
+        assert isinstance(app.state.runtime.parse_service, CachedParseService)
         first = (await client.post(PARSE, files=files)).json()
         calls = len(engine.batches)
         second = (await client.post(PARSE, files=files)).json()
@@ -87,7 +87,7 @@ async def test_second_identical_request_is_a_hit():
 
 async def test_hit_replays_pages_and_deltas_to_callbacks():
     async with serving(make_settings()) as (app, _client, engine):
-        service = app.state.parse_service
+        service = app.state.runtime.parse_service
         request = ParseRequest(data=png_bytes(64, 48), options=ParseOptions(tier=0))
         await service.parse(request)
         calls = len(engine.batches)
@@ -102,7 +102,7 @@ async def test_hit_replays_pages_and_deltas_to_callbacks():
 
 async def test_disabled_with_zero_budget():
     async with serving(make_settings(cache_max_bytes=0)) as (app, client, engine):
-        assert not isinstance(app.state.parse_service, CachedParseService)
+        assert not isinstance(app.state.runtime.parse_service, CachedParseService)
         files = {"file": ("a.png", png_bytes(), "image/png")}
         for _ in range(2):
             assert (await client.post(PARSE, files=files)).json()["cached"] is False

@@ -150,7 +150,7 @@ async def test_draining_replica_refuses_new_jobs_but_answers_for_old_ones():
     async with serving() as (app, client, _engine):
         job = (await client.post(JOBS, **upload(png_bytes(), "a.png"))).json()
         await wait_status(client, job["id"], {"succeeded"})
-        app.state.lifecycle.start_draining()
+        app.state.runtime.lifecycle.start_draining()
         refused = await client.post(JOBS, **upload(png_bytes(), "b.png"))
         assert refused.status_code == 503
         assert (await client.get(f"{JOBS}/{job['id']}")).status_code == 200
@@ -163,7 +163,7 @@ async def test_memory_store_fails_queued_jobs_when_the_process_stops():
         running = (await client.post(JOBS, **upload(png_bytes(), "a.png"))).json()
         await asyncio.to_thread(engine.entered.wait, 5)
         queued = (await client.post(JOBS, **upload(png_bytes(), "b.png"))).json()
-        store = app.state.job_store
+        store = app.state.runtime.job_store
         engine.gate.set()  # the running job finishes during the drain
     assert (await store.get(running["id"])).status == "succeeded"
     left = await store.get(queued["id"])

@@ -92,7 +92,7 @@ async def test_failed_requests_are_counted_by_status_and_rejections_by_code():
         held = asyncio.create_task(client.post(PARSE, files=files))
         await asyncio.to_thread(engine.entered.wait, 5)
         queued = asyncio.create_task(client.post(PARSE, files=files))
-        while app.state.batcher.queued_pages < 1:
+        while app.state.runtime.batcher.queued_pages < 1:
             await asyncio.sleep(0.005)
         assert (await client.post(PARSE, files=files)).status_code == 429
         engine.gate.set()

@@ -5,8 +5,8 @@ service into one app. The engine is created, loaded and warmed up on a backgroun
 inside the lifespan, so the server answers ``/livez`` and ``/readyz`` (503 "starting")
 while a multi-GB model loads; ``/readyz`` turns 200 only after warm-up.
 
-``app.state`` holds: settings, metrics, lifecycle, engine (once created), batcher and
-parse_service (once ready), stream_responder (installed by the SSE module, or None).
+``app.state.runtime`` holds one typed ``RuntimeState`` (state.py): read it with
+``runtime_state(app)``.
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ from docparser_runtime.server.request_log import RequestLogMiddleware
 from docparser_runtime.server.slow_clients import BodyDeadline
 from docparser_runtime.server.sse import install_streaming
 from docparser_runtime.settings import Settings
+
+from .state import RuntimeState, runtime_state
 
 log = logging.getLogger("docparser.server")
 
@@ -71,7 +73,7 @@ class RequestMetricsMiddleware:
 
 async def _bring_up(app: FastAPI, engine: Engine | None, engine_loaded: bool) -> None:
     """Create, load and warm up the engine off the event loop, then open for traffic."""
-    state = app.state
+    state = runtime_state(app)
     settings: Settings = state.settings
     try:
         if engine is None:
@@ -86,7 +88,7 @@ async def _bring_up(app: FastAPI, engine: Engine | None, engine_loaded: bool) ->
     except Exception as exc:
         log.exception("engine failed to start")
         state.lifecycle.mark_failed(f"{type(exc).__name__}: {exc}")
-        stop = getattr(state, "stop_on_load_failure", None)
+        stop = state.stop_on_load_failure
         if stop is not None and settings.exit_on_load_failure:
             stop()  # `serve` then exits non-zero with the reason (server/drain.run_server)
         return
@@ -114,7 +116,7 @@ async def _bring_up(app: FastAPI, engine: Engine | None, engine_loaded: bool) ->
 
 
 async def _shut_down(app: FastAPI, bring_up: asyncio.Task) -> None:
-    state = app.state
+    state = runtime_state(app)
     state.lifecycle.start_draining()
     state.metrics.ready.set(0)
     bring_up.cancel()
@@ -161,23 +163,22 @@ def create_app(
         # API keys and per-key limits on every /v1 route; probes and /metrics stay open.
         dependencies=[Depends(enforce_limits)],
     )
-    app.state.settings = settings
-    app.state.metrics = Metrics(model=settings.engine, version=settings.model_version or "")
-    app.state.lifecycle = Lifecycle()
-    app.state.engine = engine
-    app.state.owns_engine = not engine_loaded
-    app.state.batcher = None
-    app.state.parse_service = None
-    app.state.stream_responder = None
-    app.state.api_keys = create_key_store(settings.api_keys_file)
-    app.state.rate_limiter = RateLimiter.from_settings(settings)
-    app.state.document_loader = document_loader
-    app.state.drain_deadline = None  # set by server/drain.py on SIGTERM
+    state = RuntimeState(
+        settings=settings,
+        metrics=Metrics(model=settings.engine, version=settings.model_version or ""),
+        lifecycle=Lifecycle(),
+        api_keys=create_key_store(settings.api_keys_file),
+        rate_limiter=RateLimiter.from_settings(settings),
+        engine=engine,
+        owns_engine=not engine_loaded,
+        document_loader=document_loader,
+    )
+    app.state.runtime = state
     install_error_handlers(app)
     app.add_middleware(  # inside the metrics middleware, so its 408s are counted
         BodyDeadline, idle_s=settings.body_idle_timeout_s, total_s=settings.body_timeout_s
     )
-    app.add_middleware(RequestMetricsMiddleware, metrics=app.state.metrics)
+    app.add_middleware(RequestMetricsMiddleware, metrics=state.metrics)
     app.add_middleware(RequestLogMiddleware)  # outermost: sees every reply, adds its id
     app.include_router(routes_health.router)
     app.include_router(routes_parse.router)

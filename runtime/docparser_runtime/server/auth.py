@@ -25,6 +25,8 @@ from fastapi import Request
 
 from docparser_runtime.errors import PermissionDenied, Unauthenticated
 
+from .state import runtime_state
+
 log = logging.getLogger("docparser.auth")
 
 ANONYMOUS = "anonymous"
@@ -154,7 +156,7 @@ def create_key_store(api_keys_file: Path | None) -> ApiKeyStore | None:
 
 async def require_api_key(request: Request) -> Principal:
     """FastAPI dependency for ``/v1`` routers; stores the principal on ``request.state``."""
-    store = getattr(request.app.state, "api_keys", None)
+    store = runtime_state(request.app).api_keys
     principal = authenticate(store, request.headers.get("authorization"))
     request.state.principal = principal
     return principal

@@ -29,14 +29,15 @@ from . import log_limits
 from .jobs_runtime import stop_taking_jobs
 from .lifecycle import State
 from .slow_clients import header_timeout_protocol
+from .state import runtime_state
 
 log = logging.getLogger("docparser.drain")
 
 
 def begin_drain(app: FastAPI, reason: str = "SIGTERM received") -> None:
     """Step 1: refuse new work, report not-ready, stop claiming jobs. Idempotent."""
-    state = app.state
-    if getattr(state, "drain_deadline", None) is None:
+    state = runtime_state(app)
+    if state.drain_deadline is None:
         settings = state.settings
         state.drain_deadline = time.monotonic() + settings.drain_grace_s + settings.drain_timeout_s
     state.lifecycle.start_draining(reason)
@@ -109,9 +110,9 @@ def run_server(app: FastAPI, settings) -> int:
         http=header_timeout_protocol(settings.header_timeout_s),
     )
     server = DrainingServer(config, app, grace_s=settings.drain_grace_s)
-    app.state.stop_on_load_failure = lambda: setattr(server, "should_exit", True)
+    runtime_state(app).stop_on_load_failure = lambda: setattr(server, "should_exit", True)
     server.run()
-    lifecycle = app.state.lifecycle
+    lifecycle = runtime_state(app).lifecycle
     if lifecycle.state is State.FAILED:
         reason = f"serve: engine failed to load: {lifecycle.reason}"
         write_termination_message(settings.termination_log, reason)

@@ -19,12 +19,13 @@ from typing import Any
 from fastapi import FastAPI
 
 from ..errors import Overloaded
-from ..jobs import JobStopped, JobWorker, create_job_store
+from ..jobs import Backlog, JobStopped, JobWorker, create_job_store
 from ..jobs.worker import ProgressFn
 from ..settings import Settings
 from .lifecycle import State
 from .metrics import Metrics
 from .request_input import build_parse_request
+from .state import runtime_state
 
 log = logging.getLogger("docparser.jobs")
 
@@ -34,7 +35,7 @@ _NOT_OPTIONS = frozenset({"tenant"})  # stored with a job's options, not an opti
 
 def make_runner(app: FastAPI):
     """A ``JobRunner`` bound to the app's (lazily created) parse service."""
-    state = app.state
+    state = runtime_state(app)
 
     async def run(data: bytes, params: dict[str, Any], progress: ProgressFn) -> dict[str, Any]:
         settings: Settings = state.settings
@@ -128,11 +129,12 @@ class JobMetrics:
         )
 
     async def refresh(self, app: FastAPI, *, every_s: float = 2.0) -> None:
+        state = runtime_state(app)
         while True:
-            worker = getattr(app.state, "job_worker", None)
+            worker, store = state.job_worker, state.job_store
             self.running.set(worker.running_jobs if worker is not None else 0)
-            with contextlib.suppress(Exception):
-                backlog = await app.state.job_store.backlog()
+            with contextlib.suppress(Exception):  # the store may be down: keep the last values
+                backlog = await store.backlog() if store is not None else Backlog(0, 0, 1)
                 self.queued.set(backlog.jobs)
                 self.queued_pages.set(backlog.pages)
                 self.metrics.queued_job_pages_share = backlog.pages_per_worker
@@ -142,19 +144,20 @@ class JobMetrics:
 async def start_jobs(app: FastAPI) -> None:
     """Create the store (routes need it at once) and start workers once the engine is
     ready; a replica whose engine failed never takes jobs (other replicas will)."""
-    settings: Settings = app.state.settings
+    state = runtime_state(app)
+    settings: Settings = state.settings
     store = create_job_store(settings)
-    app.state.job_store = store
-    app.state.job_worker = None
-    metrics = JobMetrics(app.state.metrics)
-    app.state.job_metrics_task = asyncio.create_task(metrics.refresh(app), name="jobs-metrics")
+    state.job_store = store
+    state.job_worker = None
+    metrics = JobMetrics(state.metrics)
+    state.job_metrics_task = asyncio.create_task(metrics.refresh(app), name="jobs-metrics")
     if settings.job_workers <= 0:
         return
 
     async def start_when_ready() -> None:
-        while app.state.lifecycle.state is State.STARTING:
+        while state.lifecycle.state is State.STARTING:
             await asyncio.sleep(0.05)
-        if not app.state.lifecycle.is_ready:
+        if not state.lifecycle.is_ready:
             return
         worker = JobWorker(
             store,
@@ -170,32 +173,30 @@ async def start_jobs(app: FastAPI) -> None:
             except Exception as exc:
                 log.warning("job store unreachable (%s); retrying in 2s", type(exc).__name__)
                 await asyncio.sleep(2.0)
-        app.state.job_worker = worker
+        state.job_worker = worker
         log.info("job worker %s started (%d slots)", worker.worker_id, settings.job_workers)
 
-    app.state.job_starter = asyncio.create_task(start_when_ready(), name="jobs-start")
+    state.job_starter = asyncio.create_task(start_when_ready(), name="jobs-start")
 
 
 def stop_taking_jobs(app: FastAPI) -> None:
     """SIGTERM: claim no new jobs (queued ones stay for other replicas)."""
-    worker: JobWorker | None = getattr(app.state, "job_worker", None)
+    worker = runtime_state(app).job_worker
     if worker is not None:
         worker.stop_claiming()
 
 
 async def stop_jobs(app: FastAPI, *, deadline: float | None = None) -> None:
     """Let running jobs finish until ``deadline`` (monotonic), then close the store."""
-    state = app.state
-    for name in ("job_starter", "job_metrics_task"):
-        task = getattr(state, name, None)
+    state = runtime_state(app)
+    for task in (state.job_starter, state.job_metrics_task):
         if task is not None:
             task.cancel()
             with contextlib.suppress(BaseException):
                 await task
     if deadline is None:
         deadline = time.monotonic() + state.settings.drain_timeout_s
-    worker: JobWorker | None = getattr(state, "job_worker", None)
-    store = getattr(state, "job_store", None)
+    worker, store = state.job_worker, state.job_store
     if worker is not None:
         await worker.drain(deadline - time.monotonic())
     elif store is not None:

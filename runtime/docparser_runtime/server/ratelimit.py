@@ -24,6 +24,8 @@ from docparser_runtime.errors import Overloaded
 from docparser_runtime.server.auth import Principal, client_identity, require_api_key
 from docparser_runtime.settings import Settings
 
+from .state import runtime_state
+
 # Idle, full buckets are forgotten beyond this many tracked keys (bounded memory under
 # a flood of distinct client addresses).
 MAX_TRACKED_KEYS = 10_000
@@ -128,7 +130,7 @@ class RateLimiter:
 
 
 def _count_rejection(request: Request, code: str) -> None:
-    metrics = getattr(request.app.state, "metrics", None)
+    metrics = runtime_state(request.app).metrics
     if metrics is not None:
         metrics.reject(code)
 
@@ -149,7 +151,7 @@ async def enforce_limits(request: Request) -> AsyncIterator[Principal | None]:
         yield None
         return
     principal = await require_api_key(request)
-    limiter: RateLimiter | None = getattr(request.app.state, "rate_limiter", None)
+    limiter = runtime_state(request.app).rate_limiter
     if limiter is None or not limiter.enabled:
         yield principal
         return

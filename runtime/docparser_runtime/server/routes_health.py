@@ -11,6 +11,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
+from .state import runtime_state
+
 router = APIRouter(tags=["health"])
 
 
@@ -22,9 +24,9 @@ router = APIRouter(tags=["health"])
 async def livez(request: Request) -> JSONResponse:
     """A hung GPU call (driver fault, deadlock) never returns and every request would
     time out; reporting it here lets Kubernetes restart the container."""
-    state = request.app.state
+    state = runtime_state(request.app)
     body = {"status": "alive", "state": state.lifecycle.state.value}
-    batcher = getattr(state, "batcher", None)
+    batcher = state.batcher
     limit = state.settings.engine_stall_s
     if batcher is not None and limit and batcher.busy_for_s > limit:
         body["status"] = "stalled"
@@ -45,9 +47,9 @@ async def livez(request: Request) -> JSONResponse:
     responses={503: {"description": "starting, draining or failed"}},
 )
 async def readyz(request: Request) -> JSONResponse:
-    state = request.app.state
+    state = runtime_state(request.app)
     body = state.lifecycle.snapshot()
-    engine = getattr(state, "engine", None)
+    engine = state.engine
     if engine is not None:
         body["engine"] = engine.name
     if state.lifecycle.is_ready:
@@ -58,5 +60,5 @@ async def readyz(request: Request) -> JSONResponse:
 
 @router.get("/metrics", summary="Prometheus metrics", response_class=Response)
 async def metrics(request: Request) -> Response:
-    m = request.app.state.metrics
+    m = runtime_state(request.app).metrics
     return Response(m.render(), media_type=m.content_type)

@@ -22,6 +22,7 @@ from ..jobs.store import not_found
 from ..preprocess.page_estimate import estimate_pages
 from .request_input import read_parse_request
 from .routes_parse import request_body_schema
+from .state import runtime_state
 
 router = APIRouter(tags=["jobs"])
 
@@ -55,7 +56,9 @@ _ERROR = {"description": "error", "content": {"application/json": {}}}
 
 
 def _store(request: Request) -> JobStore:
-    return request.app.state.job_store
+    store = runtime_state(request.app).job_store
+    assert store is not None  # created at start-up, before the app takes requests
+    return store
 
 
 def _owner(request: Request) -> str | None:
@@ -93,7 +96,7 @@ async def create_job(
         None, description="retry-safe submit: same key + same body -> same job"
     ),
 ) -> JSONResponse:
-    state = request.app.state
+    state = runtime_state(request.app)
     async with state.lifecycle.request_slot():
         if idempotency_key is not None and not _KEY_RE.match(idempotency_key):
             raise InvalidInput(

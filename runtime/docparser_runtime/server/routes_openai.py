@@ -35,6 +35,7 @@ from .request_input import (
 )
 from .routes_parse import ClientDisconnected, run_until_disconnect
 from .sse import ParseEvents, streaming_response
+from .state import runtime_state
 from .url_allowlist import check_url_allowed
 
 router = APIRouter(tags=["openai"])
@@ -165,7 +166,7 @@ def _data(obj: Any) -> bytes:
     responses={s: _ERROR for s in (400, 401, 403, 404, 413, 415, 429, 503, 504)},
 )
 async def chat_completions(request: Request) -> Response:
-    state = request.app.state
+    state = runtime_state(request.app)
     settings = state.settings
     async with state.lifecycle.request_slot():
         content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -261,7 +262,7 @@ def _model_objects(state) -> list[dict]:
 
 @router.get("/v1/models", summary="OpenAI-compatible list of served models")
 async def list_models(request: Request) -> JSONResponse:
-    return JSONResponse({"object": "list", "data": _model_objects(request.app.state)})
+    return JSONResponse({"object": "list", "data": _model_objects(runtime_state(request.app))})
 
 
 @router.get(
@@ -270,7 +271,7 @@ async def list_models(request: Request) -> JSONResponse:
     responses={404: _ERROR},
 )
 async def get_model(request: Request, model_id: str) -> JSONResponse:
-    for model in _model_objects(request.app.state):
+    for model in _model_objects(runtime_state(request.app)):
         if model["id"] == model_id:
             return JSONResponse(model)
     raise NotFound(f"model {model_id!r} is not served here", code="model_not_found")

@@ -3,7 +3,7 @@
 The handler only reads the body, checks that the server accepts work, and delegates to
 ``ParseService``. It also watches the connection: when the client hangs up, the parse
 task is cancelled, which takes the request's queued pages out of the micro-batcher.
-Streaming (``stream: true``) is delegated to ``app.state.stream_responder`` when the SSE
+Streaming (``stream: true``) is delegated to ``RuntimeState.stream_responder`` when the SSE
 module installed one.
 """
 
@@ -22,6 +22,8 @@ from docparser_runtime.server.error_mapping import CLIENT_CLOSED_STATUS
 from docparser_runtime.server.request_input import read_parse_request
 from docparser_runtime.server.request_log import report_result
 from docparser_runtime.server.request_options import options_schema
+
+from .state import runtime_state
 
 router = APIRouter(tags=["parse"])
 T = TypeVar("T")
@@ -103,11 +105,11 @@ async def run_until_disconnect(request: Request, work: Awaitable[T]) -> T:
     responses=_RESPONSES,
 )
 async def parse_document(request: Request) -> Response:
-    state = request.app.state
+    state = runtime_state(request.app)
     async with state.lifecycle.request_slot():
         parse_request = await read_parse_request(request, state.settings)
         if parse_request.stream:
-            responder = getattr(state, "stream_responder", None)
+            responder = state.stream_responder
             if responder is None:
                 raise InvalidInput("streaming is not available", code="stream_unsupported")
             return await responder(request, parse_request)

@@ -33,6 +33,7 @@ from ..errors import DocParserError, EngineFailure
 from .error_mapping import CLIENT_CLOSED_STATUS, error_body
 from .request_input import ParseRequest
 from .routes_parse import ClientDisconnected, run_until_disconnect
+from .state import runtime_state
 
 log = logging.getLogger("docparser.stream")
 
@@ -66,7 +67,7 @@ class ParseEvents:
         self._queue.put_nowait(("page_end", {k: v for k, v in page.items() if k != "content"}))
 
     async def _run(self) -> None:
-        service = self._app.state.parse_service
+        service = runtime_state(self._app).parse_service
         try:
             result = await service.parse(
                 self._request, on_page=self._on_page, on_delta=self._on_delta
@@ -139,7 +140,7 @@ async def streaming_response(
         return Response(status_code=CLIENT_CLOSED_STATUS)
 
     async def body() -> AsyncIterator[bytes]:
-        async with app.state.lifecycle.request_slot(check=False):
+        async with runtime_state(app).lifecycle.request_slot(check=False):
             try:
                 async with contextlib.aclosing(frame(events)) as chunks:
                     async for chunk in chunks:
@@ -161,4 +162,4 @@ async def stream_parse(request: Request, parse_request: ParseRequest) -> Respons
 
 
 def install_streaming(app: FastAPI) -> None:
-    app.state.stream_responder = stream_parse
+    runtime_state(app).stream_responder = stream_parse
