@@ -34,9 +34,9 @@ $(VENV)/.installed-lint: $(VENV)/.installed-base requirements-lint.txt
 	$(UV) pip install --python $(BIN)/python -r requirements-lint.txt
 	touch $@
 
-# Test install: adds the DeepSeek-OCR-2 extra (torch, transformers) and test tools.
+# Test install: adds the DeepSeek-OCR-2 extra (torch, transformers), OpenTelemetry and test tools.
 $(VENV)/.installed-test: $(VENV)/.installed-lint requirements-test.txt
-	$(UV) pip install --python $(BIN)/python -e './runtime[deepseek]' -e ./operator -r requirements-test.txt
+	$(UV) pip install --python $(BIN)/python -e './runtime[deepseek,otel]' -e ./operator -r requirements-test.txt
 	touch $@
 
 install: $(VENV)/.installed-base

@@ -132,6 +132,12 @@ class Settings(BaseSettings):
     max_concurrency_per_key: int = Field(0, ge=0, description="0 disables")
     url_fetch_allowlist: list[str] = Field(default_factory=list)
 
+    tracing: bool = Field(
+        False,
+        description="OpenTelemetry spans per request and parse, exported over OTLP/HTTP to "
+        "OTEL_EXPORTER_OTLP_ENDPOINT (needs the otel extra)",
+    )
+
     # Shared state
     redis_url: str | None = None
     redis_prefix: str = Field(

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from typing import Any
 
 from fastapi import Depends, FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -38,6 +39,7 @@ from docparser_runtime.server.sse import install_streaming
 from docparser_runtime.settings import Settings
 
 from .state import RuntimeState, runtime_state
+from .tracing import install_tracing
 
 log = logging.getLogger("docparser.server")
 
@@ -104,7 +106,14 @@ async def _bring_up(app: FastAPI, engine: Engine | None, engine_loaded: bool) ->
     batcher.start()
     state.batcher = batcher
     state.parse_service = with_result_cache(
-        ParseService(settings, engine, batcher, state.metrics, loader=state.document_loader),
+        ParseService(
+            settings,
+            engine,
+            batcher,
+            state.metrics,
+            loader=state.document_loader,
+            tracing=state.tracing,
+        ),
         settings,
         state.metrics.registry,
     )
@@ -131,6 +140,7 @@ async def _shut_down(app: FastAPI, bring_up: asyncio.Task) -> None:
         state.parse_service.close()
     if state.engine is not None and state.owns_engine:
         await asyncio.to_thread(state.engine.close)
+    await asyncio.to_thread(state.tracing.shutdown)  # flush the last spans
 
 
 def create_app(
@@ -139,11 +149,14 @@ def create_app(
     *,
     engine_loaded: bool = False,
     document_loader: DocumentLoader | None = None,
+    tracer_provider: Any = None,
 ) -> FastAPI:
     """Build the app. ``engine``: use this engine instead of ``settings.engine``
     (``engine_loaded=True`` skips ``load()`` and leaves ``close()`` to the caller, e.g. a
     model shared by tests or benchmarks);
-    ``document_loader``: replaces the preprocessing pipeline (tests only)."""
+    ``document_loader``: replaces the preprocessing pipeline (tests only);
+    ``tracer_provider``: an OpenTelemetry provider for ``settings.tracing`` instead of the
+    OTLP exporter's (tests)."""
     settings = settings or Settings()
 
     @contextlib.asynccontextmanager
@@ -169,6 +182,12 @@ def create_app(
         lifecycle=Lifecycle(),
         api_keys=create_key_store(settings.api_keys_file),
         rate_limiter=RateLimiter.from_settings(settings),
+        tracing=install_tracing(
+            app,
+            enabled=settings.tracing,
+            version=settings.model_version or "",
+            provider=tracer_provider,
+        ),
         engine=engine,
         owns_engine=not engine_loaded,
         document_loader=document_loader,

@@ -26,6 +26,7 @@ from docparser_runtime.server.batcher import MicroBatcher, SubmitTimings
 from docparser_runtime.server.decoding import DocumentLoader, create_decoder
 from docparser_runtime.server.metrics import Metrics
 from docparser_runtime.server.request_input import ParseRequest
+from docparser_runtime.server.tracing import Tracing
 from docparser_runtime.settings import Settings
 
 log = logging.getLogger("docparser.parse")
@@ -80,8 +81,10 @@ class ParseService:
         *,
         loader: DocumentLoader | None = None,
         preprocess_workers: int | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.settings = settings
+        self.tracing = tracing or Tracing()
         self.engine = engine
         self.batcher = batcher
         self.metrics = metrics
@@ -110,6 +113,21 @@ class ParseService:
         decoded as the pipeline needs them, at most ``decode_lookahead`` ahead of inference.
         With ``on_delta`` pages are generated one at a time through ``engine.stream_page``
         (streaming), otherwise batched."""
+        with self.tracing.span(
+            "docparser.parse", tier=request.options.tier, mode=request.options.mode
+        ) as span:
+            reply = await self._parse(request, on_page, on_delta, deadline, on_total)
+            span.set_attributes(
+                {
+                    "docparser.pages": len(reply["pages"]),
+                    "docparser.vision_tokens": reply["vision_tokens"],
+                    "docparser.output_tokens": reply["usage"]["output_tokens"],
+                    **{f"docparser.{k}_ms": v for k, v in reply["timings_ms"].items()},
+                }
+            )
+            return reply
+
+    async def _parse(self, request, on_page, on_delta, deadline, on_total) -> dict:
         m = self.metrics
         t0 = time.monotonic()
         if deadline is None:
@@ -117,7 +135,8 @@ class ParseService:
         timings = _Timings()
         m.outstanding_requests.inc()
         try:
-            doc = await self._open(request, deadline, timings)
+            with self.tracing.span("docparser.decode", bytes=len(request.data)):
+                doc = await self._open(request, deadline, timings)
             if on_total is not None:
                 on_total(doc.page_count)
             # Every page of the plan is outstanding work for the autoscaler, decoded yet or

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from .lifecycle import Lifecycle
     from .metrics import Metrics
     from .ratelimit import RateLimiter
+    from .tracing import Tracing
 
 
 @dataclass
@@ -35,6 +36,7 @@ class RuntimeState:
     lifecycle: Lifecycle
     api_keys: ApiKeyStore | None
     rate_limiter: RateLimiter | None
+    tracing: Tracing
     engine: Engine | None = None  # created in the background when not given
     owns_engine: bool = True  # False: the caller loaded it and closes it
     document_loader: Any = None  # tests replace the preprocessing pipeline

@@ -95,8 +95,6 @@ def install_tracing(app: Any, *, enabled: bool, version: str, provider: Any = No
     owned = provider is None
     if owned:
         provider = _otlp_provider(version)
-    FastAPIInstrumentor.instrument_app(
-        app, tracer_provider=provider, excluded_urls=UNTRACED_ROUTES
-    )
+    FastAPIInstrumentor.instrument_app(app, tracer_provider=provider, excluded_urls=UNTRACED_ROUTES)
     tracer = provider.get_tracer("docparser_runtime")
     return Tracing(tracer, provider if owned else None)
