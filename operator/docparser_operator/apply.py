@@ -65,6 +65,8 @@ KNOWN_KINDS: dict[str, ResourceRef] = {
         ResourceRef("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets"),
         ResourceRef("gateway.networking.k8s.io/v1", "HTTPRoute", "httproutes"),
         ResourceRef("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies"),
+        ResourceRef("v1", "PersistentVolumeClaim", "persistentvolumeclaims"),
+        ResourceRef("batch/v1", "Job", "jobs"),
     )
 }
 

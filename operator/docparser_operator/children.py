@@ -28,6 +28,8 @@ CHILD_KINDS = (
     "PodDisruptionBudget",
     "HTTPRoute",
     "NetworkPolicy",
+    "PersistentVolumeClaim",
+    "Job",
 )
 HASH_ANNOTATION = "docparser.io/desired-hash"
 

@@ -166,6 +166,8 @@ INDEXED = {
     "PodDisruptionBudget": ("policy", "v1", "poddisruptionbudgets"),
     "HTTPRoute": ("gateway.networking.k8s.io", "v1", "httproutes"),
     "NetworkPolicy": ("networking.k8s.io", "v1", "networkpolicies"),
+    "PersistentVolumeClaim": ("", "v1", "persistentvolumeclaims"),
+    "Job": ("batch", "v1", "jobs"),
     "Pod": ("", "v1", "pods"),
 }
 
@@ -291,8 +293,10 @@ async def stop_resync(memo: kopf.Memo, **_: Any) -> None:
 
 
 @kopf.on.event("apps", "v1", "deployments", labels={labels.LABEL_MANAGED_BY: labels.MANAGED_BY})
+@kopf.on.event("batch", "v1", "jobs", labels={labels.LABEL_MANAGED_BY: labels.MANAGED_BY})
 def on_deployment(event: Mapping[str, Any], body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """A child Deployment moved (pods became ready, a rollout stalled): refresh its owner."""
+    """A child Deployment moved (pods became ready, a rollout stalled), or a weights cache
+    fill Job finished or failed: refresh its owner."""
     state = _state(memo)
     meta = body.get("metadata") or {}
     owner = _controller_owner(meta)
@@ -374,6 +378,7 @@ def _controller_owner(meta: Mapping[str, Any]) -> Mapping[str, Any] | None:
 # puts it back now, not at the next resync). Their changes are ours, or drift the resync fixes.
 CHILD_KINDS = (
     ("", "v1", "services"),
+    ("", "v1", "persistentvolumeclaims"),
     ("autoscaling", "v2", "horizontalpodautoscalers"),
     ("policy", "v1", "poddisruptionbudgets"),
     ("gateway.networking.k8s.io", "v1", "httproutes"),

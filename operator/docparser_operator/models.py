@@ -90,6 +90,17 @@ class Rollout(_Model):
     max_surge: Annotated[int, Field(ge=0, le=100)] = 1
 
 
+class WeightsCache(_Model):
+    """Where fetched weights live: each pod's own emptyDir (fetched per pod), or one
+    PersistentVolumeClaim per weights sha256, filled once by a Job and mounted read-only by
+    every pod of every revision using it (render/weights_cache.py)."""
+
+    mode: Literal["EmptyDir", "PersistentVolume"] = "EmptyDir"
+    storage_class_name: Annotated[str, Field(min_length=1, max_length=253)] | None = None
+    access_mode: Literal["ReadWriteMany", "ReadWriteOnce"] = "ReadWriteMany"
+    volume_size: Annotated[str, Field(max_length=32, pattern=QUANTITY_PATTERN)] | None = None
+
+
 class Autoscaling(_Model):
     metric: Literal["queue", "backlog", "inflight", "cpu"] = "queue"
     target: Annotated[int, Field(ge=1, le=10000)] = 4
@@ -232,6 +243,7 @@ class DocParserSpec(_Model):
     tier: Annotated[int, Field(ge=0, le=6)] = 6
     replicas: Replicas = Field(default_factory=Replicas)
     rollout: Rollout = Field(default_factory=Rollout)
+    weights_cache: WeightsCache = Field(default_factory=WeightsCache)
     autoscaling: Autoscaling = Field(default_factory=Autoscaling)
     resources: Resources = Field(default_factory=Resources)
     runtime: Runtime

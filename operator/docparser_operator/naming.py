@@ -73,6 +73,15 @@ def canary_service(name: str) -> str:
     return f"{name}-canary"
 
 
+def weights_cache(name: str, sha256: str) -> str:
+    """The cache claim and fill Job of one weights version: ``<name>-weights-<sha256[:12]>``.
+
+    The DocParser part is cut to keep 63 characters (a Job's name is a label value on its
+    pods); two DocParsers alike in their first 42 characters would meet as a ChildConflict."""
+    suffix = f"-weights-{sha256[:12]}"
+    return name[: 63 - len(suffix)] + suffix
+
+
 def revision_name(name: str, revision: str) -> str:
     """Deployment (and, with router gateway, backend Service) of one revision.
 

@@ -34,6 +34,7 @@ import pydantic
 from docparser_operator import labels, naming, rollout, sizing
 from docparser_operator.apply import DOCPARSER, ApiError, KubeClient, ref_for
 from docparser_operator.cache import ListObserver, Observer
+from docparser_operator.cache_status import CacheVerdict, weights_cache_verdict
 from docparser_operator.children import (
     Key,
     Observed,
@@ -46,6 +47,7 @@ from docparser_operator.diagnose import diagnose
 from docparser_operator.models import DocParser, DocParserSpec
 from docparser_operator.render import Plan, render_plan, tracks_of
 from docparser_operator.render.plan import desired as desired_rollout
+from docparser_operator.render.weights_cache import cached_weights
 from docparser_operator.status import (
     Problem,
     RoleView,
@@ -132,6 +134,21 @@ class Action:
     uid: str = ""  # prune: delete precondition
 
 
+# Children created once and never re-applied: a claim's class and access mode cannot change,
+# a Job's pod template is immutable (the weights cache, render/weights_cache.py).
+CREATE_ONCE = frozenset({"PersistentVolumeClaim", "Job"})
+
+
+def _claims(deployment: dict[str, Any]) -> set[str]:
+    """The claims a Deployment's pods mount (its weights cache claim, a pvc:// source)."""
+    pod = ((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}
+    return {
+        v["persistentVolumeClaim"]["claimName"]
+        for v in pod.get("volumes") or []
+        if v.get("persistentVolumeClaim")
+    }
+
+
 @dataclass
 class Decision:
     """What one pass must do, decided without I/O."""
@@ -143,6 +160,8 @@ class Decision:
 
 
 def _phase(obj: dict[str, Any], live: dict[str, Any] | None) -> Phase:
+    if obj["kind"] in CREATE_ONCE:
+        return "grow"  # the weights cache comes before the pods that mount it
     if obj["kind"] != "Deployment":
         return "grow" if obj["kind"] == "Service" and live is None else "traffic"
     want = obj["spec"].get("replicas", 1)
@@ -179,6 +198,8 @@ def decide(resource: dict[str, Any], observed: Observed, *, previous_weight: int
         if current is not None and not owned_by(current, uid):
             decision.conflicts.append(key)
             continue
+        if current is not None and key[0] in CREATE_ONCE:
+            continue  # immutable once created (render/weights_cache.py)
         if needs_apply(obj, current):
             decision.actions.append(Action("apply", key, _phase(obj, current), obj=obj))
         if current is not None and labels.LABEL_RETIRED in (
@@ -188,12 +209,14 @@ def decide(resource: dict[str, Any], observed: Observed, *, previous_weight: int
             decision.actions.append(Action("scale", key, "grow", obj=patch))
     kept = set(step.keep)
     generation = str(meta.get("generation", 1))
+    claims_in_use: set[str] = set()  # cache claims of the revisions that stay (below)
     for key, obj in live.items():
-        if key in wanted or not owned_by(obj, uid):
+        if key in wanted or not owned_by(obj, uid) or key[0] in CREATE_ONCE:
             continue
         revision = (obj["metadata"].get("labels") or {}).get(labels.LABEL_REVISION)
         revision_step = step.get(revision) if key[0] == "Deployment" else None
         if revision_step is not None and (revision_step.replicas > 0 or revision in kept):
+            claims_in_use |= _claims(obj)
             have = (obj.get("spec") or {}).get("replicas", 1)
             live_labels = obj["metadata"].get("labels") or {}
             retired = live_labels.get(labels.LABEL_RETIRED) or generation
@@ -215,6 +238,12 @@ def decide(resource: dict[str, Any], observed: Observed, *, previous_weight: int
                 decision.actions.append(Action("scale", key, phase, obj=patch))
             continue
         decision.actions.append(Action("prune", key, "prune", uid=obj["metadata"]["uid"]))
+    # The weights cache follows the revisions: a version's claim and Job stay while a revision
+    # mounting it stays (the previous stable for a rollback, one still draining), else go.
+    for key, obj in live.items():
+        stale = key[0] in CREATE_ONCE and key not in wanted and key[1] not in claims_in_use
+        if stale and owned_by(obj, uid):
+            decision.actions.append(Action("prune", key, "prune", uid=obj["metadata"]["uid"]))
     decision.actions.sort(key=lambda a: PHASES.index(a.phase))
     for kind, child in decision.conflicts:
         decision.problems.append(
@@ -294,11 +323,19 @@ def reconcile(
         live = execute(client, namespace, decision, observed, out)
     finally:  # even when a write failed half-way: the ones before it happened
         observer.remember(namespace, name, out.written, out.deleted)
+    cache: CacheVerdict | None = None
     if decision.plan is not None:
         out.rollout = decision.plan.rollout
         revisions = {t.revision for t in decision.plan.tracks}
         out.problems.extend(diagnose(decision.plan.resource.spec, revisions, live, observed.pods))
-    out.status = _status(client, resource, decision.plan, live, observed.pods, out, now)
+        jobs = {n: obj for (kind, n), obj in live.items() if kind == "Job"}
+        spec = decision.plan.resource.spec
+        cache = weights_cache_verdict(
+            spec, name, cached_weights(decision.plan), jobs, observed.pods
+        )
+        if cache.problem is not None:
+            out.problems.append(cache.problem)
+    out.status = _status(client, resource, decision.plan, live, observed.pods, out, now, cache)
     return out
 
 
@@ -310,6 +347,7 @@ def _status(
     pods: list[dict[str, Any]],
     out: Outcome,
     now: str,
+    cache: CacheVerdict | None = None,
 ) -> dict[str, Any]:
     meta = resource["metadata"]
     name, namespace, uid = meta["name"], meta["namespace"], meta["uid"]
@@ -385,6 +423,7 @@ def _status(
         now=now,
         selector=labels.selector_string(labels.pod_selector(name)),
         rollout=rollout_status,
+        weights_cached=(cache.cached, cache.reason, cache.message) if cache else None,
     )
     if status_changed(previous, status):
         patch = dict(status)

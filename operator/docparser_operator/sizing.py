@@ -186,6 +186,22 @@ def host_memory_request(spec: DocParserSpec) -> str:
 
 
 def weights_volume_limit(spec: DocParserSpec) -> str:
-    """emptyDir size limit for fetched weights: one copy plus room for a partial download."""
+    """One version's volume (emptyDir limit or cache claim): spec.weightsCache.volumeSize, else
+    one copy plus room for a partial download."""
+    if spec.weights_cache.volume_size:
+        return spec.weights_cache.volume_size
     weights = WEIGHTS_BYTES[spec.engine] or 2 * GIB
     return f"{math.ceil(2 * weights / GIB)}Gi"
+
+
+TMP_VOLUME_LIMIT = "2Gi"  # the pod's /tmp emptyDir (uploads spill there, the HF home)
+
+
+def ephemeral_storage_request(spec: DocParserSpec, *, weights_in_pod: bool) -> str:
+    """What a runtime pod writes to node disk: its /tmp, plus the weights volume when the
+    weights are fetched into the pod's own emptyDir. Requested so the scheduler only picks a
+    node with that much free disk, rather than the kubelet evicting the pod later."""
+    total = parse_quantity(TMP_VOLUME_LIMIT)
+    if weights_in_pod:
+        total += parse_quantity(weights_volume_limit(spec))
+    return f"{math.ceil(total / GIB)}Gi"

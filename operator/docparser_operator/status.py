@@ -26,6 +26,7 @@ from typing import Any
 from docparser_operator import naming
 
 FETCH_CONTAINER = "fetch-weights"
+WAIT_CONTAINER = "wait-weights"  # the weights cache: waits for the fill Job
 RUNTIME_CONTAINER = "runtime"
 CRASH_REASONS = {"CrashLoopBackOff", "Error", "OOMKilled", "ImagePullBackOff", "ErrImagePull"}
 
@@ -87,19 +88,25 @@ def pod_model_state(pod: dict[str, Any]) -> tuple[str, str]:
     status = pod.get("status") or {}
     name = (pod.get("metadata") or {}).get("name", "?")
     for init in status.get("initContainerStatuses") or []:
-        if init.get("name") != FETCH_CONTAINER:
+        if init.get("name") not in (FETCH_CONTAINER, WAIT_CONTAINER):
             continue
+        what = "weights fetch" if init.get("name") == FETCH_CONTAINER else "weights cache wait"
         kind, reason = _container_state(init)
         exit_code = ((init.get("state") or {}).get("terminated") or {}).get("exitCode", 0)
         if kind == "terminated" and exit_code != 0:
             return (
                 FAILED,
-                f"pod {name}: weights fetch failed ({reason or 'exit ' + str(exit_code)})",
+                f"pod {name}: {what} failed ({reason or 'exit ' + str(exit_code)})",
             )
         if kind == "waiting" and reason in CRASH_REASONS:
-            return FAILED, f"pod {name}: weights fetch failing ({reason})"
+            return FAILED, f"pod {name}: {what} failing ({reason})"
         if kind in ("running", "waiting"):
-            return DOWNLOADING, f"pod {name}: downloading and verifying weights"
+            doing = (
+                "downloading and verifying weights"
+                if init.get("name") == FETCH_CONTAINER
+                else "waiting for the weights cache to fill"
+            )
+            return DOWNLOADING, f"pod {name}: {doing}"
     for ctr in status.get("containerStatuses") or []:
         if ctr.get("name") != RUNTIME_CONTAINER:
             continue
@@ -201,6 +208,7 @@ def build_status(
     now: str,
     selector: str,
     rollout: dict[str, int] | None = None,
+    weights_cached: tuple[bool, str, str] | None = None,
 ) -> dict[str, Any]:
     """The whole ``status`` of a DocParser (a dict in the CRD's camelCase shape).
 
@@ -255,6 +263,11 @@ def build_status(
         _condition("Reconciling", progressing, p_reason, p_msg, generation, prev_conditions, now),
         _condition("Stalled", degraded, d_reason, d_msg, generation, prev_conditions, now),
     ]
+    if weights_cached is not None:  # (cached, reason, message): cache_status.py
+        ok, reason, message = weights_cached
+        conds.append(
+            _condition("WeightsCached", ok, reason, message, generation, prev_conditions, now)
+        )
     status: dict[str, Any] = {
         "observedGeneration": generation,
         "conditions": conds,

@@ -47,6 +47,12 @@ def _build_parser() -> argparse.ArgumentParser:
     group.add_argument("--sha256", help="expected sha256 of the weights manifest")
     group.add_argument("--manifest", type=Path, help="manifest file listing files and hashes")
 
+    wait = sub.add_parser(
+        "wait-weights", help="wait until another process has put verified weights in place"
+    )
+    wait.add_argument("--dir", required=True, type=Path, help="model directory to wait for")
+    wait.add_argument("--timeout", type=float, default=3600.0, help="seconds (default 3600)")
+
     manifest = sub.add_parser(
         "make-manifest", help="hash a model directory into docparser-manifest.json"
     )
@@ -108,6 +114,19 @@ def fetch_weights(args: argparse.Namespace) -> int:
     return 0
 
 
+def wait_weights(args: argparse.Namespace) -> int:
+    from docparser_runtime.errors import DocParserError
+    from docparser_runtime.weights.wait import wait_for_weights
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    try:
+        wait_for_weights(args.dir, timeout_s=args.timeout)
+    except DocParserError as exc:
+        print(f"wait-weights: {exc.code}: {exc.message}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def make_manifest(args: argparse.Namespace) -> int:
     """Write DIR/docparser-manifest.json and print its sha256 (the CRD's weights.sha256)."""
     from docparser_runtime.errors import DocParserError
@@ -128,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
         return serve(args)
     if args.command == "make-manifest":
         return make_manifest(args)
+    if args.command == "wait-weights":
+        return wait_weights(args)
     return fetch_weights(args)
 
 

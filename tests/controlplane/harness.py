@@ -39,10 +39,13 @@ GATEWAY_CRD_FILES = tuple(
     f"gateway.networking.k8s.io_{plural}.yaml"
     for plural in ("gatewayclasses", "gateways", "httproutes", "referencegrants")
 )
-CONTROLLERS = (  # enough for ownership + Deployments; no scheduler or kubelet, so pods stay Pending
+# Enough for ownership, Deployments and Jobs; no scheduler or kubelet, so pods stay Pending.
+CONTROLLERS = (
     "garbage-collector-controller",
     "deployment-controller",
     "replicaset-controller",
+    "job-controller",  # the weights cache fill Jobs
+    "persistentvolumeclaim-protection-controller",  # frees a deleted claim once no pod mounts it
     "namespace-controller",
     "serviceaccount-controller",
 )

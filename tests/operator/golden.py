@@ -45,6 +45,7 @@ CASES = [
     Case("deepseek-gateway-canary", canary_ready=False),
     Case("deepseek-service-router"),
     Case("deepseek-service-router", canary_ready=False),
+    Case("deepseek-weights-cache"),
 ]
 
 

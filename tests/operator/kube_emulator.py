@@ -57,6 +57,8 @@ RESOURCES: dict[str, tuple[str, bool]] = {
     "policy/v1/poddisruptionbudgets": ("PodDisruptionBudget", True),
     "networking.k8s.io/v1/networkpolicies": ("NetworkPolicy", True),
     "gateway.networking.k8s.io/v1/httproutes": ("HTTPRoute", True),
+    "v1/persistentvolumeclaims": ("PersistentVolumeClaim", True),
+    "batch/v1/jobs": ("Job", True),
     "docparser.io/v1alpha1/docparsers": ("DocParser", True),
 }
 

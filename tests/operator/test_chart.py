@@ -32,6 +32,8 @@ KIND_RESOURCES = {
     "PodDisruptionBudget": ("policy", "poddisruptionbudgets"),
     "HTTPRoute": ("gateway.networking.k8s.io", "httproutes"),
     "NetworkPolicy": ("networking.k8s.io", "networkpolicies"),
+    "PersistentVolumeClaim": ("", "persistentvolumeclaims"),
+    "Job": ("batch", "jobs"),
 }
 
 

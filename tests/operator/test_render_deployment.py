@@ -114,16 +114,46 @@ def test_containers_keep_the_images_tini_entrypoint() -> None:
     assert entrypoint == f"ENTRYPOINT {json.dumps(list(RUNTIME_ENTRYPOINT))}"
 
 
-def test_pvc_source_is_mounted_read_only_and_copied_verified() -> None:
+def test_pvc_source_is_mounted_read_only_in_place_never_copied() -> None:
+    """A pvc:// source is already a volume: the runtime mounts its path read-only at the model
+    path and serve verifies it there (DOCPARSER_WEIGHTS_SHA256); no init container copies it,
+    and no emptyDir holds a second copy."""
     dep = _deployments(SERVICE.resource())["stable"]
-    fetch = _container(dep, "fetch-weights")
-    assert fetch["args"][2] == "/weights-source/deepseek-ocr-2/2026-01-27"
-    mount = next(m for m in fetch["volumeMounts"] if m["name"] == "weights-source")
-    assert mount["readOnly"] is True
-    volume = next(
-        v for v in dep["spec"]["template"]["spec"]["volumes"] if v["name"] == "weights-source"
-    )
-    assert volume["persistentVolumeClaim"] == {"claimName": "model-store", "readOnly": True}
+    pod = dep["spec"]["template"]["spec"]
+    assert "initContainers" not in pod
+    volume = next(v for v in pod["volumes"] if v["name"] == "weights")
+    assert volume == {
+        "name": "weights",
+        "persistentVolumeClaim": {"claimName": "model-store", "readOnly": True},
+    }
+    runtime = _container(dep)
+    mount = next(m for m in runtime["volumeMounts"] if m["name"] == "weights")
+    assert mount == {
+        "name": "weights",
+        "mountPath": "/models/2026-01-27",
+        "subPath": "deepseek-ocr-2/2026-01-27",
+        "readOnly": True,
+    }
+    assert runtime["args"][runtime["args"].index("--model-path") + 1] == "/models/2026-01-27"
+    env = {e["name"]: e.get("value") for e in runtime["env"]}
+    assert env["DOCPARSER_WEIGHTS_SHA256"] == SERVICE.resource()["spec"]["weights"]["sha256"]
+    # Only /tmp is on node disk.
+    assert runtime["resources"]["requests"]["ephemeral-storage"] == "2Gi"
+
+
+def test_emptydir_weights_are_requested_as_ephemeral_storage() -> None:
+    """Weights fetched into the pod's emptyDir: the scheduler must find that much node disk
+    (the volume's limit plus /tmp), or the kubelet evicts the pod mid-download."""
+    resource = copy.deepcopy(GATEWAY.resource())
+    dep = _deployments(resource)["stable"]
+    volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["weights"]["emptyDir"]["sizeLimit"] == "13Gi"  # twice deepseek-ocr2's 6.4 GiB
+    assert _container(dep)["resources"]["requests"]["ephemeral-storage"] == "15Gi"
+    resource["spec"]["weightsCache"] = {"volumeSize": "30Gi"}
+    dep = _deployments(resource)["stable"]
+    volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["weights"]["emptyDir"]["sizeLimit"] == "30Gi"
+    assert _container(dep)["resources"]["requests"]["ephemeral-storage"] == "32Gi"
 
 
 def test_non_root_read_only_root_with_writable_tmp_and_weights() -> None:
@@ -213,7 +243,7 @@ def test_weights_credentials_reach_only_the_fetch_init_container() -> None:
     assert fetch["envFrom"] == [{"secretRef": {"name": "model-store"}}]
     assert all("envFrom" not in c for c in pod["containers"])
     bare = _deployments(SERVICE.resource())["stable"]["spec"]["template"]["spec"]
-    assert all("envFrom" not in c for c in bare["initContainers"])
+    assert all("envFrom" not in c for c in bare.get("initContainers", []))
 
 
 def test_api_keys_secret_is_mounted_only_when_configured() -> None:
@@ -274,7 +304,7 @@ def test_fixed_size_split_by_canary_weight() -> None:
 def test_weights_fetcher_never_asks_more_cpu_than_the_pod(cpu: str, init_cpu: str) -> None:
     """A pod schedules by max(init, containers): a bigger init request would make a small CPU
     pod unschedulable where its own spec fits (seen on a 2-core node)."""
-    resource = copy.deepcopy(SERVICE.resource())
+    resource = copy.deepcopy(GATEWAY.resource())
     resource["spec"]["resources"]["cpu"] = cpu
     dep = _deployments(resource)["stable"]
     assert _container(dep, "fetch-weights")["resources"]["requests"]["cpu"] == init_cpu
@@ -283,7 +313,7 @@ def test_weights_fetcher_never_asks_more_cpu_than_the_pod(cpu: str, init_cpu: st
 
 def test_canary_runtime_override_changes_only_the_canarys_pods() -> None:
     """spec.canary.runtime: a new image or settings go through the same canary as weights."""
-    resource = copy.deepcopy(SERVICE.resource())
+    resource = copy.deepcopy(GATEWAY.resource())
     before = _deployments(resource)
     resource["spec"]["canary"]["runtime"] = {"image": "example.com/runtime:2.0", "maxBatchSize": 2}
     deps = _deployments(resource)

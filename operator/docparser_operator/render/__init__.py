@@ -1,9 +1,10 @@
 """Pure renderers: DocParser resource dict -> desired child objects (no cluster access).
 
 ``render_all`` is what ``docparser-operator render`` calls (the plan at rest); the reconciler
-renders ``render_plan`` of the step its rollout planner chose. The order is stable (per spec
-revision: Deployment, revision Service; then the canary Service, the endpoint Service, the
-HPA, the PDB, the HTTPRoute and the NetworkPolicy) so golden files and apply batches never reorder.
+renders ``render_plan`` of the step its rollout planner chose. The order is stable (the weights
+cache claims and fill Jobs; per spec revision: Deployment, revision Service; then the canary
+Service, the endpoint Service, the HPA, the PDB, the HTTPRoute and the NetworkPolicy) so golden
+files and apply batches never reorder.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from docparser_operator.render.service import (
     render_endpoint_service,
     render_revision_service,
 )
+from docparser_operator.render.weights_cache import render_weights_cache
 
 __all__ = ["Plan", "TrackPlan", "render_all", "render_plan", "tracks_of"]
 
@@ -37,7 +39,7 @@ def tracks_of(resource: DocParser) -> tuple[TrackPlan, ...]:
 
 def render_plan(plan: Plan) -> list[dict[str, Any]]:
     gateway = plan.resource.spec.traffic.router == "gateway"
-    children: list[dict[str, Any]] = []
+    children: list[dict[str, Any]] = render_weights_cache(plan)
     for tp in plan.tracks:
         children.append(render_deployment(plan, tp))
     if gateway:

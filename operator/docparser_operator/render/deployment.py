@@ -26,19 +26,19 @@ from typing import Any
 
 from docparser_operator import naming, sizing
 from docparser_operator.labels import LABEL_REVISION, pod_labels, pod_selector
-from docparser_operator.models import DocParser, DocParserSpec, ObjectMeta
+from docparser_operator.models import DocParser, DocParserSpec, ObjectMeta, Weights
 from docparser_operator.render.meta import object_meta
-from docparser_operator.render.plan import Plan, TrackPlan
+from docparser_operator.render.plan import Plan, TrackPlan, uses_cache
 
 RUNTIME_UID = 10001
 API_KEYS_DIR = "/var/run/secrets/docparser/api-keys"
-PVC_SOURCE_MOUNT = "/weights-source"
 PRESTOP_SLEEP_S = 10
 INIT_CPU_MILLIS = 500  # the weights fetcher: download and sha256, one core is plenty
 RUNTIME_DRAIN_GRACE_S = 5  # runtime keeps serving with /readyz 503 after SIGTERM
 STARTUP_PERIOD_S = 10
 MIN_DECODE_TOKENS_PER_S = 20  # a slow GPU decoding one long page; bounds the drain time
 DOWNLOAD_ALLOWANCE_S = 3600  # extra progress deadline for the init container's download
+WAIT_WEIGHTS_TIMEOUT_S = 4 * 3600  # a pod waiting on the cache fill Job (its own deadline)
 GPU_RESOURCE = "nvidia.com/gpu"
 # What the runtime image runs before a container's args (its ENTRYPOINT, Dockerfile.runtime).
 RUNTIME_ENTRYPOINT = ("/usr/bin/tini", "--", "docparser-runtime")
@@ -53,6 +53,16 @@ def drain_seconds(spec: DocParserSpec) -> int:
 
 def termination_grace_seconds(spec: DocParserSpec) -> int:
     return PRESTOP_SLEEP_S + RUNTIME_DRAIN_GRACE_S + drain_seconds(spec) + 15
+
+
+def _pod_security() -> dict[str, Any]:
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": RUNTIME_UID,
+        "runAsGroup": RUNTIME_UID,
+        "fsGroup": RUNTIME_UID,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
 
 
 def _container_security() -> dict[str, Any]:
@@ -124,9 +134,18 @@ def _init_cpu(spec: DocParserSpec) -> str:
     return pod if sizing.parse_cpu_millis(pod) < INIT_CPU_MILLIS else f"{INIT_CPU_MILLIS}m"
 
 
-def _resources(spec: DocParserSpec) -> dict[str, Any]:
+def _fetched_into_pod(spec: DocParserSpec, tp: TrackPlan) -> bool:
+    """The weights are downloaded into this pod's own emptyDir (no cache, no pvc:// source)."""
+    return tp.weights is not None and tp.weights.pvc is None and not uses_cache(spec, tp.weights)
+
+
+def _resources(spec: DocParserSpec, *, weights_in_pod: bool) -> dict[str, Any]:
     memory = sizing.host_memory_request(spec)
-    requests = {"cpu": _pod_cpu(spec), "memory": memory}
+    requests = {
+        "cpu": _pod_cpu(spec),
+        "memory": memory,
+        "ephemeral-storage": sizing.ephemeral_storage_request(spec, weights_in_pod=weights_in_pod),
+    }
     limits = {"memory": memory}
     if spec.gpus:
         requests[GPU_RESOURCE] = str(spec.gpus)
@@ -138,8 +157,16 @@ def _runtime_container(spec: DocParserSpec, tp: TrackPlan, meta: ObjectMeta) -> 
     args = ["serve", "--engine", spec.engine, "--host", "0.0.0.0", "--port", str(naming.HTTP_PORT)]
     mounts: list[dict[str, Any]] = [{"name": "tmp", "mountPath": "/tmp"}]
     if tp.weights is not None:
-        args += ["--model-path", naming.model_path(tp.weights.version)]
-        mounts.append({"name": "weights", "mountPath": naming.WEIGHTS_MOUNT, "readOnly": True})
+        model_path = naming.model_path(tp.weights.version)
+        args += ["--model-path", model_path]
+        if tp.weights.pvc is not None:
+            # The source claim itself, read-only, at the model path: serve verifies in place.
+            _, path = tp.weights.pvc
+            mounts.append(
+                {"name": "weights", "mountPath": model_path, "subPath": path, "readOnly": True}
+            )
+        else:
+            mounts.append({"name": "weights", "mountPath": naming.WEIGHTS_MOUNT, "readOnly": True})
     if spec.auth and spec.auth.api_key_secret_ref:
         mounts.append({"name": "api-keys", "mountPath": API_KEYS_DIR, "readOnly": True})
     startup_failures = math.ceil(spec.runtime.startup_timeout_seconds / STARTUP_PERIOD_S)
@@ -153,7 +180,7 @@ def _runtime_container(spec: DocParserSpec, tp: TrackPlan, meta: ObjectMeta) -> 
         "ports": [
             {"name": naming.HTTP_PORT_NAME, "containerPort": naming.HTTP_PORT, "protocol": "TCP"}
         ],
-        "resources": _resources(spec),
+        "resources": _resources(spec, weights_in_pod=_fetched_into_pod(spec, tp)),
         "startupProbe": _probe(
             "/readyz", period=STARTUP_PERIOD_S, failures=startup_failures, timeout=5
         ),
@@ -168,18 +195,14 @@ def _runtime_container(spec: DocParserSpec, tp: TrackPlan, meta: ObjectMeta) -> 
     }
 
 
-def _fetch_container(spec: DocParserSpec, tp: TrackPlan) -> dict[str, Any]:
-    weights = tp.weights
-    assert weights is not None
+def _fetch_container(spec: DocParserSpec, weights: Weights) -> dict[str, Any]:
+    """Download and verify ``weights`` into the weights volume (the pod's emptyDir, or the
+    cache claim in the fill Job); exits non-zero on a sha256 mismatch."""
     mounts: list[dict[str, Any]] = [
         {"name": "tmp", "mountPath": "/tmp"},
         {"name": "weights", "mountPath": naming.WEIGHTS_MOUNT},
     ]
     source = weights.uri
-    if weights.pvc is not None:
-        _, path = weights.pvc
-        source = f"{PVC_SOURCE_MOUNT}/{path}"
-        mounts.append({"name": "weights-source", "mountPath": PVC_SOURCE_MOUNT, "readOnly": True})
     return {
         "name": "fetch-weights",
         "image": spec.runtime.image,
@@ -212,20 +235,48 @@ def _fetch_container(spec: DocParserSpec, tp: TrackPlan) -> dict[str, Any]:
     }
 
 
-def _volumes(spec: DocParserSpec, tp: TrackPlan) -> list[dict[str, Any]]:
-    volumes: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {"sizeLimit": "2Gi"}}]
-    if tp.weights is not None:
+def _wait_container(spec: DocParserSpec, weights: Weights) -> dict[str, Any]:
+    """Hold the pod until the fill Job has put the verified copy into the cache claim (its
+    rename is atomic: the manifest appears last). Bounded by the fill Job's own deadline."""
+    return {
+        "name": "wait-weights",
+        "image": spec.runtime.image,
+        "imagePullPolicy": spec.runtime.image_pull_policy,
+        "args": [
+            "wait-weights",
+            "--dir",
+            naming.model_path(weights.version),
+            "--timeout",
+            str(WAIT_WEIGHTS_TIMEOUT_S),
+        ],
+        "resources": {
+            "requests": {"cpu": "50m", "memory": "64Mi"},
+            "limits": {"memory": "256Mi"},
+        },
+        "securityContext": _container_security(),
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "volumeMounts": [{"name": "weights", "mountPath": naming.WEIGHTS_MOUNT, "readOnly": True}],
+    }
+
+
+def _claim(name: str) -> dict[str, Any]:
+    return {"claimName": name, "readOnly": True}
+
+
+def _volumes(spec: DocParserSpec, tp: TrackPlan, name: str) -> list[dict[str, Any]]:
+    volumes: list[dict[str, Any]] = [
+        {"name": "tmp", "emptyDir": {"sizeLimit": sizing.TMP_VOLUME_LIMIT}}
+    ]
+    weights = tp.weights
+    if weights is not None and weights.pvc is not None:
+        volumes.append({"name": "weights", "persistentVolumeClaim": _claim(weights.pvc[0])})
+    elif weights is not None and uses_cache(spec, weights):
+        claim = naming.weights_cache(name, weights.sha256)
+        volumes.append({"name": "weights", "persistentVolumeClaim": _claim(claim)})
+    elif weights is not None:
         volumes.append(
             {"name": "weights", "emptyDir": {"sizeLimit": sizing.weights_volume_limit(spec)}}
         )
-        if tp.weights.pvc is not None:
-            claim, _ = tp.weights.pvc
-            volumes.append(
-                {
-                    "name": "weights-source",
-                    "persistentVolumeClaim": {"claimName": claim, "readOnly": True},
-                }
-            )
     if spec.auth and spec.auth.api_key_secret_ref:
         volumes.append(
             {
@@ -255,19 +306,16 @@ def pod_template(resource: DocParser, tp: TrackPlan) -> dict[str, Any]:
     spec = _track_spec(resource, tp)
     pod_spec: dict[str, Any] = {
         "automountServiceAccountToken": False,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": RUNTIME_UID,
-            "runAsGroup": RUNTIME_UID,
-            "fsGroup": RUNTIME_UID,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": _pod_security(),
         "terminationGracePeriodSeconds": termination_grace_seconds(spec),
         "containers": [_runtime_container(spec, tp, resource.metadata)],
-        "volumes": _volumes(spec, tp),
+        "volumes": _volumes(spec, tp, resource.metadata.name),
     }
-    if tp.weights is not None:
-        pod_spec["initContainers"] = [_fetch_container(spec, tp)]
+    if tp.weights is not None and uses_cache(spec, tp.weights):
+        pod_spec["initContainers"] = [_wait_container(spec, tp.weights)]
+    elif _fetched_into_pod(spec, tp):
+        assert tp.weights is not None
+        pod_spec["initContainers"] = [_fetch_container(spec, tp.weights)]
     if spec.resources.node_selector:
         pod_spec["nodeSelector"] = dict(spec.resources.node_selector)
     pod_spec.update(_placement(spec, resource.metadata.name))
@@ -280,6 +328,30 @@ def pod_template(resource: DocParser, tp: TrackPlan) -> dict[str, Any]:
         },
         "spec": pod_spec,
     }
+
+
+def fill_pod_spec(spec: DocParserSpec, weights: Weights, claim: str) -> dict[str, Any]:
+    """The pod of a weights cache fill Job: the fetch container writing into the claim, as
+    the runtime's user, with the runtime pods' identity (IRSA / Workload Identity for s3://
+    and gs://) and pull secrets; no GPU, so no GPU toleration or node selector."""
+    pod = spec.pod
+    out: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "securityContext": _pod_security(),
+        "containers": [_fetch_container(spec, weights)],
+        "volumes": [
+            {"name": "tmp", "emptyDir": {"sizeLimit": sizing.TMP_VOLUME_LIMIT}},
+            {"name": "weights", "persistentVolumeClaim": {"claimName": claim}},
+        ],
+    }
+    if pod.service_account_name:
+        out["serviceAccountName"] = pod.service_account_name
+    if pod.image_pull_secrets:
+        out["imagePullSecrets"] = [{"name": ref.name} for ref in pod.image_pull_secrets]
+    if pod.tolerations:
+        out["tolerations"] = [dict(t) for t in pod.tolerations]
+    return out
 
 
 def _placement(spec: DocParserSpec, name: str) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from docparser_operator import rollout
-from docparser_operator.models import DocParser, Weights
+from docparser_operator.models import DocParser, DocParserSpec, Weights
 from docparser_operator.naming import REVISION_CHARS, Track
 
 
@@ -56,6 +56,16 @@ class Plan:
     def replicas(self, tp: TrackPlan) -> int:
         step = self.rollout.get(tp.revision)
         return step.replicas if step is not None else 0
+
+
+def uses_cache(spec: DocParserSpec, weights: Weights | None) -> bool:
+    """Whether these weights live in a cache claim (render/weights_cache.py), rather than in
+    each pod's emptyDir or their own pvc:// claim."""
+    return (
+        weights is not None
+        and weights.pvc is None
+        and spec.weights_cache.mode == "PersistentVolume"
+    )
 
 
 def spec_tracks(resource: DocParser) -> tuple[TrackPlan, ...]:
