@@ -1,5 +1,5 @@
 """Scenarios 5 and 6 on real pods: deleting a DocParser removes every child and the pods
-drain; the weights init container verifies pvc:// weights (right sha256 serves, wrong never
+drain; pvc:// weights are verified where they lie, by serve (right sha256 serves, wrong never
 becomes Ready and the DocParser says why). And the operator itself: its leader is killed.
 """
 
@@ -58,7 +58,7 @@ def test_delete_removes_every_child_and_pods_drain(cluster, namespace):
     assert cluster.kubectl("-n", namespace, "get", "dp", "-o", "name").strip() == ""
 
 
-def test_weights_init_container_verifies_the_sha256(cluster, namespace):
+def test_mounted_weights_are_verified_against_the_sha256(cluster, namespace):
     weights = weights_volume(cluster, namespace, ("v1",))
     good = weights["v1"]
     cluster.apply(docparser("good", namespace, cluster.runtime_image, weights=good))

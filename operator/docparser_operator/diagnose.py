@@ -82,7 +82,11 @@ def _pod_problems(pod: dict[str, Any], spec: DocParserSpec) -> list[Problem]:
             )
             found.append(Problem(reason, _short(f"pod {name}: {said}")))
         elif ctr.get("name") == RUNTIME_CONTAINER:
-            found.append(Problem("FailedToLoad", _short(f"pod {name}: {said}")))
+            # serve verifies mounted weights itself (pvc://, the weights cache): a digest
+            # mismatch there is the same finding as the fetcher's.
+            mismatch = "weights_error" in said and "sha256" in said
+            reason = "WeightsChecksumMismatch" if mismatch else "FailedToLoad"
+            found.append(Problem(reason, _short(f"pod {name}: {said}")))
     return found
 
 

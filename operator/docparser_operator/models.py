@@ -43,7 +43,7 @@ class SecretKeyRef(_Model):
 
 class Weights(_Model):
     uri: Annotated[
-        str, Field(min_length=1, max_length=2048, pattern=r"^(s3|gs|https|file|pvc)://.+$")
+        str, Field(min_length=1, max_length=2048, pattern=r"^(s3|gs|https?|file|pvc)://.+$")
     ]
     version: Annotated[
         str,

@@ -102,6 +102,15 @@ def test_runtime_exit_is_failed_to_load_with_its_reason() -> None:
     assert "CUDA driver too old" in reasons([pod(containerStatuses=[ctr])])["FailedToLoad"]
 
 
+def test_mounted_weights_failing_serves_own_check_is_a_checksum_mismatch() -> None:
+    """pvc:// weights and the weights cache are verified by serve where they lie."""
+    said = (
+        "serve: weights_error: docparser-manifest.json in /models/v1 has sha256 aaa, expected bbb"
+    )
+    ctr = {"name": "runtime", "state": {"terminated": {"exitCode": 1, "message": said}}}
+    assert set(reasons([pod(containerStatuses=[ctr])])) == {"WeightsChecksumMismatch"}
+
+
 def test_route_not_accepted_and_metrics_unavailable() -> None:
     route = {
         "status": {

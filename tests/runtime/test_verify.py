@@ -70,6 +70,11 @@ def test_serve_gate(model_dir, caplog):
     assert ok is not None and len(ok.files) == 3
     pinned = Settings(engine="deepseek-ocr2", model_path=model_dir, weights_sha256=ok.digest())
     assert check_serving_weights(pinned) == ok
+    # A pinned digest is checked for any engine: mounted weights are verified where they lie.
+    rapid = Settings(engine="rapidocr", model_path=model_dir, weights_sha256=ok.digest())
+    assert check_serving_weights(rapid) == ok
+    with pytest.raises(WeightsError, match="expected"):
+        check_serving_weights(rapid.model_copy(update={"weights_sha256": "0" * 64}))
 
     (model_dir / MANIFEST_NAME).unlink()
     with pytest.raises(WeightsError):

@@ -69,13 +69,17 @@ def verify_weights(directory: Path, *, sha256: str | None = None) -> Manifest:
 
 
 def check_serving_weights(settings: Settings) -> Manifest | None:
-    """Gate used by ``serve``: verify the DeepSeek-OCR-2 model directory or refuse.
+    """Gate used by ``serve``: verify the model directory or refuse.
 
-    The embedded ``rapidocr`` engine ships its models inside its wheel (already
-    verified by the installer), so only model directories are checked. With
-    ``allow_unverified_weights`` a failure is logged and serving goes on.
+    A DeepSeek-OCR-2 model directory is always checked. The embedded ``rapidocr`` engine
+    ships its models inside its wheel (already verified by the installer), so its directory
+    is checked only when a digest is pinned (the operator pins one for every weights it
+    mounts: a ``pvc://`` source or the weights cache is verified where it lies, never
+    copied). With ``allow_unverified_weights`` a failure is logged and serving goes on.
     """
-    if settings.engine != "deepseek-ocr2" or settings.model_path is None:
+    if settings.model_path is None:
+        return None
+    if settings.engine != "deepseek-ocr2" and settings.weights_sha256 is None:
         return None
     try:
         manifest = verify_weights(settings.model_path, sha256=settings.weights_sha256)
