@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,9 @@ from docparser_runtime.weights.manifest import MANIFEST_NAME, build_manifest
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
-WEIGHTS_MIB = 1536  # enough that a download and its sha256 passes show in a pod's start
+# Weights size: 768 MiB keeps the scenario near a minute; the figures in docs/benchmarks.md
+# were taken with DOCPARSER_E2E_CACHE_MIB=1536, where the download clearly shows.
+WEIGHTS_MIB = int(os.environ.get("DOCPARSER_E2E_CACHE_MIB", "768"))
 VERSION = "v1"
 BLOCK = b"docparser weights cache e2e block\n"
 
