@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates the pinned, hashed locks the images install (`make images-lock`):
 #   runtime/requirements-image-cpu.lock   runtime deps, no extras (rapidocr engine only)
-#   runtime/requirements-image-cuda.lock  runtime deps + deepseek (torch) + cloud extras
+#   runtime/requirements-image-cuda.lock  runtime deps + deepseek (torch) + cloud + otel extras
 #   operator/requirements-image.lock      operator deps
 # Each also pins the package's build backend ([build-system].requires), because the
 # Dockerfiles install the package itself offline with --no-build-isolation.
@@ -30,5 +30,5 @@ compile() {  # compile OUT PYPROJECT [uv args...]
 }
 
 compile runtime/requirements-image-cpu.lock runtime/pyproject.toml
-compile runtime/requirements-image-cuda.lock runtime/pyproject.toml --extra deepseek --extra cloud
+compile runtime/requirements-image-cuda.lock runtime/pyproject.toml --extra deepseek --extra cloud --extra otel
 compile operator/requirements-image.lock operator/pyproject.toml

@@ -168,7 +168,11 @@ def _pins(text: str) -> dict[str, str]:
     ("pyproject", "extras", "lock"),
     [
         ("runtime/pyproject.toml", [], "runtime/requirements-image-cpu.lock"),
-        ("runtime/pyproject.toml", ["deepseek", "cloud"], "runtime/requirements-image-cuda.lock"),
+        (
+            "runtime/pyproject.toml",
+            ["deepseek", "cloud", "otel"],
+            "runtime/requirements-image-cuda.lock",
+        ),
         ("operator/pyproject.toml", [], "operator/requirements-image.lock"),
     ],
 )

@@ -90,7 +90,7 @@ def install_tracing(app: Any, *, enabled: bool, version: str, provider: Any = No
     except ImportError as exc:
         raise TracingUnavailable(
             "DOCPARSER_TRACING is on but OpenTelemetry is not installed: "
-            "pip install 'docparser-runtime[otel]' (or build the image with EXTRAS=...,otel)"
+            "pip install 'docparser-runtime[otel]' (the GPU image has it; the CPU image does not)"
         ) from exc
     owned = provider is None
     if owned:
