@@ -182,19 +182,14 @@ def weights_volume(target: Target, namespace: str, versions: tuple[str, ...]) ->
             "metadata": {"name": "weights-src", "namespace": namespace},
             "data": data,
         },
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {"name": pv_name, "labels": {"docparser-e2e": namespace}},
-            "spec": {
-                "capacity": {"storage": "1Gi"},
-                "accessModes": ["ReadWriteOnce", "ReadOnlyMany"],
-                "persistentVolumeReclaimPolicy": "Retain",
-                "storageClassName": "",
-                "hostPath": {"path": host_path, "type": "DirectoryOrCreate"},
-                "claimRef": {"namespace": namespace, "name": claim},
-            },
-        },
+        hostpath_volume(
+            namespace,
+            pv_name,
+            claim,
+            host_path,
+            size="1Gi",
+            modes=["ReadWriteOnce", "ReadOnlyMany"],
+        ),
         {
             "apiVersion": "v1",
             "kind": "PersistentVolumeClaim",
@@ -206,33 +201,17 @@ def weights_volume(target: Target, namespace: str, versions: tuple[str, ...]) ->
                 "resources": {"requests": {"storage": "1Gi"}},
             },
         },
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "seed-weights", "namespace": namespace},
-            "spec": {
-                "restartPolicy": "Never",
-                # root to write into a fresh hostPath dir; the runtime pods only read it.
-                "securityContext": {"runAsUser": 0},
-                "containers": [
-                    {
-                        "name": "copy",
-                        "image": target.runtime_image,
-                        "imagePullPolicy": "IfNotPresent",
-                        "command": ["sh", "-c", copy],
-                        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
-                        "volumeMounts": [
-                            {"name": "src", "mountPath": "/src"},
-                            {"name": "pv", "mountPath": "/pv"},
-                        ],
-                    }
-                ],
-                "volumes": [
-                    {"name": "src", "configMap": {"name": "weights-src"}},
-                    {"name": "pv", "persistentVolumeClaim": {"claimName": claim}},
-                ],
+        # root to write into a fresh hostPath dir; the runtime pods only read it.
+        root_pod(
+            namespace,
+            "seed-weights",
+            target.runtime_image,
+            copy,
+            {
+                "src": {"configMap": {"name": "weights-src"}},
+                "pv": {"persistentVolumeClaim": {"claimName": claim}},
             },
-        },
+        ),
     )
 
     def seeded() -> bool:
@@ -244,6 +223,52 @@ def weights_volume(target: Target, namespace: str, versions: tuple[str, ...]) ->
 
     wait_for(target, namespace, "weights copied onto the volume", seeded, 120)
     return result
+
+
+def hostpath_volume(
+    namespace: str, name: str, claim: str, host_path: str, *, size: str, modes: list[str]
+) -> dict[str, Any]:
+    """A hostPath PersistentVolume on the node, pre-bound to ``claim`` (the local cluster has no
+    volume provisioner); labelled so the namespace's teardown deletes it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name, "labels": {"docparser-e2e": namespace}},
+        "spec": {
+            "capacity": {"storage": size},
+            "accessModes": modes,
+            "persistentVolumeReclaimPolicy": "Retain",
+            "storageClassName": "",
+            "hostPath": {"path": host_path, "type": "DirectoryOrCreate"},
+            "claimRef": {"namespace": namespace, "name": claim},
+        },
+    }
+
+
+def root_pod(
+    namespace: str, name: str, image: str, script: str, volumes: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
+    """A one-shot pod running ``script`` as root with ``volumes`` mounted at /<name>."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "restartPolicy": "Never",
+            "securityContext": {"runAsUser": 0},
+            "containers": [
+                {
+                    "name": "run",
+                    "image": image,
+                    "imagePullPolicy": "IfNotPresent",
+                    "command": ["sh", "-c", script],
+                    "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
+                    "volumeMounts": [{"name": v, "mountPath": f"/{v}"} for v in volumes],
+                }
+            ],
+            "volumes": [{"name": v, **source} for v, source in volumes.items()],
+        },
+    }
 
 
 def delete_weights_volume(target: Target, namespace: str) -> None:

@@ -21,9 +21,11 @@ from cluster_support import (
     Target,
     conditions,
     docparser,
+    hostpath_volume,
     page_png,
     parse,
     record,
+    root_pod,
     service_url,
     wait_for,
     wait_ready,
@@ -140,39 +142,16 @@ def _cache_volume(target: Target, namespace: str, claim: str) -> None:
     """A hostPath PV pre-bound to the cache claim, writable by the runtime's user."""
     host_path = f"/var/tmp/docparser-e2e/{namespace}-cache"
     target.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {"name": f"{namespace}-cache", "labels": {"docparser-e2e": namespace}},
-            "spec": {
-                "capacity": {"storage": "4Gi"},
-                "accessModes": ["ReadWriteOnce"],
-                "persistentVolumeReclaimPolicy": "Retain",
-                "storageClassName": "",
-                "hostPath": {"path": host_path, "type": "DirectoryOrCreate"},
-                "claimRef": {"namespace": namespace, "name": claim},
-            },
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "cache-perms", "namespace": namespace},
-            "spec": {
-                "restartPolicy": "Never",
-                "securityContext": {"runAsUser": 0},
-                "containers": [
-                    {
-                        "name": "chown",
-                        "image": target.runtime_image,
-                        "imagePullPolicy": "IfNotPresent",
-                        "command": ["sh", "-c", "chown 10001:10001 /pv && chmod 0755 /pv"],
-                        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
-                        "volumeMounts": [{"name": "pv", "mountPath": "/pv"}],
-                    }
-                ],
-                "volumes": [{"name": "pv", "hostPath": {"path": host_path}}],
-            },
-        },
+        hostpath_volume(
+            namespace, f"{namespace}-cache", claim, host_path, size="4Gi", modes=["ReadWriteOnce"]
+        ),
+        root_pod(
+            namespace,
+            "cache-perms",
+            target.runtime_image,
+            "chown 10001:10001 /pv && chmod 0755 /pv",
+            {"pv": {"hostPath": {"path": host_path}}},
+        ),
     )
     wait_for(
         target,

@@ -149,3 +149,15 @@ class ThreadedServer:
         self.server.should_exit = True
         if self._thread is not None:
             self._thread.join(60)
+
+
+def poll_job(url: str, job_id: str, until, timeout: float = 60) -> dict:
+    """GET the job on ``url`` until ``until(body)``; fails with the last state after
+    ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        body = httpx.get(f"{url}/v1/jobs/{job_id}", timeout=5).json()
+        if until(body):
+            return body
+        assert time.monotonic() < deadline, f"timed out; last state {body}"
+        time.sleep(0.05)

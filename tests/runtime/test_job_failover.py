@@ -13,7 +13,7 @@ import time
 import httpx
 import pytest
 from docparser_runtime.jobs.redis_store import RedisJobStore
-from live_server import LiveServer
+from live_server import LiveServer, poll_job
 from PIL import Image
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis]
@@ -28,16 +28,6 @@ def pdf(pages: int) -> bytes:
     buf = io.BytesIO()
     images[0].save(buf, format="PDF", save_all=True, append_images=images[1:])
     return buf.getvalue()
-
-
-def poll(url: str, job_id: str, until, timeout: float) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        body = httpx.get(f"{url}/v1/jobs/{job_id}", timeout=5).json()
-        if until(body):
-            return body
-        assert time.monotonic() < deadline, f"timed out; last state {body}"
-        time.sleep(0.05)
 
 
 def test_job_of_a_killed_replica_is_completed_by_another(redis_url):
@@ -56,7 +46,9 @@ def test_job_of_a_killed_replica_is_completed_by_another(redis_url):
         reply = httpx.post(f"{servers[0].url}/v1/jobs", files={"file": ("d.pdf", pdf(PAGES))})
         assert reply.status_code == 202
         job_id = reply.json()["id"]
-        mid = poll(servers[0].url, job_id, lambda j: j["progress"]["pages_done"] >= 1, timeout=30)
+        mid = poll_job(
+            servers[0].url, job_id, lambda j: j["progress"]["pages_done"] >= 1, timeout=30
+        )
         assert mid["status"] == "running" and mid["progress"]["pages_done"] < PAGES
 
         # Whichever replica claimed it dies (its worker id names its pid).
@@ -66,7 +58,7 @@ def test_job_of_a_killed_replica_is_completed_by_another(redis_url):
         victim.signal(signal.SIGKILL)
         assert victim.wait_exit(timeout=10) == -signal.SIGKILL
         t_killed = time.monotonic()
-        done = poll(
+        done = poll_job(
             survivor.url, job_id, lambda j: j["status"] in ("succeeded", "failed"), timeout=60
         )
         recovered_s = time.monotonic() - t_killed

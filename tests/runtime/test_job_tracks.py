@@ -13,7 +13,7 @@ import httpx
 import pytest
 from docparser_runtime.jobs.models import JobStatus, request_fingerprint
 from docparser_runtime.jobs.redis_store import RedisJobStore
-from live_server import LiveServer
+from live_server import LiveServer, poll_job
 from PIL import Image
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -189,7 +189,7 @@ def test_two_tracks_as_processes_run_their_own_jobs_and_scale_on_the_backlog(red
         idle = scrape(stable.url)
         assert idle["docparser_jobs_queued"] == 0 and idle["docparser_backlog_pages"] == 0
         for job_id in ids:  # stable answers for the canary's jobs
-            done = poll(stable.url, job_id, lambda j: j["status"] in ("succeeded", "failed"))
+            done = poll_job(stable.url, job_id, lambda j: j["status"] in ("succeeded", "failed"))
             assert done["status"] == "succeeded", done
         ran = {
             s.url: scrape(s.url).get('docparser_jobs_finished_total{status="succeeded"}', 0)
@@ -210,13 +210,3 @@ def pdf(pages: int, seed: int) -> bytes:
     buf = io.BytesIO()
     images[0].save(buf, format="PDF", save_all=True, append_images=images[1:])
     return buf.getvalue()
-
-
-def poll(url: str, job_id: str, until, timeout: float = 60) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        body = httpx.get(f"{url}/v1/jobs/{job_id}", timeout=5).json()
-        if until(body):
-            return body
-        assert time.monotonic() < deadline, f"timed out; last state {body}"
-        time.sleep(0.1)
