@@ -199,7 +199,13 @@ def decide(resource: dict[str, Any], observed: Observed, *, previous_weight: int
             decision.conflicts.append(key)
             continue
         if current is not None and key[0] in CREATE_ONCE:
-            continue  # immutable once created (render/weights_cache.py)
+            claim = live.get(("PersistentVolumeClaim", key[1]))
+            if key[0] == "Job" and claim is None and owned_by(current, uid):
+                # The claim was deleted (to refill, or by mistake): its Job's success speaks
+                # of a volume that is gone. Delete it; the next pass fills the new claim.
+                uid_ = current["metadata"]["uid"]
+                decision.actions.append(Action("prune", key, "prune", uid=uid_))
+            continue  # otherwise immutable once created (render/weights_cache.py)
         if needs_apply(obj, current):
             decision.actions.append(Action("apply", key, _phase(obj, current), obj=obj))
         if current is not None and labels.LABEL_RETIRED in (

@@ -163,8 +163,36 @@ def test_fill_failure_names_the_fetch_error() -> None:
     assert verdict.problem is not None and verdict.problem.reason == "WeightsCacheFillFailed"
     running = weights_cache_verdict(spec, "wc", [spec.weights], {}, [])
     assert running.reason == "Filling" and not running.cached
-    spec.weights_cache.mode = "EmptyDir"
-    assert weights_cache_verdict(spec, "wc", [], {}, []).reason == "Disabled"
+    plain = spec.model_copy(
+        update={"weights_cache": spec.weights_cache.model_copy(update={"mode": "EmptyDir"})}
+    )
+    assert weights_cache_verdict(plain, "wc", [], {}, []).reason == "Disabled"
 
 
 DOCPARSER_REF = KNOWN_KINDS["DocParser"]
+
+
+def test_a_deleted_claim_takes_its_fill_job_along() -> None:
+    """Pure: a claim deleted (to refill it, or by mistake) leaves a Job whose success speaks
+    of a volume that is gone: the pass recreates the claim and deletes that Job, so the next
+    pass fills the new claim instead of pods waiting on an empty one."""
+    from docparser_operator.children import Observed, prepare
+    from docparser_operator.reconcile import decide
+    from docparser_operator.render import render_all
+
+    resource = docparser("wc", weights=weights("v1", SHA_A), weightsCache=CACHE)
+    resource["metadata"].update(namespace="ocr", uid="uid-wc", generation=1)
+    name = cache_name("wc", SHA_A)
+    (job,) = [o for o in prepare(render_all(resource), resource) if o["kind"] == "Job"]
+    job["metadata"]["uid"] = "uid-job"
+    decision = decide(resource, Observed({("Job", name): job}, []), previous_weight=0)
+    verbs = {(a.verb, a.key) for a in decision.actions}
+    assert ("apply", ("PersistentVolumeClaim", name)) in verbs
+    assert ("prune", ("Job", name)) in verbs
+    # With its claim there, a live Job is left alone (Jobs are immutable).
+    claim = next(
+        o for o in prepare(render_all(resource), resource) if o["kind"] == "PersistentVolumeClaim"
+    )
+    both = Observed({("Job", name): job, ("PersistentVolumeClaim", name): claim}, [])
+    keys = {a.key for a in decide(resource, both, previous_weight=0).actions}
+    assert ("Job", name) not in keys
