@@ -40,6 +40,7 @@ from typing import Any
 import kopf
 
 from docparser_operator import cache, events, labels, leader, permissions, triggers
+from docparser_operator.analysis_run import AnalysisMemory
 from docparser_operator.apply import DOCPARSER, ApiError, KubeClient, load_configuration
 from docparser_operator.metrics import OperatorMetrics
 from docparser_operator.naming import API_GROUP, KIND, PLURAL
@@ -66,6 +67,7 @@ class OperatorState:
     event_limiter: events.EventLimiter = field(default_factory=lambda: events.EventLimiter(300.0))
     metrics: OperatorMetrics | None = None
     observer: cache.IndexedObserver | None = None  # None: list on every pass
+    analysis: AnalysisMemory = field(default_factory=AnalysisMemory)  # canary window starts
 
     def lock_for(self, uid: str) -> threading.Lock:
         with self.locks_guard:
@@ -120,7 +122,7 @@ def run_reconcile(state: OperatorState, resource: dict[str, Any], *, strict: boo
         resource = state.newest(resource)
         started = time.monotonic()
         try:
-            outcome = reconcile(api, resource, observer=state.observer)
+            outcome = reconcile(api, resource, observer=state.observer, analysis=state.analysis)
         except ApiError as exc:
             if state.metrics is not None:
                 state.metrics.failed(namespace, name, exc.status, time.monotonic() - started)

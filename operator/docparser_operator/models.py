@@ -227,10 +227,49 @@ class RuntimeOverride(_Model):
         return runtime.model_copy(update=self.model_dump(exclude_none=True))
 
 
+class AnalysisStep(_Model):
+    weight: Annotated[int, Field(ge=1, le=99)]
+    pause: bool = False  # after this step passes, wait for a spec change
+
+
+DEFAULT_STEPS = (10, 25, 50)
+
+
+class CanaryAnalysis(_Model):
+    """Automated steps for the canary weight (analysis.py): ``steps``, or ``stepWeight`` up
+    to ``maxWeight``; without either 10, 25 and 50 %."""
+
+    steps: Annotated[list[AnalysisStep], Field(max_length=20)] = Field(default_factory=list)
+    step_weight: Annotated[int, Field(ge=1, le=99)] | None = None
+    max_weight: Annotated[int, Field(ge=1, le=99)] = 50
+    interval_seconds: Annotated[int, Field(ge=5, le=86400)] = 300
+    min_requests: Annotated[int, Field(ge=1, le=1000000)] = 50
+    failure_limit: Annotated[int, Field(ge=1, le=100)] = 2
+    max_error_rate_increase: Annotated[float, Field(ge=0, le=1)] = 0.01
+    max_latency_ratio: Annotated[float, Field(ge=1, le=100)] = 1.5
+    retry: Annotated[str, Field(max_length=63)] | None = None
+
+    @model_validator(mode="after")
+    def _cel_rules(self) -> CanaryAnalysis:
+        if self.steps and self.step_weight is not None:
+            raise ValueError("analysis: give steps or stepWeight, not both")
+        return self
+
+    def schedule(self) -> list[AnalysisStep]:
+        if self.steps:
+            return list(self.steps)
+        if self.step_weight is not None:
+            top = max(self.max_weight, self.step_weight)
+            weights = list(range(self.step_weight, top + 1, self.step_weight))
+            return [AnalysisStep(weight=w) for w in weights]
+        return [AnalysisStep(weight=w) for w in DEFAULT_STEPS]
+
+
 class Canary(_Model):
     weights: Weights
     runtime: RuntimeOverride | None = None
     weight: Annotated[int, Field(ge=0, le=100)] = 0
+    analysis: CanaryAnalysis | None = None
 
 
 class Auth(_Model):
@@ -305,9 +344,33 @@ class TrackStatus(_Model):
     ready_replicas: int | None = None
 
 
+class AnalysisCheck(_Model):
+    name: str | None = None
+    value: float | None = None
+    threshold: float | None = None
+    ok: bool | None = None
+    canary: float | None = None
+    stable: float | None = None
+
+
+class AnalysisStatus(_Model):
+    revision: str | None = None
+    step: int | None = None
+    steps: int | None = None
+    weight: int | None = None
+    phase: str | None = None
+    window_start: str | None = None
+    failures: int | None = None
+    paused_generation: int | None = None
+    retry: str | None = None
+    message: str | None = None
+    checks: list[AnalysisCheck] | None = None
+
+
 class CanaryStatus(TrackStatus):
     weight: int | None = None
     requested_weight: int | None = None
+    analysis: AnalysisStatus | None = None
 
 
 class RolloutStatus(_Model):

@@ -31,7 +31,9 @@ from typing import Any, Literal
 
 import pydantic
 
-from docparser_operator import labels, naming, rollout, sizing
+from docparser_operator import analysis as analysis_module
+from docparser_operator import analysis_run, labels, naming, rollout, sizing
+from docparser_operator.analysis_run import AnalysisMemory
 from docparser_operator.apply import DOCPARSER, ApiError, KubeClient, ref_for
 from docparser_operator.cache import ListObserver, Observer
 from docparser_operator.cache_status import CacheVerdict, weights_cache_verdict
@@ -73,6 +75,7 @@ class Outcome:
     rollout: rollout.Rollout | None = None
     created_revisions: list[str] = field(default_factory=list)
     body: dict[str, Any] | None = None  # the DocParser as the status write returned it
+    analysis: analysis_module.AnalysisState | None = None  # the canary analysis after the pass
     written: dict[Key, dict[str, Any]] = field(default_factory=dict[Key, Any])  # as returned
     deleted: dict[Key, str] = field(default_factory=dict[Key, str])  # pruned: their uids
 
@@ -169,8 +172,15 @@ def _phase(obj: dict[str, Any], live: dict[str, Any] | None) -> Phase:
     return "shrink" if want < have else "grow"
 
 
-def decide(resource: dict[str, Any], observed: Observed, *, previous_weight: int) -> Decision:
-    """observed + desired -> the ordered actions of this pass (pure)."""
+def decide(
+    resource: dict[str, Any],
+    observed: Observed,
+    *,
+    previous_weight: int,
+    canary_weight: int | None = None,
+) -> Decision:
+    """observed + desired -> the ordered actions of this pass (pure). ``canary_weight``: the
+    canary analysis' effective weight (analysis.py), which replaces spec.canary.weight."""
     meta = resource["metadata"]
     uid = meta["uid"]
     try:
@@ -179,7 +189,7 @@ def decide(resource: dict[str, Any], observed: Observed, *, previous_weight: int
         return Decision(plan=None, problems=[_problem_from_validation(exc)])
     tracks = tracks_of(model)
     step = rollout.plan(
-        desired_rollout(model, tracks),
+        desired_rollout(model, tracks, weight=canary_weight),
         revision_states(observed, uid),
         previous_weight=previous_weight,
     )
@@ -301,11 +311,13 @@ def reconcile(
     *,
     now: str | None = None,
     observer: Observer | None = None,
+    analysis: AnalysisMemory | None = None,
 ) -> Outcome:
     """Move the children of ``resource`` one safe step towards the spec and write its status.
 
     ``observer`` reads the children and pods (the operator's watch-backed indexes; listing by
-    default) and is told what this pass wrote."""
+    default) and is told what this pass wrote; ``analysis`` keeps the canary analysis'
+    window starts between passes (analysis_run.py)."""
     now = now or now_rfc3339()
     meta = resource["metadata"]
     name, namespace = meta["name"], meta["namespace"]
@@ -314,7 +326,27 @@ def reconcile(
     observer = observer or ListObserver(client)
     observed = observer(namespace, name)
     previous_weight = (previous.get("canary") or {}).get("weight") or 0
-    decision = decide(resource, observed, previous_weight=previous_weight)
+    walk = _analysis_begin(resource, previous)
+    decision = decide(
+        resource,
+        observed,
+        previous_weight=previous_weight,
+        canary_weight=walk.weight if walk is not None else None,
+    )
+    if walk is not None and decision.plan is not None:
+        step = decision.plan.rollout
+        walk = analysis_run.finish(
+            analysis or AnalysisMemory(),
+            decision.plan.resource,
+            walk,
+            {str(t.track): t.revision for t in decision.plan.tracks},
+            observed.pods,
+            serving=step.canary_weight == step.target_weight and step.target_weight > 0,
+            now=now,
+        )
+        if walk.phase == "Failed":
+            out.problems.append(Problem("CanaryFailed", walk.message))
+    out.analysis = walk
     out.problems.extend(
         Problem(
             "Forbidden",
@@ -343,6 +375,19 @@ def reconcile(
             out.problems.append(cache.problem)
     out.status = _status(client, resource, decision.plan, live, observed.pods, out, now, cache)
     return out
+
+
+def _analysis_begin(
+    resource: dict[str, Any], previous: dict[str, Any]
+) -> analysis_module.AnalysisState | None:
+    """The canary analysis' state to plan with (None without one, or with an invalid spec:
+    decide reports that)."""
+    try:
+        model = DocParser.from_resource(resource)
+    except pydantic.ValidationError:
+        return None
+    revisions: dict[str, str] = {t.track: t.revision for t in tracks_of(model)}
+    return analysis_run.begin(model, revisions, previous)
 
 
 def _status(
@@ -410,6 +455,8 @@ def _status(
                 observation=observation(canary_tp.revision, canary_tp.version),
             )
         rolling = _rolling(step, was_rolling=_condition_true(previous, "Progressing"))
+        if out.analysis is not None and out.analysis.phase in ("Progressing", "Paused"):
+            rolling.append(f"canary analysis: {out.analysis.message}")
         ready_serving = step.ready_serving
         routed, requested = step.canary_weight, step.requested_weight
         rollout_status = {"size": step.size, "pods": step.pods, "maxSurge": step.max_surge}
@@ -431,6 +478,8 @@ def _status(
         rollout=rollout_status,
         weights_cached=(cache.cached, cache.reason, cache.message) if cache else None,
     )
+    if out.analysis is not None and "canary" in status:
+        status["canary"]["analysis"] = out.analysis.to_status()
     if status_changed(previous, status):
         patch = dict(status)
         for gone in ("stable", "canary", "rollout"):

@@ -42,7 +42,11 @@ class Kubelet:
         ready_after: float = 0.5,
         never_ready: set[str] | None = None,
         interval: float = 0.2,
+        pod_ip: dict[str, str] | None = None,
     ) -> None:
+        """``pod_ip``: revision -> the address its pods report (a real process listening
+        there stands in for them: the canary analysis reads their /metrics)."""
+        self.pod_ip = pod_ip if pod_ip is not None else {}
         self.cluster = cluster
         self.ready_after = ready_after
         self.never_ready = never_ready or set()  # revisions whose pods never pass readiness
@@ -90,12 +94,17 @@ class Kubelet:
                 )
                 state = "ready" if ok else "loading"
                 ready += ok
-                if self._written.get(uid) != state:
+                ip = self.pod_ip.get(revision)
+                written = f"{state}@{ip}"
+                if self._written.get(uid) != written:
+                    status = pod_status(state)
+                    if ip:
+                        status["podIP"] = ip
                     with contextlib.suppress(Exception):  # deleted meanwhile
                         self.cluster.client.patch_status(
-                            POD, self.cluster.namespace, pod["metadata"]["name"], pod_status(state)
+                            POD, self.cluster.namespace, pod["metadata"]["name"], status
                         )
-                        self._written[uid] = state
+                        self._written[uid] = written
             if not self.cluster.has_controllers:
                 self._write_deployment_status(dep, len(pods), ready)
 

@@ -162,7 +162,7 @@ def test_crd_names_subresources_and_printer_columns() -> None:
             node = node["properties"][part]
         assert node["type"] == kind
     columns = [c["name"] for c in version["additionalPrinterColumns"]]
-    assert columns == ["Ready", "Stable", "Canary", "Weight", "Replicas", "Age"]
+    assert columns == ["Ready", "Stable", "Canary", "Weight", "Analysis", "Step", "Replicas", "Age"]
     assert "&" not in CRD_FILE.read_text().split("apiVersion:", 1)[1].replace("&&", "")
 
 

@@ -258,7 +258,12 @@ def test_a_missing_permission_is_degraded_forbidden_naming_it(
             "verbs": verbs,
         },
         {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": verbs},
-        {"apiGroups": [""], "resources": ["services", "pods", "events"], "verbs": verbs},
+        {
+            "apiGroups": [""],
+            "resources": ["services", "pods", "events", "persistentvolumeclaims"],
+            "verbs": verbs,
+        },
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": verbs},
         {"apiGroups": ["autoscaling"], "resources": ["horizontalpodautoscalers"], "verbs": verbs},
         {"apiGroups": ["gateway.networking.k8s.io"], "resources": ["httproutes"], "verbs": verbs}
         if missing != "HTTPRoute"

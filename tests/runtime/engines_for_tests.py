@@ -36,6 +36,7 @@ class GatedEngine(Engine):
         self.gate.set()
         self.entered = threading.Event()  # set when a batch reached the engine
         self.fail_with: Exception | None = None
+        self.broken = False  # every batch after warm-up fails (a release that 500s)
         self.load_error: Exception | None = None
         self.loaded = False
         self.warmed = False
@@ -69,6 +70,8 @@ class GatedEngine(Engine):
             time.sleep(self.delay_s)
         if self.fail_with is not None:
             raise self.fail_with
+        if self.broken and self.warmed:
+            raise RuntimeError("injected engine failure")
         return [self._result(p, options) for p in pages]
 
     def stream_page(

@@ -28,12 +28,18 @@ class LiveServer:
         env: dict[str, object] | None = None,
         gated_delay_s: float | None = None,
         nofile: int | None = None,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        engine_args: tuple[str, ...] = (),
     ) -> None:
         """``gated_delay_s``: serve the test engine (``serve_test_engine.py``) whose
-        batches take that long, instead of ``engine``. ``nofile``: the process's limit of
-        open file descriptors (RLIMIT_NOFILE)."""
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        batches take that long, instead of ``engine`` (``engine_args``: more of its options).
+        ``nofile``: the process's limit of open file descriptors (RLIMIT_NOFILE). ``host`` /
+        ``port``: another loopback address (127.0.0.2 stands in for a pod IP) and port."""
+        self.host = host
+        self.port = port or free_port()
+        self.url = f"http://{host}:{self.port}"
+        self.engine_args = engine_args
         self.engine = engine
         self.gated_delay_s = gated_delay_s
         self.nofile = nofile
@@ -51,8 +57,8 @@ class LiveServer:
             args = [sys.executable, "-m", "docparser_runtime", "serve", "--engine", self.engine]
         else:
             script = str(Path(__file__).with_name("serve_test_engine.py"))
-            args = [sys.executable, script, "--delay", str(self.gated_delay_s)]
-        args += ["--host", "127.0.0.1", "--port", str(self.port)]
+            args = [sys.executable, script, "--delay", str(self.gated_delay_s), *self.engine_args]
+        args += ["--host", self.host, "--port", str(self.port)]
         limit = self.nofile
 
         def limits() -> None:

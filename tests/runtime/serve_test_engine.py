@@ -28,10 +28,13 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--delay", type=float, default=0.0, help="seconds per batch")
+    parser.add_argument("--fail", action="store_true", help="every batch fails (a 500)")
     args = parser.parse_args()
     settings = Settings(host=args.host, port=args.port)
     logging.basicConfig(level=settings.log_level.upper())
-    run_server(create_app(settings, GatedEngine(delay_s=args.delay)), settings)
+    engine = GatedEngine(delay_s=args.delay)
+    engine.broken = args.fail
+    run_server(create_app(settings, engine), settings)
 
 
 if __name__ == "__main__":

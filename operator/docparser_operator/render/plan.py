@@ -82,13 +82,18 @@ def revision_of(template: dict[str, Any]) -> str:
     return hashlib.sha256(body.encode()).hexdigest()[:REVISION_CHARS]
 
 
-def desired(resource: DocParser, tracks: tuple[TrackPlan, ...]) -> rollout.Desired:
+def desired(
+    resource: DocParser, tracks: tuple[TrackPlan, ...], *, weight: int | None = None
+) -> rollout.Desired:
+    """``weight``: the canary analysis' effective weight, instead of spec.canary.weight."""
     spec = resource.spec
     by_role = {t.track: t.revision for t in tracks}
+    if weight is None:
+        weight = spec.canary.weight if spec.canary else 0
     return rollout.Desired(
         stable=by_role.get("stable"),
         canary=by_role.get("canary"),
-        weight=spec.canary.weight if spec.canary else 0,
+        weight=weight if spec.canary else 0,
         size=spec.replicas.size,
         max_surge=spec.rollout.max_surge,
         router=spec.traffic.router,

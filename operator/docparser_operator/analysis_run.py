@@ -1,0 +1,110 @@
+"""One canary analysis pass for the reconciler: read what is due, then ``analysis.advance``.
+
+The walk's state comes from status (analysis.current); the counters at the current window's
+start live in ``AnalysisMemory``, the leader's memory. Pods are read only when a window
+starts (to remember where it starts) or ends (to judge it), so a quiet resync reads nothing.
+A window whose start the memory does not know (the operator restarted, another replica
+took over) starts again now: a verdict always covers a whole interval it measured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from docparser_operator import analysis, labels
+from docparser_operator.models import DocParser
+from docparser_operator.scrape import Fetch, _http_get, scrape_track
+
+WindowKey = tuple[str, str, int, str]  # canary revision, retry, step, window start
+
+
+@dataclass
+class AnalysisMemory:
+    """The counters (canary, stable) at the start of each DocParser's running window."""
+
+    fetch: Fetch = _http_get
+    windows: dict[tuple[str, str], tuple[WindowKey, analysis.Window]] = field(
+        default_factory=dict[tuple[str, str], tuple[WindowKey, analysis.Window]]
+    )
+
+
+def _key(state: analysis.AnalysisState) -> WindowKey:
+    return (state.revision, state.retry, state.step, state.window_start)
+
+
+def _pods(pods: Sequence[Mapping[str, Any]], revision: str) -> list[Mapping[str, Any]]:
+    return [
+        p
+        for p in pods
+        if (p.get("metadata", {}).get("labels") or {}).get(labels.LABEL_REVISION) == revision
+    ]
+
+
+def begin(
+    model: DocParser, revisions: Mapping[str, str], status: Mapping[str, Any]
+) -> analysis.AnalysisState | None:
+    """The walk's state to plan this pass with (its weight); None without analysis.
+    ``revisions``: role -> the spec's revision."""
+    canary = model.spec.canary
+    if canary is None or canary.analysis is None or "canary" not in revisions:
+        return None
+    previous = (status.get("canary") or {}).get("analysis")
+    return analysis.current(canary.analysis, previous, revisions["canary"])
+
+
+def finish(
+    memory: AnalysisMemory,
+    model: DocParser,
+    state: analysis.AnalysisState,
+    revisions: Mapping[str, str],
+    pods: Sequence[Mapping[str, Any]],
+    *,
+    serving: bool,
+    now: str,
+) -> analysis.AnalysisState:
+    """Measure what is due and advance the walk. ``serving``: this pass's plan has the
+    canary's Ready pods carrying the weight the step asks for (as near as the router can)."""
+    assert model.spec.canary is not None and model.spec.canary.analysis is not None
+    config = model.spec.canary.analysis
+    where = (model.metadata.namespace, model.metadata.name)
+
+    def sample() -> analysis.Window | None:
+        c = scrape_track(_pods(pods, revisions["canary"]), memory.fetch)
+        s = scrape_track(_pods(pods, revisions.get("stable", "")), memory.fetch)
+        return analysis.Window(c, s) if c is not None and s is not None else None
+
+    window: analysis.Window | None = None
+    end: analysis.Window | None = None
+    serving = serving and state.phase == "Progressing"
+    if serving:
+        known = memory.windows.get(where)
+        if not state.window_start or known is None or known[0] != _key(state):
+            # This window's start is not in memory (a new step, a restart): it begins now.
+            start = sample()
+            if start is not None:
+                state = replace(state, window_start=now)
+                memory.windows[where] = (_key(state), start)
+        elif analysis.window_due(state, config, now):
+            end = sample()
+            if end is not None:
+                c = end.canary.minus(known[1].canary)
+                s = end.stable.minus(known[1].stable)
+                window = analysis.Window(c, s) if c is not None and s is not None else None
+                if window is None:  # a pod left or restarted: measure a fresh window
+                    state = replace(state, window_start=now)
+                    memory.windows[where] = (_key(state), end)
+    after = analysis.advance(
+        state,
+        config,
+        window,
+        now=now,
+        generation=model.metadata.generation or 0,
+        serving_step=serving or state.phase != "Progressing",
+    )
+    if after.phase != "Progressing":
+        memory.windows.pop(where, None)
+    elif _key(after) != _key(state) and after.window_start and end is not None:
+        memory.windows[where] = (_key(after), end)  # one window ends, the next begins
+    return after

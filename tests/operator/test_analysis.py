@@ -1,0 +1,184 @@
+"""The canary analysis walk (pure): counters read from real runtime /metrics text, windows
+judged against stable, steps, pauses, the failure limit, rollback and the fresh start on a
+new canary or retry token."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from docparser_operator.analysis import (
+    AnalysisState,
+    TrackCounters,
+    Window,
+    advance,
+    current,
+    evaluate,
+    window_due,
+)
+from docparser_operator.models import CanaryAnalysis
+from docparser_operator.scrape import add, parse_counters, scrape_track
+from docparser_runtime.server.metrics import Metrics
+
+CONFIG = CanaryAnalysis(
+    steps=[{"weight": 10}, {"weight": 25, "pause": True}, {"weight": 50}],
+    interval_seconds=60,
+    min_requests=20,
+    failure_limit=2,
+)
+NOW = "2026-12-01T10:00:00Z"
+
+
+def exposition(ok: int, errors: int = 0, latency_s: float = 0.2) -> str:
+    """A runtime pod's /metrics after ``ok`` + ``errors`` parse requests (the real registry)."""
+    metrics = Metrics(model="deepseek-ocr2", version="v2")
+    for _ in range(ok):
+        metrics.count_request(route="/v1/document/parse", method="POST", status="200")
+        metrics.observe_stage("total", latency_s)
+    for _ in range(errors):
+        metrics.count_request(route="/v1/document/parse", method="POST", status="500")
+        metrics.observe_stage("total", latency_s)
+    metrics.count_request(route="/readyz", method="GET", status="200")  # never counted
+    return metrics.render().decode()
+
+
+def window(canary: str, stable: str) -> Window:
+    return Window(parse_counters(canary), parse_counters(stable))
+
+
+def fresh() -> AnalysisState:
+    return current(CONFIG, None, "canary1")
+
+
+def test_counters_come_from_the_runtime_exposition_and_add_up_over_pods() -> None:
+    one = parse_counters(exposition(30, errors=3, latency_s=0.2))
+    assert (one.requests, one.errors) == (33, 3)
+    assert dict(one.latency)[0.25] == 33 and dict(one.latency)[0.1] == 0
+    both = add([one, parse_counters(exposition(10))])
+    assert both.requests == 43 and both.error_rate == pytest.approx(3 / 43)
+    assert 0.1 < both.quantile(0.99) <= 0.25  # interpolated inside the 0.1..0.25 bucket
+
+
+def test_a_counter_that_went_down_voids_the_window() -> None:
+    later, earlier = parse_counters(exposition(5)), parse_counters(exposition(9))
+    assert later.minus(earlier) is None  # a pod restarted or left
+    assert parse_counters(exposition(9)).minus(later) == TrackCounters(
+        4, 0, tuple((le, 4.0 if le >= 0.25 else 0.0) for le, _ in later.latency)
+    )
+
+
+def test_pods_are_read_only_when_ready_and_one_failure_voids_the_sample() -> None:
+    def pod(ip: str, ready: bool = True) -> dict:
+        status = "True" if ready else "False"
+        return {
+            "metadata": {"name": ip},
+            "status": {"podIP": ip, "conditions": [{"type": "Ready", "status": status}]},
+        }
+
+    bodies = {
+        "http://10.0.0.1:8000/metrics": exposition(4),
+        "http://10.0.0.2:8000/metrics": exposition(6),
+    }
+    fetched: list[str] = []
+
+    def fetch(url: str) -> str:
+        fetched.append(url)
+        return bodies[url]
+
+    pods = [pod("10.0.0.1"), pod("10.0.0.2"), pod("10.0.0.3", ready=False)]
+    counters = scrape_track(pods, fetch)
+    assert counters is not None and counters.requests == 10 and len(fetched) == 2
+    assert scrape_track([*pods, pod("10.0.0.9")], fetch) is None  # 10.0.0.9 does not answer
+
+
+def test_a_good_canary_walks_every_step_pausing_where_asked() -> None:
+    state = fresh()
+    assert (state.step, state.weight, state.phase) == (0, 10, "Progressing")
+    good = window(exposition(40), exposition(200))
+    # Not serving the step yet: no verdict, however long.
+    state = advance(state, CONFIG, good, now=NOW, generation=1, serving_step=False)
+    assert state.weight == 10 and "shifting" in state.message
+    state = advance(state, CONFIG, good, now=NOW, generation=1, serving_step=True)
+    assert (state.step, state.weight) == (1, 25)
+    assert [c.ok for c in state.checks] == [True, True]
+    state = advance(state, CONFIG, good, now=NOW, generation=1, serving_step=True)
+    assert (state.phase, state.weight, state.paused_generation) == ("Paused", 25, 1)
+    assert advance(state, CONFIG, good, now=NOW, generation=1, serving_step=True) == state
+    state = advance(state, CONFIG, None, now=NOW, generation=2, serving_step=True)  # spec changed
+    assert (state.phase, state.step, state.weight) == ("Progressing", 2, 50)
+    state = advance(state, CONFIG, good, now=NOW, generation=2, serving_step=True)
+    assert (state.phase, state.weight) == ("Succeeded", 100)
+    assert "promote" in state.message
+
+
+def test_failed_windows_roll_back_at_the_failure_limit() -> None:
+    state = fresh()
+    bad = window(exposition(35, errors=5), exposition(200))  # 12.5 % errors vs 0 %
+    state = advance(state, CONFIG, bad, now=NOW, generation=1, serving_step=True)
+    assert (state.phase, state.failures, state.weight) == ("Progressing", 1, 10)
+    assert state.window_start == NOW  # a new window at the same step
+    state = advance(state, CONFIG, bad, now=NOW, generation=1, serving_step=True)
+    assert (state.phase, state.weight) == ("Failed", 0)
+    assert "errorRate 0.125 > 0.01" in state.message
+    # Stays rolled back, whatever comes next.
+    good = window(exposition(40), exposition(200))
+    assert advance(state, CONFIG, good, now=NOW, generation=5, serving_step=True) == state
+
+
+def test_slower_p99_fails_and_a_good_window_resets_the_count() -> None:
+    slow = window(exposition(40, latency_s=4.0), exposition(200, latency_s=0.2))
+    checks = evaluate(CONFIG, slow.canary, slow.stable)
+    assert not isinstance(checks, str)
+    latency = next(c for c in checks if c.name == "latencyP99Ratio")
+    assert not latency.ok and latency.value > 10
+    state = advance(fresh(), CONFIG, slow, now=NOW, generation=1, serving_step=True)
+    assert state.failures == 1
+    good = window(exposition(40), exposition(200))
+    state = advance(state, CONFIG, good, now=NOW, generation=1, serving_step=True)
+    assert (state.failures, state.step) == (0, 1)
+
+
+def test_too_few_requests_is_no_verdict() -> None:
+    state = advance(
+        fresh(),
+        CONFIG,
+        window(exposition(5), exposition(200)),
+        now=NOW,
+        generation=1,
+        serving_step=True,
+    )
+    assert (state.step, state.failures) == (0, 0)
+    assert "canary 5/20" in state.message
+
+
+def test_the_walk_resumes_from_status_and_restarts_for_a_new_canary_or_retry() -> None:
+    state = advance(
+        fresh(),
+        CONFIG,
+        window(exposition(40), exposition(200)),
+        now=NOW,
+        generation=1,
+        serving_step=True,
+    )
+    status = state.to_status()
+    assert status["step"] == 2 and status["weight"] == 25
+    again = current(CONFIG, status, "canary1")
+    assert (again.step, again.weight, again.phase) == (1, 25, "Progressing")
+    assert current(CONFIG, status, "canary2").step == 0  # a new canary revision
+    retried = CONFIG.model_copy(update={"retry": "2"})
+    assert current(retried, status, "canary1").step == 0  # a new retry token
+
+
+def test_windows_are_due_after_the_interval() -> None:
+    state = AnalysisState(revision="r", steps=tuple(CONFIG.schedule()), window_start=NOW)
+    assert not window_due(state, CONFIG, "2026-12-01T10:00:59Z")
+    assert window_due(state, CONFIG, "2026-12-01T10:01:00Z")
+
+
+def test_generated_steps_and_quantiles() -> None:
+    stepped = CanaryAnalysis(stepWeight=20, maxWeight=70)
+    assert [s.weight for s in stepped.schedule()] == [20, 40, 60]
+    assert [s.weight for s in CanaryAnalysis().schedule()] == [10, 25, 50]
+    counters = TrackCounters(100, 0, ((0.1, 50.0), (1.0, 100.0), (math.inf, 100.0)))
+    assert counters.quantile(0.5) == pytest.approx(0.1)
+    assert counters.quantile(0.99) == pytest.approx(0.1 + 0.9 * 49 / 50)

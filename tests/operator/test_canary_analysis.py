@@ -1,0 +1,193 @@
+"""Canary analysis end to end: the real operator, real runtime processes for each track.
+
+Each track's pods report a loopback address (127.0.x.2 for stable, 127.0.x.3 for the canary)
+where a real ``docparser-runtime serve`` process (the deterministic test engine) listens on
+the pod port, so the operator reads real ``/metrics``. A client loop stands in for the
+Service: it sends parse requests to each process in the share the DocParser's status says
+the canary carries. A good canary walks every step to 100 %; a canary answering 500s is
+rolled back to 0 % within ``failureLimit`` windows, never above its first step; an operator
+restart mid-walk resumes at the same step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import random
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from docparser_operator import naming
+from docparser_operator.apply import KNOWN_KINDS
+from dp_helpers import CANARY_WEIGHTS, GATEWAY, condition, create, docparser, revision, set_spec
+from kube_cluster import Cluster, wait_for
+from kubelet_sim import Kubelet
+from operator_runner import running_operator
+from PIL import Image
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
+from live_server import LiveServer
+
+pytestmark = pytest.mark.slow
+DOCPARSER = KNOWN_KINDS["DocParser"]
+ANALYSIS = {
+    "steps": [{"weight": 25}, {"weight": 50}],
+    "intervalSeconds": 5,
+    "minRequests": 8,
+    "failureLimit": 2,
+}
+MAX_REQUESTS = 5000  # the client loop's bound (about 25 s at its pace)
+
+
+def png() -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", (64, 32), "white").save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def analysis_status(cluster: Cluster, name: str) -> dict[str, Any]:
+    dp = cluster.get(DOCPARSER, name) or {}
+    return ((dp.get("status") or {}).get("canary") or {}).get("analysis") or {}
+
+
+class Traffic:
+    """Parse requests split between the two processes by the routed canary weight."""
+
+    def __init__(self, cluster: Cluster, name: str, stable: str, canary: str) -> None:
+        self.cluster, self.name, self.urls = cluster, name, (stable, canary)
+        self.weights_seen: list[int] = []
+        self.sent = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="traffic", daemon=True)
+
+    def _weight(self) -> int:
+        dp = self.cluster.get(DOCPARSER, self.name) or {}
+        return int(((dp.get("status") or {}).get("canary") or {}).get("weight") or 0)
+
+    def _run(self) -> None:
+        body, rng = png(), random.Random(7)
+        weight, checked = 0, 0.0
+        with httpx.Client(timeout=10) as client:
+            while not self._stop.is_set() and self.sent < MAX_REQUESTS:
+                if time.monotonic() - checked > 0.3:
+                    weight, checked = self._weight(), time.monotonic()
+                    self.weights_seen.append(weight)
+                url = self.urls[1] if rng.random() * 100 < weight else self.urls[0]
+                with contextlib.suppress(httpx.HTTPError):
+                    client.post(
+                        f"{url}/v1/document/parse", files={"file": ("p.png", body, "image/png")}
+                    )
+                self.sent += 1
+                time.sleep(0.005)
+
+    def __enter__(self) -> Traffic:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(15)
+
+
+def _tracks(broken: bool) -> tuple[LiveServer, LiveServer]:
+    octet = random.randint(10, 250)  # another loopback /24 per run: no clash on the pod port
+    stable = LiveServer(gated_delay_s=0.0, host=f"127.0.{octet}.2", port=naming.HTTP_PORT)
+    canary = LiveServer(
+        gated_delay_s=0.0,
+        host=f"127.0.{octet}.3",
+        port=naming.HTTP_PORT,
+        engine_args=("--fail",) if broken else (),
+    )
+    return stable, canary
+
+
+def _walk(cluster: Cluster, *, broken: bool, restart_at_step: int | None = None) -> dict:
+    if not cluster.has_controllers:
+        pytest.skip("the walk runs on the real API server backend only (it takes half a minute)")
+    stable, canary = _tracks(broken)
+    servers = (stable, canary)
+    try:
+        for server in servers:
+            server.start()
+        for server in servers:
+            server.wait_ready()
+        first = docparser("walk", traffic=GATEWAY, replicas={"min": 2, "max": 2})
+        with_canary = copy.deepcopy(first["spec"])
+        with_canary["canary"] = {"weights": CANARY_WEIGHTS, "analysis": ANALYSIS}
+        operator = running_operator(cluster)
+        operator.__enter__()
+        try:
+            create(cluster, first)
+            ips = {wait_for("stable revision", lambda: revision(cluster, "walk")): stable.host}
+            with (
+                Kubelet(cluster, ready_after=0.2, pod_ip=ips),
+                Traffic(cluster, "walk", stable.url, canary.url) as traffic,
+            ):
+                # Stable serves first; then the release arrives as a canary with analysis.
+                wait_for(
+                    "stable Ready",
+                    lambda: condition(cluster, "walk", "Ready").get("status") == "True",
+                    timeout=60,
+                )
+                set_spec(cluster, "walk", with_canary)
+                canary_revision = wait_for(
+                    "canary revision", lambda: revision(cluster, "walk", "canary")
+                )
+                ips[canary_revision] = canary.host
+                if restart_at_step is not None:
+                    wait_for(
+                        f"step {restart_at_step}",
+                        lambda: analysis_status(cluster, "walk").get("step") == restart_at_step,
+                        timeout=60,
+                    )
+                    operator.__exit__(None, None, None)
+                    operator = running_operator(cluster)
+                    operator.__enter__()
+                    after = analysis_status(cluster, "walk")
+                    assert after["step"] >= restart_at_step, after  # never back to step 1
+                done = wait_for(
+                    "a verdict",
+                    lambda: (
+                        analysis_status(cluster, "walk").get("phase") in ("Succeeded", "Failed")
+                        and analysis_status(cluster, "walk")
+                    ),
+                    timeout=90,
+                )
+                wait_for(
+                    "the routed weight follows the verdict",
+                    lambda: traffic.weights_seen and traffic.weights_seen[-1] == done["weight"],
+                    timeout=30,
+                )
+                return {"analysis": done, "weights": list(traffic.weights_seen)}
+        finally:
+            operator.__exit__(None, None, None)
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def test_a_good_canary_walks_every_step_to_full_traffic(cluster: Cluster) -> None:
+    seen = _walk(cluster, broken=False, restart_at_step=2)
+    done = seen["analysis"]
+    assert (done["phase"], done["weight"], done["step"]) == ("Succeeded", 100, 2), done
+    assert all(c["ok"] for c in done["checks"]), done
+    walked = [w for i, w in enumerate(seen["weights"]) if i == 0 or w != seen["weights"][i - 1]]
+    assert walked[-3:] == [25, 50, 100], walked  # through each step, in order
+    assert condition(cluster, "walk", "Degraded")["status"] == "False"
+
+
+def test_a_canary_answering_500s_is_rolled_back_at_the_failure_limit(cluster: Cluster) -> None:
+    seen = _walk(cluster, broken=True)
+    done = seen["analysis"]
+    assert (done["phase"], done["weight"], done["step"]) == ("Failed", 0, 1), done
+    assert done["failures"] == ANALYSIS["failureLimit"]
+    assert "errorRate" in done["message"]
+    assert max(seen["weights"]) <= 25, seen["weights"]  # never past its first step
+    degraded = condition(cluster, "walk", "Degraded")
+    assert degraded["status"] == "True" and degraded["reason"] == "CanaryFailed", degraded
