@@ -1,7 +1,7 @@
-"""The weights cache on real pods: weights served over HTTP inside the cluster, one DocParser
-with ``weightsCache.mode: PersistentVolume`` and one with the emptyDir default. The cache is
-filled once by its Job and mounted read-only by every pod; a pod added later starts without a
-download. Pod start times (cold cache, warm cache, emptyDir) go to docs/benchmarks.md.
+"""The weights cache on real pods: weights served over HTTP inside the cluster and a DocParser
+with ``weightsCache.mode: PersistentVolume``. The cache is filled once by its Job and mounted
+read-only by every pod; a pod added later starts without a download. As a benchmark
+(``DOCPARSER_E2E_CACHE_MIB``) a DocParser with the emptyDir default is timed beside it.
 
 The node has no volume provisioner, so the cache claim binds to a hostPath PersistentVolume
 made here for its name (as a cluster admin or a static provisioner would).
@@ -34,9 +34,11 @@ from docparser_runtime.weights.manifest import MANIFEST_NAME, build_manifest
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
-# Weights size: 768 MiB keeps the scenario near a minute; the figures in docs/benchmarks.md
-# were taken with DOCPARSER_E2E_CACHE_MIB=1536, where the download clearly shows.
-WEIGHTS_MIB = int(os.environ.get("DOCPARSER_E2E_CACHE_MIB", "768"))
+# DOCPARSER_E2E_CACHE_MIB=1536 is the benchmark: bigger weights, where the download clearly
+# shows, and the same start without the cache (docs/benchmarks.md). By default the scenario
+# checks the behaviour only, with small weights, in about half a minute.
+BENCHMARK = bool(os.environ.get("DOCPARSER_E2E_CACHE_MIB"))
+WEIGHTS_MIB = int(os.environ.get("DOCPARSER_E2E_CACHE_MIB") or "256")
 VERSION = "v1"
 BLOCK = b"docparser weights cache e2e block\n"
 
@@ -248,16 +250,6 @@ def test_cache_fills_once_and_later_pods_start_without_a_download(cluster, names
     warm = _scale_to_two(cluster, namespace, "cached")
     warm_init, warm_ready = _pod_start(cluster, namespace, "cached")
 
-    t0 = time.monotonic()
-    emptydir = {"volumeSize": "4Gi"}
-    cluster.apply(
-        _spec("fetched", namespace, cluster.runtime_image, uri, sha, weightsCache=emptydir)
-    )
-    wait_ready(cluster, namespace, "fetched", timeout=420)
-    empty_first = time.monotonic() - t0
-    empty_second = _scale_to_two(cluster, namespace, "fetched")
-    empty_init, empty_ready = _pod_start(cluster, namespace, "fetched")
-
     # One fill for the cached DocParser, whatever its pods did; each serves the same weights.
     jobs = cluster.items("jobs", namespace, "app.kubernetes.io/instance=cached")
     assert [j["metadata"]["name"] for j in jobs] == [claim]
@@ -274,11 +266,23 @@ def test_cache_fills_once_and_later_pods_start_without_a_download(cluster, names
     digest = hashlib.sha256((directory / MANIFEST_NAME).read_bytes()).hexdigest()
     assert digest == sha
 
-    record(
-        "weights-cache",
+    line = (
         f"{WEIGHTS_MIB} MiB weights over in-cluster HTTP, 1 node. Cache: DocParser Ready "
         f"{cold:.0f}s after create (fill Job {fill_s:.0f}s), a second pod Ready {warm:.0f}s after "
-        f"the scale-up (init wait-weights {warm_init:.0f}s, pod created->Ready {warm_ready:.0f}s). "
-        f"emptyDir: Ready {empty_first:.0f}s after create, a second pod {empty_second:.0f}s "
-        f"(init fetch-weights {empty_init:.0f}s, pod created->Ready {empty_ready:.0f}s)",
+        f"the scale-up (init wait-weights {warm_init:.0f}s, pod created->Ready {warm_ready:.0f}s)."
     )
+    if BENCHMARK:  # the same weights without the cache, for docs/benchmarks.md
+        t0 = time.monotonic()
+        emptydir = {"volumeSize": "4Gi"}
+        cluster.apply(
+            _spec("fetched", namespace, cluster.runtime_image, uri, sha, weightsCache=emptydir)
+        )
+        wait_ready(cluster, namespace, "fetched", timeout=420)
+        empty_first = time.monotonic() - t0
+        empty_second = _scale_to_two(cluster, namespace, "fetched")
+        empty_init, empty_ready = _pod_start(cluster, namespace, "fetched")
+        line += (
+            f" emptyDir: Ready {empty_first:.0f}s after create, a second pod {empty_second:.0f}s "
+            f"(init fetch-weights {empty_init:.0f}s, pod created->Ready {empty_ready:.0f}s)"
+        )
+    record("weights-cache", line)
