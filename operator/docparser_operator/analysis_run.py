@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from docparser_operator import analysis, labels
+from docparser_operator import analysis, labels, naming
 from docparser_operator.models import DocParser
 from docparser_operator.scrape import Fetch, _http_get, scrape_track
 
@@ -77,17 +77,20 @@ def finish(
 
     window: analysis.Window | None = None
     end: analysis.Window | None = None
+    unreadable = False
     serving = serving and state.phase == "Progressing"
     if serving:
         known = memory.windows.get(where)
         if not state.window_start or known is None or known[0] != _key(state):
             # This window's start is not in memory (a new step, a restart): it begins now.
             start = sample()
+            unreadable = start is None
             if start is not None:
                 state = replace(state, window_start=now)
                 memory.windows[where] = (_key(state), start)
         elif analysis.window_due(state, config, now):
             end = sample()
+            unreadable = end is None
             if end is not None:
                 c = end.canary.minus(known[1].canary)
                 s = end.stable.minus(known[1].stable)
@@ -103,6 +106,12 @@ def finish(
         generation=model.metadata.generation or 0,
         serving_step=serving or state.phase != "Progressing",
     )
+    if unreadable:  # say why nothing moves: most often a NetworkPolicy keeps us out
+        after = replace(
+            after,
+            message=f"cannot read every Ready pod's /metrics (port {naming.HTTP_PORT}); with "
+            "traffic.allowFrom, admit the operator's namespace",
+        )
     if after.phase != "Progressing":
         memory.windows.pop(where, None)
     elif _key(after) != _key(state) and after.window_start and end is not None:

@@ -182,3 +182,31 @@ def test_generated_steps_and_quantiles() -> None:
     counters = TrackCounters(100, 0, ((0.1, 50.0), (1.0, 100.0), (math.inf, 100.0)))
     assert counters.quantile(0.5) == pytest.approx(0.1)
     assert counters.quantile(0.99) == pytest.approx(0.1 + 0.9 * 49 / 50)
+
+
+def test_unreadable_pods_say_why_the_walk_does_not_move() -> None:
+    """A NetworkPolicy (traffic.allowFrom without the operator's namespace) keeps the
+    operator from the pods' /metrics: the status says so instead of waiting silently."""
+    from docparser_operator import analysis_run
+    from docparser_operator.models import DocParser
+    from dp_helpers import CANARY_WEIGHTS, docparser
+
+    resource = docparser("walk", canary={"weights": CANARY_WEIGHTS, "analysis": {}})
+    resource["metadata"].update(namespace="ocr", uid="u", generation=1)
+    model = DocParser.from_resource(resource)
+    pod = {
+        "metadata": {"name": "p", "labels": {"docparser.io/revision": "c1"}},
+        "status": {"podIP": "10.1.1.1", "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+    def refused(url: str) -> str:
+        raise ConnectionRefusedError(url)
+
+    memory = analysis_run.AnalysisMemory(fetch=refused)
+    state = analysis_run.begin(model, {"stable": "s1", "canary": "c1"}, {})
+    assert state is not None
+    after = analysis_run.finish(
+        memory, model, state, {"stable": "s1", "canary": "c1"}, [pod], serving=True, now=NOW
+    )
+    assert (after.step, after.phase) == (0, "Progressing")
+    assert "cannot read every Ready pod's /metrics" in after.message
