@@ -16,6 +16,11 @@ total-stage latency histogram, differenced over the window by ``scrape.py``) dec
   new generation), or after the last step ``Succeeded``: the canary carries 100 % (the
   make-before-break promotion of rollout.py) until its weights move into ``spec.weights``.
 
+With ``golden`` the walk starts ``Verifying`` at weight 0: each golden document is parsed by
+a canary pod and a stable pod (golden.py) and scored by character error rate against its
+expected text; a canary over ``maxCER`` on a document, or more than ``maxCERIncrease`` above
+stable's, never gets traffic (``Failed``, reason ``GoldenRegression``).
+
 The operator never writes ``spec``: the step, the effective weight, the last checks and the
 verdict live in ``status.canary.analysis`` and survive an operator restart or a new leader.
 The counters at a window's start are kept in the leader's memory only; a restart begins the
@@ -30,7 +35,7 @@ from typing import Any, Literal
 
 from docparser_operator.models import AnalysisStep, CanaryAnalysis
 
-Phase = Literal["Progressing", "Paused", "Failed", "Succeeded"]
+Phase = Literal["Verifying", "Progressing", "Paused", "Failed", "Succeeded"]
 
 
 @dataclass(frozen=True)
@@ -101,6 +106,52 @@ class Check:
         return out
 
 
+def cer(expected: str, got: str) -> float:
+    """Character error rate: edit distance over the expected length, on whitespace-folded
+    text (a re-wrapped line is no error; a lost word is)."""
+    a, b = " ".join(expected.split()), " ".join(got.split())
+    if not a:
+        return 0.0 if not b else 1.0
+    previous = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        row = [i]
+        for j, cb in enumerate(b, 1):
+            row.append(min(previous[j] + 1, row[j - 1] + 1, previous[j - 1] + (ca != cb)))
+        previous = row
+    return min(previous[-1] / len(a), 1.0)
+
+
+@dataclass(frozen=True)
+class GoldenScore:
+    document: str
+    canary: float
+    stable: float
+    ok: bool
+
+    def to_status(self) -> dict[str, Any]:
+        return {
+            "document": self.document,
+            "canary": round(self.canary, 4),
+            "stable": round(self.stable, 4),
+            "ok": self.ok,
+        }
+
+
+def score_golden(
+    config: CanaryAnalysis, results: dict[str, tuple[str, str, str]]
+) -> tuple[GoldenScore, ...]:
+    """``results``: document -> (expected, canary's text, stable's text)."""
+    assert config.golden is not None
+    gate = config.golden
+    scores = []
+    for document, (expected, canary, stable) in sorted(results.items()):
+        c, s = cer(expected, canary), cer(expected, stable)
+        scores.append(
+            GoldenScore(document, c, s, c <= gate.max_cer and c - s <= gate.max_cer_increase)
+        )
+    return tuple(scores)
+
+
 @dataclass(frozen=True)
 class AnalysisState:
     """``status.canary.analysis``: where the walk is (the state the operator resumes from)."""
@@ -115,11 +166,13 @@ class AnalysisState:
     retry: str = ""
     message: str = ""
     checks: tuple[Check, ...] = field(default_factory=tuple)
+    reason: str = ""  # why a Failed walk stopped: CanaryFailed or GoldenRegression
+    golden: tuple[GoldenScore, ...] = field(default_factory=tuple)
 
     @property
     def weight(self) -> int:
         """The canary's effective weight (what the rollout planner is asked for)."""
-        if self.phase == "Failed":
+        if self.phase in ("Failed", "Verifying"):
             return 0
         if self.phase == "Succeeded":
             return 100
@@ -142,6 +195,10 @@ class AnalysisState:
             out["pausedGeneration"] = self.paused_generation
         if self.retry:
             out["retry"] = self.retry
+        if self.reason:
+            out["reason"] = self.reason
+        if self.golden:
+            out["golden"] = [g.to_status() for g in self.golden]
         return out
 
 
@@ -153,17 +210,31 @@ def current(config: CanaryAnalysis, status: dict[str, Any] | None, revision: str
         revision=revision,
         steps=steps,
         retry=config.retry or "",
-        message=f"step 1/{len(steps)}: {steps[0].weight}% for {config.interval_seconds}s",
+        phase="Verifying" if config.golden is not None else "Progressing",
+        message="golden documents: waiting for a Ready canary pod"
+        if config.golden is not None
+        else f"step 1/{len(steps)}: {steps[0].weight}% for {config.interval_seconds}s",
     )
     old = status or {}
     if old.get("revision") != revision or (old.get("retry") or "") != (config.retry or ""):
         return fresh
     step = min(max(int(old.get("step") or 1) - 1, 0), len(steps) - 1)
-    phase = old.get("phase") if old.get("phase") in ("Paused", "Failed", "Succeeded") else None
+    kept = ("Verifying", "Paused", "Failed", "Succeeded")
+    phase = old.get("phase") if old.get("phase") in kept else None
     return replace(
         fresh,
         step=step,
         phase=phase or "Progressing",
+        reason=old.get("reason") or "",
+        golden=tuple(
+            GoldenScore(
+                g["document"],
+                float(g.get("canary", 0)),
+                float(g.get("stable", 0)),
+                bool(g.get("ok")),
+            )
+            for g in old.get("golden") or []
+        ),
         window_start=old.get("windowStart") or "",
         failures=int(old.get("failures") or 0),
         paused_generation=int(old.get("pausedGeneration") or 0),
@@ -271,6 +342,7 @@ def advance(
             return replace(
                 state,
                 phase="Failed",
+                reason="CanaryFailed",
                 failures=failures,
                 checks=verdict,
                 window_start="",
@@ -315,6 +387,28 @@ def advance(
         checks=verdict,
         window_start="",
         message=f"step {step + 1}/{n}: {state.steps[step].weight}% for {config.interval_seconds}s",
+    )
+
+
+def verified(state: AnalysisState, scores: tuple[GoldenScore, ...]) -> AnalysisState:
+    """The golden gate's verdict: traffic may start, or never does for this canary."""
+    failed = [g for g in scores if not g.ok]
+    n = len(state.steps)
+    if failed:
+        worst = ", ".join(f"{g.document} {g.canary:.3f} (stable {g.stable:.3f})" for g in failed)
+        return replace(
+            state,
+            phase="Failed",
+            reason="GoldenRegression",
+            golden=scores,
+            message=f"golden documents: the canary reads {len(failed)} of {len(scores)} worse "
+            f"than allowed (character error rate: {worst}); no traffic was sent to it",
+        )
+    return replace(
+        state,
+        phase="Progressing",
+        golden=scores,
+        message=f"golden documents passed ({len(scores)}); step 1/{n}: {state.steps[0].weight}%",
     )
 
 

@@ -9,11 +9,11 @@ took over) starts again now: a verdict always covers a whole interval it measure
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from docparser_operator import analysis, labels, naming
+from docparser_operator import analysis, golden, labels, naming
 from docparser_operator.models import DocParser
 from docparser_operator.scrape import Fetch, _http_get, scrape_track
 
@@ -25,6 +25,7 @@ class AnalysisMemory:
     """The counters (canary, stable) at the start of each DocParser's running window."""
 
     fetch: Fetch = _http_get
+    post: golden.Post = golden._post
     windows: dict[tuple[str, str], tuple[WindowKey, analysis.Window]] = field(
         default_factory=dict[tuple[str, str], tuple[WindowKey, analysis.Window]]
     )
@@ -54,6 +55,33 @@ def begin(
     return analysis.current(canary.analysis, previous, revisions["canary"])
 
 
+def _verify(
+    memory: AnalysisMemory,
+    model: DocParser,
+    state: analysis.AnalysisState,
+    revisions: Mapping[str, str],
+    pods: Sequence[Mapping[str, Any]],
+    documents: Callable[[str, str], golden.Documents] | None,
+) -> analysis.AnalysisState:
+    """The golden gate, once per canary revision (its verdict is kept in status)."""
+    assert model.spec.canary is not None and model.spec.canary.analysis is not None
+    config = model.spec.canary.analysis
+    assert config.golden is not None
+    try:
+        if documents is None:
+            raise golden.GoldenUnavailable("no ConfigMap reader")
+        docs = documents(model.metadata.namespace, config.golden.config_map_ref.name)
+        results = golden.read(
+            docs,
+            _pods(pods, revisions["canary"]),
+            _pods(pods, revisions.get("stable", "")),
+            memory.post,
+        )
+    except golden.GoldenUnavailable as exc:
+        return replace(state, message=f"golden documents: {exc}")
+    return analysis.verified(state, analysis.score_golden(config, results))
+
+
 def finish(
     memory: AnalysisMemory,
     model: DocParser,
@@ -63,12 +91,16 @@ def finish(
     *,
     serving: bool,
     now: str,
+    documents: Callable[[str, str], golden.Documents] | None = None,
 ) -> analysis.AnalysisState:
     """Measure what is due and advance the walk. ``serving``: this pass's plan has the
-    canary's Ready pods carrying the weight the step asks for (as near as the router can)."""
+    canary's Ready pods carrying the weight the step asks for (as near as the router can).
+    ``documents``: (namespace, ConfigMap name) -> the golden documents (golden.load)."""
     assert model.spec.canary is not None and model.spec.canary.analysis is not None
     config = model.spec.canary.analysis
     where = (model.metadata.namespace, model.metadata.name)
+    if state.phase == "Verifying":
+        return _verify(memory, model, state, revisions, pods, documents)
 
     def sample() -> analysis.Window | None:
         c = scrape_track(_pods(pods, revisions["canary"]), memory.fetch)

@@ -235,6 +235,15 @@ class AnalysisStep(_Model):
 DEFAULT_STEPS = (10, 25, 50)
 
 
+class GoldenSet(_Model):
+    """Documents with their expected text (a ConfigMap: ``<id>.png`` / ``<id>.pdf`` in
+    binaryData, ``<id>.txt`` in data) the canary must read before it gets any traffic."""
+
+    config_map_ref: SecretRef  # a name in the DocParser's namespace
+    max_cer: Annotated[float, Field(ge=0, le=1, alias="maxCER")] = 0.05
+    max_cer_increase: Annotated[float, Field(ge=0, le=1, alias="maxCERIncrease")] = 0.02
+
+
 class CanaryAnalysis(_Model):
     """Automated steps for the canary weight (analysis.py): ``steps``, or ``stepWeight`` up
     to ``maxWeight``; without either 10, 25 and 50 %."""
@@ -248,6 +257,7 @@ class CanaryAnalysis(_Model):
     max_error_rate_increase: Annotated[float, Field(ge=0, le=1)] = 0.01
     max_latency_ratio: Annotated[float, Field(ge=1, le=100)] = 1.5
     retry: Annotated[str, Field(max_length=63)] | None = None
+    golden: GoldenSet | None = None
 
     @model_validator(mode="after")
     def _cel_rules(self) -> CanaryAnalysis:
@@ -353,8 +363,17 @@ class AnalysisCheck(_Model):
     stable: float | None = None
 
 
+class GoldenScore(_Model):
+    document: str | None = None
+    canary: float | None = None
+    stable: float | None = None
+    ok: bool | None = None
+
+
 class AnalysisStatus(_Model):
     revision: str | None = None
+    reason: str | None = None
+    golden: list[GoldenScore] | None = None
     step: int | None = None
     steps: int | None = None
     weight: int | None = None

@@ -32,7 +32,7 @@ from typing import Any, Literal
 import pydantic
 
 from docparser_operator import analysis as analysis_module
-from docparser_operator import analysis_run, labels, naming, rollout, sizing
+from docparser_operator import analysis_run, golden, labels, naming, rollout, sizing
 from docparser_operator.analysis_run import AnalysisMemory
 from docparser_operator.apply import DOCPARSER, ApiError, KubeClient, ref_for
 from docparser_operator.cache import ListObserver, Observer
@@ -343,9 +343,10 @@ def reconcile(
             observed.pods,
             serving=step.canary_weight == step.target_weight and step.target_weight > 0,
             now=now,
+            documents=lambda ns, config_map: golden.load(client, ns, config_map),
         )
         if walk.phase == "Failed":
-            out.problems.append(Problem("CanaryFailed", walk.message))
+            out.problems.append(Problem(walk.reason or "CanaryFailed", walk.message))
     out.analysis = walk
     out.problems.extend(
         Problem(

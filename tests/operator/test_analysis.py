@@ -210,3 +210,64 @@ def test_unreadable_pods_say_why_the_walk_does_not_move() -> None:
     )
     assert (after.step, after.phase) == (0, "Progressing")
     assert "cannot read every Ready pod's /metrics" in after.message
+
+
+GOLDEN = CanaryAnalysis.model_validate(
+    {"steps": [{"weight": 10}], "golden": {"configMapRef": {"name": "g"}, "maxCER": 0.05}}
+)
+
+
+def test_character_error_rate_folds_whitespace_and_counts_edits() -> None:
+    from docparser_operator.analysis import cer
+
+    assert cer("Total due 1280 EUR", "Total  due" + chr(10) + "1280 EUR") == 0.0
+    assert cer("Total due 1280 EUR", "Total due 1230 EUR") == pytest.approx(1 / 18)
+    assert cer("Total due 1280 EUR", "") == 1.0
+    assert cer("", "") == 0.0
+
+
+def test_golden_gate_holds_traffic_until_it_passes_and_fails_on_regression() -> None:
+    from docparser_operator.analysis import score_golden, verified
+
+    state = current(GOLDEN, None, "c1")
+    assert (state.phase, state.weight) == ("Verifying", 0)
+    good = score_golden(GOLDEN, {"inv": ("Total 12 EUR", "Total 12 EUR", "Total 12 EUR")})
+    passed = verified(state, good)
+    assert (passed.phase, passed.weight) == ("Progressing", 10)
+    worse = score_golden(
+        GOLDEN, {"inv": ("Total 12 EUR", "Total", "Total 12 EUR"), "a": ("x", "x", "x")}
+    )
+    failed = verified(state, worse)
+    assert (failed.phase, failed.reason, failed.weight) == ("Failed", "GoldenRegression", 0)
+    assert "1 of 2" in failed.message and "inv" in failed.message
+    # Verdict and scores survive in status.
+    again = current(GOLDEN, failed.to_status(), "c1")
+    assert (again.phase, again.reason) == ("Failed", "GoldenRegression")
+    assert [g.document for g in again.golden] == ["a", "inv"]
+
+
+def test_golden_documents_come_from_a_configmap_and_are_read_by_both_tracks() -> None:
+    import base64
+
+    from docparser_operator.golden import GoldenUnavailable, documents_of, read
+
+    cm = {
+        "binaryData": {"inv.png": base64.b64encode(b"PNG...").decode(), "notes.bin": "AA=="},
+        "data": {"inv.txt": "Total 12 EUR"},
+    }
+    docs = documents_of(cm)
+    assert docs == {"inv": ("inv.png", b"PNG...", "Total 12 EUR")}
+    with pytest.raises(GoldenUnavailable, match="no expected text"):
+        documents_of({"binaryData": {"x.pdf": "AA=="}, "data": {}})
+
+    def pod(ip: str) -> dict:
+        return {
+            "metadata": {"name": ip},
+            "status": {"podIP": ip, "conditions": [{"type": "Ready", "status": "True"}]},
+        }
+
+    replies = {"10.0.0.1": "Total 12 EUR", "10.0.0.2": "Total 12"}
+    got = read(docs, [pod("10.0.0.2")], [pod("10.0.0.1")], lambda url, f, d: replies[url[7:15]])
+    assert got == {"inv": ("Total 12 EUR", "Total 12", "Total 12 EUR")}
+    with pytest.raises(GoldenUnavailable, match="Ready canary pod"):
+        read(docs, [], [pod("10.0.0.1")])

@@ -4,13 +4,15 @@ Each track's pods report a loopback address (127.0.x.2 for stable, 127.0.x.3 for
 where a real ``docparser-runtime serve`` process (the deterministic test engine) listens on
 the pod port, so the operator reads real ``/metrics``. A client loop stands in for the
 Service: it sends parse requests to each process in the share the DocParser's status says
-the canary carries. A good canary walks every step to 100 %; a canary answering 500s is
-rolled back to 0 % within ``failureLimit`` windows, never above its first step; an operator
-restart mid-walk resumes at the same step.
+the canary carries. A good canary passes the golden documents and walks every step to 100 %
+(an operator restart mid-walk resumes at the same step); a canary answering 500s is rolled
+back to 0 % within ``failureLimit`` windows, never above its first step; a canary that reads
+the golden documents worse never gets a request.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import copy
 import io
@@ -95,22 +97,50 @@ class Traffic:
         self._thread.join(15)
 
 
-def _tracks(broken: bool) -> tuple[LiveServer, LiveServer]:
+def _tracks(canary_args: tuple[str, ...]) -> tuple[LiveServer, LiveServer]:
     octet = random.randint(10, 250)  # another loopback /24 per run: no clash on the pod port
     stable = LiveServer(gated_delay_s=0.0, host=f"127.0.{octet}.2", port=naming.HTTP_PORT)
     canary = LiveServer(
-        gated_delay_s=0.0,
-        host=f"127.0.{octet}.3",
-        port=naming.HTTP_PORT,
-        engine_args=("--fail",) if broken else (),
+        gated_delay_s=0.0, host=f"127.0.{octet}.3", port=naming.HTTP_PORT, engine_args=canary_args
     )
     return stable, canary
 
 
-def _walk(cluster: Cluster, *, broken: bool, restart_at_step: int | None = None) -> dict:
+def _golden_set(cluster: Cluster, stable: LiveServer) -> None:
+    """A ConfigMap of two documents whose expected text is what today's release (stable)
+    reads in them: the regression set a team keeps for its documents."""
+    binary, data = {}, {}
+    for doc, size in (("invoice", (64, 32)), ("letter", (96, 48))):
+        buf = io.BytesIO()
+        Image.new("RGB", size, "white").save(buf, format="PNG")
+        reply = httpx.post(
+            f"{stable.url}/v1/document/parse",
+            files={"file": (f"{doc}.png", buf.getvalue(), "image/png")},
+            timeout=30,
+        )
+        binary[f"{doc}.png"] = base64.b64encode(buf.getvalue()).decode()
+        data[f"{doc}.txt"] = reply.json()["content"]
+    cluster.client.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "golden", "namespace": cluster.namespace},
+            "binaryData": binary,
+            "data": data,
+        }
+    )
+
+
+def _walk(
+    cluster: Cluster,
+    *,
+    canary_args: tuple[str, ...] = (),
+    analysis: dict[str, Any] = ANALYSIS,
+    restart_at_step: int | None = None,
+) -> dict:
     if not cluster.has_controllers:
         pytest.skip("the walk runs on the real API server backend only (it takes half a minute)")
-    stable, canary = _tracks(broken)
+    stable, canary = _tracks(canary_args)
     servers = (stable, canary)
     try:
         for server in servers:
@@ -119,7 +149,9 @@ def _walk(cluster: Cluster, *, broken: bool, restart_at_step: int | None = None)
             server.wait_ready()
         first = docparser("walk", traffic=GATEWAY, replicas={"min": 2, "max": 2})
         with_canary = copy.deepcopy(first["spec"])
-        with_canary["canary"] = {"weights": CANARY_WEIGHTS, "analysis": ANALYSIS}
+        with_canary["canary"] = {"weights": CANARY_WEIGHTS, "analysis": analysis}
+        if "golden" in analysis:
+            _golden_set(cluster, stable)
         operator = running_operator(cluster)
         operator.__enter__()
         try:
@@ -172,18 +204,22 @@ def _walk(cluster: Cluster, *, broken: bool, restart_at_step: int | None = None)
             server.stop()
 
 
-def test_a_good_canary_walks_every_step_to_full_traffic(cluster: Cluster) -> None:
-    seen = _walk(cluster, broken=False, restart_at_step=2)
+def test_a_good_canary_passes_the_gate_and_walks_every_step_to_full_traffic(
+    cluster: Cluster,
+) -> None:
+    golden = {**ANALYSIS, "golden": {"configMapRef": {"name": "golden"}}}
+    seen = _walk(cluster, analysis=golden, restart_at_step=2)
     done = seen["analysis"]
     assert (done["phase"], done["weight"], done["step"]) == ("Succeeded", 100, 2), done
     assert all(c["ok"] for c in done["checks"]), done
+    assert [g["ok"] for g in done["golden"]] == [True, True]
     walked = [w for i, w in enumerate(seen["weights"]) if i == 0 or w != seen["weights"][i - 1]]
     assert walked[-3:] == [25, 50, 100], walked  # through each step, in order
     assert condition(cluster, "walk", "Degraded")["status"] == "False"
 
 
 def test_a_canary_answering_500s_is_rolled_back_at_the_failure_limit(cluster: Cluster) -> None:
-    seen = _walk(cluster, broken=True)
+    seen = _walk(cluster, canary_args=("--fail",))
     done = seen["analysis"]
     assert (done["phase"], done["weight"], done["step"]) == ("Failed", 0, 1), done
     assert done["failures"] == ANALYSIS["failureLimit"]
@@ -191,3 +227,20 @@ def test_a_canary_answering_500s_is_rolled_back_at_the_failure_limit(cluster: Cl
     assert max(seen["weights"]) <= 25, seen["weights"]  # never past its first step
     degraded = condition(cluster, "walk", "Degraded")
     assert degraded["status"] == "True" and degraded["reason"] == "CanaryFailed", degraded
+
+
+def test_a_canary_that_reads_worse_fails_the_golden_gate_before_any_traffic(
+    cluster: Cluster,
+) -> None:
+    """The canary cuts its text short (as a too-low max_new_tokens would): the golden gate
+    scores it against the expected text and stable's reading, and it never gets a request."""
+    golden = {**ANALYSIS, "golden": {"configMapRef": {"name": "golden"}}}
+    seen = _walk(cluster, canary_args=("--truncate", "8"), analysis=golden)
+    done = seen["analysis"]
+    assert (done["phase"], done["reason"], done["weight"]) == ("Failed", "GoldenRegression", 0)
+    scores = {g["document"]: g for g in done["golden"]}
+    assert set(scores) == {"invoice", "letter"}
+    assert all(not g["ok"] and g["canary"] > 0.5 and g["stable"] == 0 for g in scores.values())
+    assert max(seen["weights"]) == 0, seen["weights"]  # no traffic ever
+    degraded = condition(cluster, "walk", "Degraded")
+    assert degraded["reason"] == "GoldenRegression", degraded

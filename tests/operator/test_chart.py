@@ -97,6 +97,7 @@ def test_rbac_is_least_privilege() -> None:
         assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"]
     assert _allowed(rules, "", "pods") == {"get", "list", "watch"}
     assert _allowed(rules, "", "secrets") == set()
+    assert _allowed(rules, "", "configmaps") == {"get"}  # golden documents only
     assert _allowed(rules, "docparser.io", "docparsers") == {"get", "list", "watch", "patch"}
     assert "patch" in _allowed(rules, "docparser.io", "docparsers/status")
     assert _allowed(rules, "", "events") == {"create", "patch"}

@@ -37,6 +37,7 @@ class GatedEngine(Engine):
         self.entered = threading.Event()  # set when a batch reached the engine
         self.fail_with: Exception | None = None
         self.broken = False  # every batch after warm-up fails (a release that 500s)
+        self.truncate_to: int | None = None  # text cut short (a release that reads worse)
         self.load_error: Exception | None = None
         self.loaded = False
         self.warmed = False
@@ -72,7 +73,11 @@ class GatedEngine(Engine):
             raise self.fail_with
         if self.broken and self.warmed:
             raise RuntimeError("injected engine failure")
-        return [self._result(p, options) for p in pages]
+        results = [self._result(p, options) for p in pages]
+        if self.truncate_to is not None:
+            for r in results:
+                r.content = r.content[: self.truncate_to]
+        return results
 
     def stream_page(
         self, page: PageImage, options: ParseOptions, on_delta: DeltaCallback

@@ -29,11 +29,13 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--delay", type=float, default=0.0, help="seconds per batch")
     parser.add_argument("--fail", action="store_true", help="every batch fails (a 500)")
+    parser.add_argument("--truncate", type=int, help="cut every page's text to N characters")
     args = parser.parse_args()
     settings = Settings(host=args.host, port=args.port)
     logging.basicConfig(level=settings.log_level.upper())
     engine = GatedEngine(delay_s=args.delay)
     engine.broken = args.fail
+    engine.truncate_to = args.truncate
     run_server(create_app(settings, engine), settings)
 
 
