@@ -173,3 +173,18 @@ def revision_states(observed: Observed, uid: str) -> list[rollout.RevisionState]
             )
         )
     return states
+
+
+# Children created once and never re-applied: a claim's class and access mode cannot change,
+# a Job's pod template is immutable (the weights cache, render/weights_cache.py).
+CREATE_ONCE = frozenset({"PersistentVolumeClaim", "Job"})
+
+
+def stays_mounted(deployment: dict[str, Any]) -> set[str]:
+    """The claims a Deployment's pods mount (its weights cache claim, a pvc:// source)."""
+    pod = ((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}
+    return {
+        v["persistentVolumeClaim"]["claimName"]
+        for v in pod.get("volumes") or []
+        if v.get("persistentVolumeClaim")
+    }

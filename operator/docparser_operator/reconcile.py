@@ -32,30 +32,29 @@ from typing import Any, Literal
 import pydantic
 
 from docparser_operator import analysis as analysis_module
-from docparser_operator import analysis_run, golden, labels, naming, rollout, sizing
+from docparser_operator import analysis_run, golden, labels, rollout, sizing
 from docparser_operator.analysis_run import AnalysisMemory
-from docparser_operator.apply import DOCPARSER, ApiError, KubeClient, ref_for
+from docparser_operator.apply import ApiError, KubeClient, ref_for
 from docparser_operator.cache import ListObserver, Observer
 from docparser_operator.cache_status import CacheVerdict, weights_cache_verdict
 from docparser_operator.children import (
+    CREATE_ONCE,
     Key,
     Observed,
     needs_apply,
     owned_by,
     prepare,
     revision_states,
+    stays_mounted,
 )
 from docparser_operator.diagnose import diagnose
 from docparser_operator.models import DocParser, DocParserSpec
 from docparser_operator.render import Plan, render_plan, tracks_of
 from docparser_operator.render.plan import desired as desired_rollout
 from docparser_operator.render.weights_cache import cached_weights
+from docparser_operator.reporting import write_status
 from docparser_operator.status import (
     Problem,
-    RoleView,
-    TrackObservation,
-    build_status,
-    status_changed,
 )
 
 
@@ -135,21 +134,6 @@ class Action:
     phase: Phase
     obj: dict[str, Any] | None = None  # apply: the object; scale: the merge patch
     uid: str = ""  # prune: delete precondition
-
-
-# Children created once and never re-applied: a claim's class and access mode cannot change,
-# a Job's pod template is immutable (the weights cache, render/weights_cache.py).
-CREATE_ONCE = frozenset({"PersistentVolumeClaim", "Job"})
-
-
-def _claims(deployment: dict[str, Any]) -> set[str]:
-    """The claims a Deployment's pods mount (its weights cache claim, a pvc:// source)."""
-    pod = ((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}
-    return {
-        v["persistentVolumeClaim"]["claimName"]
-        for v in pod.get("volumes") or []
-        if v.get("persistentVolumeClaim")
-    }
 
 
 @dataclass
@@ -232,7 +216,7 @@ def decide(
         revision = (obj["metadata"].get("labels") or {}).get(labels.LABEL_REVISION)
         revision_step = step.get(revision) if key[0] == "Deployment" else None
         if revision_step is not None and (revision_step.replicas > 0 or revision in kept):
-            claims_in_use |= _claims(obj)
+            claims_in_use |= stays_mounted(obj)
             have = (obj.get("spec") or {}).get("replicas", 1)
             live_labels = obj["metadata"].get("labels") or {}
             retired = live_labels.get(labels.LABEL_RETIRED) or generation
@@ -374,7 +358,7 @@ def reconcile(
         )
         if cache.problem is not None:
             out.problems.append(cache.problem)
-    out.status = _status(client, resource, decision.plan, live, observed.pods, out, now, cache)
+    out.status = write_status(client, resource, decision.plan, live, observed.pods, out, now, cache)
     return out
 
 
@@ -389,132 +373,3 @@ def _analysis_begin(
         return None
     revisions: dict[str, str] = {t.track: t.revision for t in tracks_of(model)}
     return analysis_run.begin(model, revisions, previous)
-
-
-def _status(
-    client: KubeClient,
-    resource: dict[str, Any],
-    plan: Plan | None,
-    live: dict[Key, dict[str, Any]],
-    pods: list[dict[str, Any]],
-    out: Outcome,
-    now: str,
-    cache: CacheVerdict | None = None,
-) -> dict[str, Any]:
-    meta = resource["metadata"]
-    name, namespace, uid = meta["name"], meta["namespace"], meta["uid"]
-    previous = out.previous_status
-
-    def observation(revision: str, version: str | None) -> TrackObservation:
-        dep = live.get(("Deployment", naming.revision_name(name, revision)))
-        if dep is not None and not owned_by(dep, uid):
-            dep = None
-        mine = [
-            p
-            for p in pods
-            if (p["metadata"].get("labels") or {}).get(labels.LABEL_REVISION) == revision
-            and not p["metadata"].get("deletionTimestamp")
-        ]
-        return TrackObservation(version=version, deployment=dep, pods=mine)
-
-    stable = canary = None
-    rolling: list[str] = []
-    ready_serving = 0
-    routed, requested = (previous.get("canary") or {}).get("weight") or 0, 0
-    rollout_status = None
-    if plan is not None:
-        step = plan.rollout
-        versions = {t.revision: t.version for t in plan.tracks}
-        for dep in live.values():
-            labels_ = dep["metadata"].get("labels") or {}
-            if dep.get("kind") == "Deployment" and labels_.get(labels.LABEL_REVISION):
-                versions.setdefault(
-                    labels_[labels.LABEL_REVISION], labels_.get(labels.LABEL_VERSION)
-                )
-        stable_tp, canary_tp = plan.track("stable"), plan.track("canary")
-        stable_side = {r.revision: r.ready for r in step.role("stable") if r.serving}
-        serving_stable = max(
-            stable_side,
-            key=lambda r: (stable_side[r], stable_tp is not None and r == stable_tp.revision),
-            default=None,
-        )
-        if serving_stable is None and stable_tp is not None:
-            serving_stable = stable_tp.revision
-        if stable_tp is not None:
-            stable = RoleView(
-                revision=serving_stable,
-                version=versions.get(serving_stable) if serving_stable else None,
-                ready=sum(r.ready for r in step.role("stable")),
-                observation=observation(stable_tp.revision, stable_tp.version),
-            )
-        if canary_tp is not None:
-            c_step = step.get(canary_tp.revision)
-            canary = RoleView(
-                revision=canary_tp.revision,
-                version=canary_tp.version,
-                ready=c_step.ready if c_step else 0,
-                observation=observation(canary_tp.revision, canary_tp.version),
-            )
-        rolling = _rolling(step, was_rolling=_condition_true(previous, "Progressing"))
-        if out.analysis is not None and out.analysis.phase in ("Progressing", "Paused"):
-            rolling.append(f"canary analysis: {out.analysis.message}")
-        ready_serving = step.ready_serving
-        routed, requested = step.canary_weight, step.requested_weight
-        rollout_status = {"size": step.size, "pods": step.pods, "maxSurge": step.max_surge}
-    status = build_status(
-        name=name,
-        namespace=namespace,
-        generation=meta.get("generation", 1),
-        stable=stable,
-        canary=canary,
-        routed_weight=routed,
-        requested_weight=requested,
-        ready_serving=ready_serving,
-        min_ready=plan.resource.spec.replicas.min if plan is not None else 1,
-        rolling=rolling,
-        problems=out.problems,
-        previous=previous,
-        now=now,
-        selector=labels.selector_string(labels.pod_selector(name)),
-        rollout=rollout_status,
-        weights_cached=(cache.cached, cache.reason, cache.message) if cache else None,
-    )
-    if out.analysis is not None and "canary" in status:
-        status["canary"]["analysis"] = out.analysis.to_status()
-    if status_changed(previous, status):
-        patch = dict(status)
-        for gone in ("stable", "canary", "rollout"):
-            if gone in previous and gone not in status:
-                patch[gone] = None  # merge-patch null removes the field
-        out.body = client.patch_status(DOCPARSER, namespace, name, patch)
-        out.status_written = True
-    return status
-
-
-def _condition_true(status: dict[str, Any], ctype: str) -> bool:
-    return any(
-        c.get("type") == ctype and c.get("status") == "True" for c in status.get("conditions") or []
-    )
-
-
-def _rolling(step: rollout.Rollout, *, was_rolling: bool) -> list[str]:
-    """What a spec-driven change still waits for (empty once settled). An autoscaler adding
-    pods to a serving revision is not a rollout, so it is not listed, unless a rollout is
-    under way: then it lasts until every spec revision has all its pods Ready."""
-    waits = []
-    if was_rolling:
-        waits = [
-            f"revision {r.revision} ({r.role}): {r.ready}/{r.target} ready"
-            for r in step.revisions
-            if r.desired and r.ready < r.target
-        ]
-    for r in step.revisions:
-        if not r.desired and r.replicas > 0:
-            waits.append(f"revision {r.revision} ({r.role}, leaving): {r.replicas} pod(s)")
-        elif r.desired and r.target > 0 and r.ready == 0 and not was_rolling:
-            waits.append(f"revision {r.revision} ({r.role}): 0/{r.target} ready")
-        elif r.desired and r.replicas > r.target:
-            waits.append(f"revision {r.revision} ({r.role}): {r.replicas} -> {r.target} pods")
-    if step.canary_weight != step.target_weight:
-        waits.append(f"canary traffic {step.canary_weight}% -> {step.target_weight}%")
-    return waits
