@@ -50,13 +50,7 @@ def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]
         yield from emulator_cluster(tmp_path, namespace)
         return
     if backend == "apiserver":
-        control_plane = request.getfixturevalue("real_apiserver")
-        gen = proxied_cluster(backend, Path(control_plane.kubeconfig), tmp_path, namespace)
-        first = next(gen)
-        first.has_garbage_collector = bool(control_plane.controller_manager)
-        first.has_controllers = bool(control_plane.controller_manager)
-        yield first
-        yield from gen
+        yield from _apiserver_cluster(request, tmp_path, namespace)
         return
     gen = proxied_cluster(backend, Path(os.environ[REAL_KUBECONFIG_ENV]), tmp_path, namespace)
     first = next(gen)
@@ -66,6 +60,25 @@ def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]
     first.has_controllers = controllers
     yield first
     yield from gen
+
+
+def _apiserver_cluster(
+    request: pytest.FixtureRequest, tmp_path: Path, namespace: str
+) -> Iterator[Cluster]:
+    control_plane = request.getfixturevalue("real_apiserver")
+    gen = proxied_cluster("apiserver", Path(control_plane.kubeconfig), tmp_path, namespace)
+    first = next(gen)
+    first.has_garbage_collector = bool(control_plane.controller_manager)
+    first.has_controllers = bool(control_plane.controller_manager)
+    yield first
+    yield from gen
+
+
+@pytest.fixture
+def real_cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]:
+    """The real API server backend alone (with its controllers), for scenarios the emulator
+    cannot stage (Jobs, real runtime processes per track): they run there only."""
+    yield from _apiserver_cluster(request, tmp_path, f"dp-{uuid.uuid4().hex[:8]}")
 
 
 @pytest.fixture

@@ -36,7 +36,7 @@ from PIL import Image
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
 from live_server import LiveServer
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.realcluster]
 DOCPARSER = KNOWN_KINDS["DocParser"]
 ANALYSIS = {
     "steps": [{"weight": 25}, {"weight": 50}],
@@ -138,8 +138,6 @@ def _walk(
     analysis: dict[str, Any] = ANALYSIS,
     restart_at_step: int | None = None,
 ) -> dict:
-    if not cluster.has_controllers:
-        pytest.skip("the walk runs on the real API server backend only (it takes half a minute)")
     stable, canary = _tracks(canary_args)
     servers = (stable, canary)
     try:
@@ -205,8 +203,9 @@ def _walk(
 
 
 def test_a_good_canary_passes_the_gate_and_walks_every_step_to_full_traffic(
-    cluster: Cluster,
+    real_cluster: Cluster,
 ) -> None:
+    cluster = real_cluster
     golden = {**ANALYSIS, "golden": {"configMapRef": {"name": "golden"}}}
     seen = _walk(cluster, analysis=golden, restart_at_step=2)
     done = seen["analysis"]
@@ -218,7 +217,8 @@ def test_a_good_canary_passes_the_gate_and_walks_every_step_to_full_traffic(
     assert condition(cluster, "walk", "Degraded")["status"] == "False"
 
 
-def test_a_canary_answering_500s_is_rolled_back_at_the_failure_limit(cluster: Cluster) -> None:
+def test_a_canary_answering_500s_is_rolled_back_at_the_failure_limit(real_cluster: Cluster) -> None:
+    cluster = real_cluster
     seen = _walk(cluster, canary_args=("--fail",))
     done = seen["analysis"]
     assert (done["phase"], done["weight"], done["step"]) == ("Failed", 0, 1), done
@@ -230,8 +230,9 @@ def test_a_canary_answering_500s_is_rolled_back_at_the_failure_limit(cluster: Cl
 
 
 def test_a_canary_that_reads_worse_fails_the_golden_gate_before_any_traffic(
-    cluster: Cluster,
+    real_cluster: Cluster,
 ) -> None:
+    cluster = real_cluster
     """The canary cuts its text short (as a too-low max_new_tokens would): the golden gate
     scores it against the expected text and stable's reading, and it never gets a request."""
     golden = {**ANALYSIS, "golden": {"configMapRef": {"name": "golden"}}}

@@ -14,6 +14,7 @@ from docparser_operator.models import DocParserSpec
 from dp_helpers import SHA_A, SHA_B, SHA_C, condition, create, docparser, set_spec, spec_of
 from kube_cluster import Cluster, wait_for
 from kubelet_sim import Kubelet
+from operator_runner import running_operator
 
 PVC, JOB, POD, DEPLOY = (
     KNOWN_KINDS[k] for k in ("PersistentVolumeClaim", "Job", "Pod", "Deployment")
@@ -66,17 +67,17 @@ def cached(cluster: Cluster, name: str) -> dict[str, Any]:
     return condition(cluster, name, "WeightsCached")
 
 
-@pytest.fixture
-def controllers(cluster: Cluster) -> Cluster:
-    if not cluster.has_controllers:
-        pytest.skip("needs the real Job controller (the apiserver backend runs it)")
-    return cluster
-
-
+@pytest.mark.realcluster
 def test_cache_fills_once_serves_rollouts_and_keeps_only_what_a_rollback_needs(
-    controllers: Cluster, operator: Any
+    real_cluster: Cluster,
 ) -> None:
-    cluster = controllers
+    """The real API server runs the Job controller (the emulator has none)."""
+    cluster = real_cluster
+    with running_operator(cluster):
+        _walk_versions(cluster)
+
+
+def _walk_versions(cluster: Cluster) -> None:
     v1, v2, v3 = ("v1", SHA_A), ("v2", SHA_B), ("v3", SHA_C)
     create(cluster, docparser("wc", weights=weights(*v1), weightsCache=CACHE))
     claim = wait_for("v1 claim", lambda: cluster.get(PVC, cache_name("wc", SHA_A)))
