@@ -34,7 +34,7 @@ from operator_runner import running_operator
 from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
-from live_server import LiveServer
+from live_server import LiveServer, start_all
 
 pytestmark = [pytest.mark.slow, pytest.mark.realcluster]
 DOCPARSER = KNOWN_KINDS["DocParser"]
@@ -141,10 +141,7 @@ def _walk(
     stable, canary = _tracks(canary_args)
     servers = (stable, canary)
     try:
-        for server in servers:
-            server.start()
-        for server in servers:
-            server.wait_ready()
+        start_all(*servers)
         first = docparser("walk", traffic=GATEWAY, replicas={"min": 2, "max": 2})
         with_canary = copy.deepcopy(first["spec"])
         with_canary["canary"] = {"weights": CANARY_WEIGHTS, "analysis": analysis}

@@ -167,3 +167,12 @@ def poll_job(url: str, job_id: str, until, timeout: float = 60) -> dict:
             return body
         assert time.monotonic() < deadline, f"timed out; last state {body}"
         time.sleep(0.05)
+
+
+def start_all(*servers: LiveServer) -> tuple[LiveServer, ...]:
+    """Start every server, then wait for each: start-up is the slow part, so they overlap."""
+    for server in servers:
+        server.start()
+    for server in servers:
+        server.wait_ready()
+    return servers

@@ -13,7 +13,7 @@ import time
 import httpx
 import pytest
 from docparser_runtime.jobs.redis_store import RedisJobStore
-from live_server import LiveServer, poll_job
+from live_server import LiveServer, poll_job, start_all
 from PIL import Image
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis]
@@ -39,10 +39,7 @@ def test_job_of_a_killed_replica_is_completed_by_another(redis_url):
     }
     servers = [LiveServer(env=env, gated_delay_s=PAGE_S) for _ in range(2)]
     try:
-        for server in servers:  # start both at once: startup is the slow part
-            server.start()
-        for server in servers:
-            server.wait_ready()
+        start_all(*servers)
         reply = httpx.post(f"{servers[0].url}/v1/jobs", files={"file": ("d.pdf", pdf(PAGES))})
         assert reply.status_code == 202
         job_id = reply.json()["id"]

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from docparser_runtime.jobs.models import JobStatus, request_fingerprint
 from docparser_runtime.jobs.redis_store import RedisJobStore
-from live_server import LiveServer, poll_job
+from live_server import LiveServer, poll_job, start_all
 from PIL import Image
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -165,10 +165,7 @@ def test_two_tracks_as_processes_run_their_own_jobs_and_scale_on_the_backlog(red
     canary = LiveServer(env={**common, "DOCPARSER_REVISION": "bbb222"}, gated_delay_s=0.8)
     servers = (stable, canary)
     try:
-        for server in servers:
-            server.start()
-        for server in servers:
-            server.wait_ready()
+        start_all(*servers)
         ids = []
         for i in range(JOBS_N):
             files = {"file": (f"d{i}.pdf", pdf(PAGES_PER_JOB, seed=i))}
