@@ -32,6 +32,7 @@ from kube_cluster import Cluster, wait_for
 from kubelet_sim import Kubelet
 from operator_runner import running_operator
 from PIL import Image
+from traffic_sampler import TrafficSampler
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
 from live_server import LiveServer, start_all
@@ -162,6 +163,8 @@ def _walk(
                     lambda: condition(cluster, "walk", "Ready").get("status") == "True",
                     timeout=60,
                 )
+                sampler = TrafficSampler(cluster, "walk", floor=2, interval=0.5)
+                sampler.__enter__()  # every moment of the walk: Ready pods behind each backend
                 set_spec(cluster, "walk", with_canary)
                 canary_revision = wait_for(
                     "canary revision", lambda: revision(cluster, "walk", "canary")
@@ -191,6 +194,9 @@ def _walk(
                     lambda: traffic.weights_seen and traffic.weights_seen[-1] == done["weight"],
                     timeout=30,
                 )
+                sampler.__exit__(None, None, None)
+                assert sampler.violations == [], sampler.report()
+                assert sampler.samples, sampler.report()
                 return {"analysis": done, "weights": list(traffic.weights_seen)}
         finally:
             operator.__exit__(None, None, None)
