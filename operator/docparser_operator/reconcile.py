@@ -156,6 +156,14 @@ def _phase(obj: dict[str, Any], live: dict[str, Any] | None) -> Phase:
     return "shrink" if want < have else "grow"
 
 
+def _order(action: Action) -> tuple[int, bool]:
+    """Phases in order; within ``traffic`` the HTTPRoute first. A switch to ``router:
+    gateway`` narrows the endpoint Service to one revision: the route must carry the split
+    before that, or for a moment nothing routes to the canary's pods and the stable side alone
+    stands behind the entry point."""
+    return PHASES.index(action.phase), action.key[0] != "HTTPRoute"
+
+
 def decide(
     resource: dict[str, Any],
     observed: Observed,
@@ -244,7 +252,7 @@ def decide(
         stale = key[0] in CREATE_ONCE and key not in wanted and key[1] not in claims_in_use
         if stale and owned_by(obj, uid):
             decision.actions.append(Action("prune", key, "prune", uid=obj["metadata"]["uid"]))
-    decision.actions.sort(key=lambda a: PHASES.index(a.phase))
+    decision.actions.sort(key=_order)
     for kind, child in decision.conflicts:
         decision.problems.append(
             Problem(

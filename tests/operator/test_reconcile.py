@@ -227,3 +227,25 @@ def test_rapidocr_without_weights_reconciles_and_settles(cluster: Cluster) -> No
     assert first.problems == [] and ("Deployment", f"cpu-{revision_in(live)}") in first.applied
     assert "version" not in first.status["stable"]
     assert_quiescent_passes(cluster, api, "cpu")
+
+
+def test_switch_to_the_gateway_routes_there_before_the_service_narrows() -> None:
+    """Pure: `router: service` with a live 50 % canary, then `router: gateway`. The endpoint
+    Service narrows to the stable revision in the same pass that creates the HTTPRoute; the
+    route is written first, so the canary's pods never stand outside every entry point."""
+    from docparser_operator.children import Observed
+    from docparser_operator.reconcile import decide
+
+    spec = {"replicas": {"min": 2, "max": 2}, "canary": {"weights": CANARY_WEIGHTS, "weight": 50}}
+    before = live_resource(**spec)
+    live: dict[tuple[str, str], dict[str, Any]] = {}
+    for child in prepare(render_all(before), before):
+        obj = _as_live(child)
+        if obj["kind"] == "Deployment":
+            obj["status"]["readyReplicas"] = obj["spec"]["replicas"]
+        live[(obj["kind"], obj["metadata"]["name"])] = obj
+    after = live_resource(**spec, traffic=GATEWAY)
+    actions = decide(after, Observed(live, []), previous_weight=50).actions
+    order = [a.key for a in actions if a.verb == "apply"]
+    assert ("HTTPRoute", "inv") in order and ("Service", "inv") in order, order
+    assert order.index(("HTTPRoute", "inv")) < order.index(("Service", "inv")), order

@@ -284,4 +284,5 @@ def test_sampler_catches_a_backend_without_ready_pods(cluster: Cluster) -> None:
         content_type="application/merge-patch+json",
     )
     sampler.sample()
-    assert sampler.violations == ["inv-nothing weighted 50 with 0 Ready pods"]
+    assert len(sampler.violations) == 1, sampler.violations
+    assert sampler.violations[0].startswith("inv-nothing weighted 50 with 0 Ready pods (router")

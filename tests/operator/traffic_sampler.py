@@ -1,8 +1,10 @@
 """Samples a DocParser's traffic objects while it changes and records every unsafe moment.
 
-Every ``interval`` seconds it reads what routes traffic (the HTTPRoute's weighted backends
-with ``router: gateway``, the endpoint Service with ``router: service``) and the pods behind
-it, and records a violation when
+Every ``interval`` seconds it reads what routes traffic and the pods behind it. What routes
+traffic is read from the cluster, never from the spec: while an HTTPRoute exists the gateway
+sends through its weighted backends (also for the moment after a switch back to ``router:
+service`` and before the operator removes it); without one, the endpoint Service does. It
+records a violation when
 
 - a backend with weight > 0, or the endpoint Service, has no Ready pod behind it, or
 - the Ready pods behind traffic fall below ``floor`` (the DocParser's size; one less with
@@ -11,7 +13,8 @@ it, and records a violation when
 The reads of one sample are not atomic, so pods are listed before and after the traffic
 objects, and a pod counts as Ready when either list shows it Ready: a backend that lost its
 last Ready pod during the whole sample is still caught, a backend that gained its first one
-between two reads is not a false alarm.
+between two reads is not a false alarm. The HTTPRoute is read again at the end: a sample
+during which it came or went is read again, since neither entry point held throughout.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from docparser_operator.apply import DOCPARSER, KNOWN_KINDS
+from docparser_operator.apply import KNOWN_KINDS
 from kube_cluster import Cluster
 
 ROUTE, SERVICE, POD = KNOWN_KINDS["HTTPRoute"], KNOWN_KINDS["Service"], KNOWN_KINDS["Pod"]
@@ -79,11 +82,18 @@ class TrafficSampler:
         return {p["metadata"]["uid"]: p["metadata"]["labels"] for p in pods if _ready(p)}
 
     def sample(self) -> Sample:
+        for _ in range(3):
+            sample = self._read()
+            if sample is not None:
+                return sample
+        raise RuntimeError("the HTTPRoute came or went during three reads in a row")
+
+    def _read(self) -> Sample | None:
+        """One sample, or None when the HTTPRoute appeared or vanished between the first and
+        the last read (the entry point moved mid-sample: neither view held throughout)."""
         before = self._ready_pods()
-        dp = self.cluster.get(DOCPARSER, self.name) or {"spec": {}}
-        router = ((dp.get("spec") or {}).get("traffic") or {}).get("router", "service")
-        backends: dict[str, int] = {}
-        route = self.cluster.get(ROUTE, self.name) if router == "gateway" else None
+        route = self.cluster.get(ROUTE, self.name)
+        router = "gateway" if route is not None else "service"
         if route is not None:
             rules = route.get("spec", {}).get("rules") or [{}]
             backends = {b["name"]: b.get("weight", 1) for b in rules[0].get("backendRefs") or []}
@@ -94,6 +104,8 @@ class TrafficSampler:
             svc = self.cluster.get(SERVICE, service)
             selectors[service] = ((svc or {}).get("spec") or {}).get("selector") or None
         after = self._ready_pods()
+        if (self.cluster.get(ROUTE, self.name) is None) != (route is None):
+            return None
         ready = {**before, **after}
         counts = {}
         for service, selector in selectors.items():
@@ -106,11 +118,12 @@ class TrafficSampler:
         sample = Sample(time.monotonic(), behind, {s: (backends[s], counts[s]) for s in backends})
         self.samples.append(sample)
         if self._serving:
+            seen = f"(router {router}, backends {sample.backends}, selectors {selectors})"
             for service, (weight, n) in sample.backends.items():
                 if weight > 0 and n == 0:
-                    self.violations.append(f"{service} weighted {weight} with 0 Ready pods")
+                    self.violations.append(f"{service} weighted {weight} with 0 Ready pods {seen}")
             if behind < self.floor:
-                self.violations.append(f"{behind} Ready pods behind traffic < {self.floor}")
+                self.violations.append(f"{behind} Ready pods behind traffic < {self.floor} {seen}")
         self._serving = self._serving or behind >= self.floor
         return sample
 
