@@ -14,9 +14,8 @@ import json
 import shutil
 import subprocess
 import tempfile
-import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +114,33 @@ def service_url(target: Target, namespace: str, name: str) -> str:
     svc = target.get("service", name, namespace)
     port = svc["spec"]["ports"][0]["port"]
     return f"http://{svc['spec']['clusterIP']}:{port}"
+
+
+def serving_url(
+    target: Target, namespace: str, name: str, timeout: float = 60, in_a_row: int = 3
+) -> str:
+    """The Service's ClusterIP URL once traffic through it reaches Ready pods.
+
+    EndpointSlices say which pods are Ready; kube-proxy turns them into iptables rules a
+    moment later (its 1 s minSyncPeriod at least, more on a busy node). Until then a Service
+    that had no Ready endpoint rejects connections ("Connection refused") although the
+    DocParser is Ready. That is the node's data plane catching up, not capacity the rollout
+    dropped, so a scenario that measures traffic starts after it: ``in_a_row`` answers of
+    /readyz, each on a new connection."""
+    url = service_url(target, namespace, name)
+    streak = 0
+
+    def answered() -> bool:
+        nonlocal streak
+        try:
+            ok = httpx.get(f"{url}/readyz", timeout=5).status_code == 200
+        except httpx.HTTPError:
+            ok = False
+        streak = streak + 1 if ok else 0
+        return streak >= in_a_row
+
+    wait_for(target, namespace, f"{in_a_row} answers in a row from {url}", answered, timeout, 0.2)
+    return url
 
 
 def page_png(lines: tuple[str, ...] = ("Invoice number 4711", "Total due 1280 EUR")) -> bytes:
@@ -278,94 +304,6 @@ def delete_weights_volume(target: Target, namespace: str) -> None:
 # -- load --------------------------------------------------------------------------------
 
 
-@dataclass
-class Sample:
-    started: float
-    latency: float
-    status: int  # HTTP status, or 0 for a connection error / timeout
-    version: str | None
-    error: str | None = None
-
-
-@dataclass
-class Load:
-    """`clients` threads looping parses against `url` until stopped (bounded by count and time).
-
-    Each request opens a new connection: kube-proxy balances connections, not requests, so
-    keep-alive clients would each stick to one pod and hide the split being measured."""
-
-    url: str
-    document: bytes
-    clients: int = 3
-    max_requests: int = 20000
-    max_seconds: float = 600
-    samples: list[Sample] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _threads: list[threading.Thread] = field(default_factory=list)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def _client(self) -> None:
-        deadline = time.monotonic() + self.max_seconds
-        limits = httpx.Limits(max_keepalive_connections=0)
-        with httpx.Client(timeout=60, limits=limits) as http:
-            while not self._stop.is_set() and time.monotonic() < deadline:
-                with self._lock:
-                    if len(self.samples) >= self.max_requests:
-                        return
-                start = time.monotonic()
-                try:
-                    reply = http.post(
-                        f"{self.url}/v1/document/parse",
-                        files={"file": ("page.png", self.document, "image/png")},
-                    )
-                    version = (
-                        reply.json().get("model", {}).get("version")
-                        if reply.status_code == 200
-                        else None
-                    )
-                    sample = Sample(
-                        start,
-                        time.monotonic() - start,
-                        reply.status_code,
-                        version,
-                        None if reply.status_code == 200 else reply.text[:200],
-                    )
-                except httpx.HTTPError as err:
-                    sample = Sample(
-                        start, time.monotonic() - start, 0, None, f"{type(err).__name__}: {err}"
-                    )
-                with self._lock:
-                    self.samples.append(sample)
-
-    def __enter__(self) -> Load:
-        for _ in range(self.clients):
-            thread = threading.Thread(target=self._client, daemon=True)
-            thread.start()
-            self._threads.append(thread)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout=90)
-
-    @property
-    def failed(self) -> list[Sample]:
-        return [s for s in self.samples if s.status != 200]
-
-    def p(self, quantile: float) -> float:
-        latencies = sorted(s.latency for s in self.samples)
-        return (
-            latencies[min(len(latencies) - 1, int(quantile * len(latencies)))] if latencies else 0.0
-        )
-
-    def report(self, what: str) -> str:
-        return (
-            f"{what}: {len(self.samples)} requests, {len(self.failed)} failed, "
-            f"p50 {self.p(0.5) * 1000:.0f} ms, p99 {self.p(0.99) * 1000:.0f} ms"
-        )
-
-
 def record(name: str, line: str) -> None:
     """Scenario figures for docs/benchmarks.md: printed (pytest -s) and kept in a results file."""
     print(line)
@@ -432,44 +370,3 @@ def owned_children(target: Target, namespace: str, name: str) -> list[str]:
         "name",
     )
     return out.split()
-
-
-@dataclass
-class EndpointSampler:
-    """Counts the Ready endpoints behind a Service every `interval` seconds while a
-    transition runs: a moment with none is a moment the Service could not serve."""
-
-    target: Target
-    namespace: str
-    service: str
-    interval: float = 0.5
-    max_samples: int = 2000
-    samples: list[int] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
-
-    def ready_endpoints(self) -> int:
-        slices = self.target.items(
-            "endpointslices", self.namespace, f"kubernetes.io/service-name={self.service}"
-        )
-        return sum(
-            1
-            for s in slices
-            for e in s.get("endpoints") or []
-            if (e.get("conditions") or {}).get("ready")
-        )
-
-    def _run(self) -> None:
-        while not self._stop.is_set() and len(self.samples) < self.max_samples:
-            self.samples.append(self.ready_endpoints())
-            self._stop.wait(self.interval)
-
-    def __enter__(self) -> EndpointSampler:
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)

@@ -17,7 +17,7 @@ from cluster_support import (
     page_png,
     parse,
     record,
-    service_url,
+    serving_url,
     wait_for,
     wait_ready,
     weights_volume,
@@ -67,7 +67,7 @@ def test_mounted_weights_are_verified_against_the_sha256(cluster, namespace):
 
     obj = wait_ready(cluster, namespace, "good", timeout=300)
     assert obj["status"]["stable"]["version"] == "v1"
-    reply = parse(service_url(cluster, namespace, "good"), page_png())
+    reply = parse(serving_url(cluster, namespace, "good"), page_png())
     assert reply.status_code == 200 and reply.json()["model"]["version"] == "v1", reply.text
 
     def says_why() -> dict | None:

@@ -8,15 +8,15 @@ import collections
 
 import pytest
 import yaml
+from cluster_load import Load
 from cluster_support import (
     REPO,
-    Load,
     conditions,
     docparser,
     page_png,
     parse,
     record,
-    service_url,
+    serving_url,
     wait_for,
     wait_ready,
     weights_volume,
@@ -47,7 +47,7 @@ def test_example_becomes_ready_and_parses_through_its_cluster_ip(cluster, namesp
     assert obj["status"]["stable"]["readyReplicas"] >= 1
     assert conditions(obj)["Degraded"]["status"] == "False"
 
-    reply = parse(service_url(cluster, namespace, name), page_png())
+    reply = parse(serving_url(cluster, namespace, name), page_png())
     assert reply.status_code == 200, reply.text
     body = reply.json()
     assert "4711" in body["content"] and "1280" in body["content"]
@@ -89,7 +89,6 @@ def test_service_router_canary_gets_the_share_in_status(cluster, namespace):
     obj = wait_ready(cluster, namespace, name, timeout=360)
     status_weight = obj["status"]["canary"]["weight"]
     assert status_weight == 25, obj["status"]
-    url = service_url(cluster, namespace, name)
 
     def all_endpoints_ready() -> bool:
         slices = cluster.items("endpointslices", namespace, f"kubernetes.io/service-name={name}")
@@ -102,11 +101,12 @@ def test_service_router_canary_gets_the_share_in_status(cluster, namespace):
         return len(ready) == 4
 
     wait_for(cluster, namespace, "4 ready endpoints behind the Service", all_endpoints_ready, 60)
+    url = serving_url(cluster, namespace, name)
     with Load(url, page_png(("Total 12",)), clients=4, max_requests=300, max_seconds=240) as load:
         wait_for(
             cluster, namespace, "300 answers", lambda: len(load.samples) >= 300, 240, interval=0.5
         )
-    assert not load.failed, load.failed[:3]
+    assert not load.failed, f"{load.failures()}\n{cluster.explain(namespace)}"
     counts = collections.Counter(s.version for s in load.samples)
     share = 100 * counts["v2"] / len(load.samples)
     record(

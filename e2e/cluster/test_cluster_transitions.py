@@ -7,13 +7,12 @@ from __future__ import annotations
 import time
 
 import pytest
+from cluster_load import EndpointSampler, Load
 from cluster_support import (
-    EndpointSampler,
-    Load,
     docparser,
     page_png,
     record,
-    service_url,
+    serving_url,
     wait_for,
     wait_ready,
     weights_volume,
@@ -38,7 +37,7 @@ def test_setting_change_promotion_and_revert_lose_no_request(cluster, namespace)
     v1 = docparser(name, namespace, cluster.runtime_image, weights=weights["v1"], replicas=2)
     cluster.apply(v1)
     wait_ready(cluster, namespace, name, timeout=300)
-    url = service_url(cluster, namespace, name)
+    url = serving_url(cluster, namespace, name)
     steps = {
         "runtime setting change (maxBatchSize 8 -> 4)": docparser(
             name,
@@ -102,7 +101,7 @@ def test_setting_change_promotion_and_revert_lose_no_request(cluster, namespace)
         )
     record("transitions under load", load.report("whole walk"))
     assert len(load.samples) >= 100, load.report("too little load to mean anything")
-    assert not load.failed, (load.report("walk"), [(s.status, s.error) for s in load.failed[:5]])
+    assert not load.failed, f"{load.failures()}; {timings}\n{cluster.explain(namespace)}"
     # The walk ends on v1 again, and v2 answered while it was live.
     versions = [s.version for s in load.samples]
     assert "v2" in versions and versions[-1] == "v1", set(versions)

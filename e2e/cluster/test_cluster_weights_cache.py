@@ -26,7 +26,7 @@ from cluster_support import (
     parse,
     record,
     root_pod,
-    service_url,
+    serving_url,
     wait_for,
     wait_ready,
 )
@@ -261,7 +261,7 @@ def test_cache_fills_once_and_later_pods_start_without_a_download(cluster, names
     for pod in pods:
         volume = next(v for v in pod["spec"]["volumes"] if v["name"] == "weights")
         assert volume["persistentVolumeClaim"] == {"claimName": claim, "readOnly": True}
-    reply = parse(service_url(cluster, namespace, "cached"), page_png())
+    reply = parse(serving_url(cluster, namespace, "cached"), page_png())
     assert reply.status_code == 200 and reply.json()["model"]["version"] == VERSION, reply.text
     digest = hashlib.sha256((directory / MANIFEST_NAME).read_bytes()).hexdigest()
     assert digest == sha
