@@ -38,6 +38,9 @@ class GatedEngine(Engine):
         self.fail_with: Exception | None = None
         self.broken = False  # every batch after warm-up fails (a release that 500s)
         self.truncate_to: int | None = None  # text cut short (a release that reads worse)
+        # page index -> "empty" (no text), "truncated" (hit max_new_tokens) or "looping" (the
+        # repetition guard had to steer): the output-quality outcomes a canary is judged on
+        self.outcomes: dict[int, str] = {}
         self.load_error: Exception | None = None
         self.loaded = False
         self.warmed = False
@@ -77,6 +80,12 @@ class GatedEngine(Engine):
         if self.truncate_to is not None:
             for r in results:
                 r.content = r.content[: self.truncate_to]
+        for r in results:
+            outcome = self.outcomes.get(r.index)
+            if outcome == "empty":
+                r.content, r.blocks = "", []
+            r.truncated = outcome == "truncated"
+            r.repetition_trips = 3 if outcome == "looping" else 0
         return results
 
     def stream_page(

@@ -110,7 +110,8 @@ def generated_ids(engine, pages, options):
 
     inputs = engine._prepare(pages, options)
     with torch.inference_mode():
-        out = engine._model.generate(**engine._generate_kwargs(inputs, options))
+        guard = engine._repetition_guard(inputs)
+        out = engine._model.generate(**engine._generate_kwargs(inputs, options, guard))
     return out[:, inputs["input_ids"].shape[1] :].tolist()
 
 
@@ -230,6 +231,20 @@ def test_no_repeat_ngram_guard_breaks_loops(tiny_model_dir):
     for ids in generated_ids(guarded, pages, options):
         assert len(ids) == 32
         assert _repeated_ngrams(ids, 2) == 0  # window (90) covers all 32 tokens
+    # Each page says whether the guard steered it: exactly the pages whose greedy output
+    # (the loose engine's) differs from the guarded one.
+    steered = [
+        a != b
+        for a, b in zip(
+            generated_ids(loose, pages, options),
+            generated_ids(guarded, pages, options),
+            strict=True,
+        )
+    ]
+    results = guarded.infer_batch(pages, options)
+    assert [r.repetition_trips > 0 for r in results] == steered
+    assert any(steered)
+    assert all(r.repetition_trips == 0 for r in loose.infer_batch(pages, options))
 
 
 @pytest.mark.torch

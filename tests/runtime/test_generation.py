@@ -104,3 +104,18 @@ def test_streamer_skips_prompt_and_ids_and_ends_on_error():
     assert list(streamer) == [1, 2]  # ended even though generate raised
     thread.join()
     assert isinstance(outcome["error"], RuntimeError)
+
+
+def test_ngram_guard_counts_the_steps_it_changed_the_output():
+    """A trip is a step whose top token was banned (the model was looping); a banned token
+    the model would not have chosen changes nothing, and a row that ended is not counted."""
+    guard = WindowedNoRepeatNGram(2, window=50, prompt_length=0, stop_token_ids={9})
+    ids = torch.tensor([[1, 2, 1], [3, 4, 3], [1, 9, 1]])
+    scores = torch.zeros((3, 10))
+    scores[0, 2] = 5.0  # row 0 wants 2: (1, 2) again -> banned, a trip
+    scores[1, 7] = 5.0  # row 1 wants 7; 4 is banned but was not its choice
+    scores[2, 9] = 5.0  # row 2 ended at its stop id (9) and only pads now
+    guard(ids, scores)
+    assert guard.trips == [1, 0, 0]
+    guard(torch.tensor([[1, 2, 1, 5], [3, 4, 3, 7], [1, 9, 1, 9]]), torch.zeros((3, 10)))
+    assert guard.trips == [1, 0, 0]  # nothing banned was on top this step

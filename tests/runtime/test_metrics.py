@@ -82,6 +82,25 @@ async def test_outstanding_work_gauges_count_pages_and_tokens_not_just_requests(
     assert value(after, "docparser_batch_size_count") == 3
 
 
+async def test_page_outcomes_a_canary_is_judged_on_are_counted_per_version():
+    """Pages cut at max_new_tokens, pages with no text and pages the repetition guard
+    steered: each a counter with the model and version, at 0 before the first parse (a
+    canary analysis differences them against stable's over the same window)."""
+    async with serving() as (_, client, engine):
+        identity = {"model": "gated-test", "version": "test-1"}
+        names = ("truncated", "empty", "repetition_guarded")
+        before = await scrape(client)
+        for name in names:
+            assert (f"docparser_pages_{name}_total", tuple(sorted(identity.items()))) in before
+        engine.outcomes = {0: "empty", 1: "truncated", 2: "looping"}
+        files = {"file": ("d.pdf", pdf_bytes(4), "application/pdf")}
+        assert (await client.post(PARSE, files=files)).status_code == 200
+        after = await scrape(client)
+    assert value(after, "docparser_pages_total", **identity) == 4
+    for name in names:
+        assert value(after, f"docparser_pages_{name}_total", **identity) == 1, name
+
+
 async def test_failed_requests_are_counted_by_status_and_rejections_by_code():
     settings = make_settings(max_batch_size=1, max_queue_pages=1)
     async with serving(settings) as (app, client, engine):

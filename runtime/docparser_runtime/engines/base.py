@@ -75,6 +75,7 @@ class PageResult:
     blocks: list[Block] = field(default_factory=list)
     output_tokens: int = 0
     truncated: bool = False
+    repetition_trips: int = 0  # tokens the repetition guard changed (the model was looping)
     coverage: list[BBox] | None = None
     warnings: list[PageWarning] = field(default_factory=list)
     audit_s: float = 0.0

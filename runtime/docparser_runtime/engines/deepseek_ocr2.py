@@ -163,13 +163,18 @@ class DeepseekOcr2Engine(Engine):
         with self._lock:
             inputs = self._prepare(pages, options)
             prompt_length = inputs["input_ids"].shape[1]
+            guard = self._repetition_guard(inputs)
             try:
                 with torch.inference_mode():
-                    output = self._model.generate(**self._generate_kwargs(inputs, options))
+                    output = self._model.generate(**self._generate_kwargs(inputs, options, guard))
             except Exception as exc:
                 raise EngineFailure(f"generation failed: {exc}") from exc
         generated = output[:, prompt_length:].tolist()
-        return [self._finish(page, ids) for page, ids in zip(pages, generated, strict=True)]
+        trips = _trips(guard, len(pages))
+        return [
+            self._finish(page, ids, trips=n)
+            for page, ids, n in zip(pages, generated, trips, strict=True)
+        ]
 
     def stream_page(
         self, page: PageImage, options: ParseOptions, on_delta: DeltaCallback
@@ -191,7 +196,8 @@ class DeepseekOcr2Engine(Engine):
         prompt_length = inputs["input_ids"].shape[1]
         stop = threading.Event()
         streamer = TokenQueueStreamer(skip_ids=self._drop_ids)
-        kwargs = self._generate_kwargs(inputs, options, stop_criteria=[StopOnEvent(stop)])
+        guard = self._repetition_guard(inputs)
+        kwargs = self._generate_kwargs(inputs, options, guard, stop_criteria=[StopOnEvent(stop)])
         kwargs["streamer"] = streamer
         thread, outcome = run_in_thread(lambda: self._model.generate(**kwargs), streamer)
         decoder = IncrementalDecoder(self._decode)
@@ -209,7 +215,7 @@ class DeepseekOcr2Engine(Engine):
         if "error" in outcome:
             raise EngineFailure(f"generation failed: {outcome['error']}") from outcome["error"]
         generated = outcome["result"][0, prompt_length:].tolist()
-        return self._finish(page, generated)
+        return self._finish(page, generated, trips=_trips(guard, 1)[0])
 
     # ------------------------------------------------------------------ helpers
 
@@ -252,21 +258,25 @@ class DeepseekOcr2Engine(Engine):
             else:
                 log.debug("page %d: %d vision tokens + 1 separator", page.index, count - 1)
 
-    def _generate_kwargs(self, inputs, options: ParseOptions, stop_criteria=None) -> dict:
-        from transformers import LogitsProcessorList, StoppingCriteriaList
-
+    def _repetition_guard(self, inputs):
+        """The n-gram ban of this generate call (None when switched off); its ``trips``
+        say per page how often it changed the output."""
+        if self.no_repeat_ngram_size <= 0:
+            return None
         from docparser_runtime.engines.generation import WindowedNoRepeatNGram
 
-        processors = LogitsProcessorList()
-        if self.no_repeat_ngram_size > 0:
-            processors.append(
-                WindowedNoRepeatNGram(
-                    self.no_repeat_ngram_size,
-                    self.no_repeat_ngram_window,
-                    prompt_length=inputs["input_ids"].shape[1],
-                    whitelist_token_ids=self._whitelist_ids,
-                )
-            )
+        return WindowedNoRepeatNGram(
+            self.no_repeat_ngram_size,
+            self.no_repeat_ngram_window,
+            prompt_length=inputs["input_ids"].shape[1],
+            whitelist_token_ids=self._whitelist_ids,
+            stop_token_ids=self._eos_ids,
+        )
+
+    def _generate_kwargs(self, inputs, options: ParseOptions, guard, stop_criteria=None) -> dict:
+        from transformers import LogitsProcessorList, StoppingCriteriaList
+
+        processors = LogitsProcessorList([guard] if guard is not None else [])
         return {
             **inputs,
             "max_new_tokens": options.max_new_tokens,
@@ -283,7 +293,7 @@ class DeepseekOcr2Engine(Engine):
         # and grounding needs them; the ids we must not show were dropped already.
         return self._processor.tokenizer.decode(ids, skip_special_tokens=False)
 
-    def _finish(self, page: PageImage, generated: list[int]) -> PageResult:
+    def _finish(self, page: PageImage, generated: list[int], *, trips: int = 0) -> PageResult:
         """Cut at EOS, count tokens, decode, parse grounding.
 
         ``truncated``: no EOS was produced (``max_new_tokens`` hit, typically a repetition
@@ -306,4 +316,11 @@ class DeepseekOcr2Engine(Engine):
             blocks=parsed.blocks,
             output_tokens=output_tokens,
             truncated=truncated,
+            repetition_trips=trips,
         )
+
+
+def _trips(guard, rows: int) -> list[int]:
+    """Per row, the steps at which the repetition guard changed the output (0 without one)."""
+    trips = list(guard.trips) if guard is not None else []
+    return trips + [0] * (rows - len(trips))

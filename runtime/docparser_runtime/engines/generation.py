@@ -103,7 +103,12 @@ class StopOnEvent(StoppingCriteria):
 
 
 class WindowedNoRepeatNGram(LogitsProcessor):
-    """Ban the next token of any n-gram already seen in the recent generated window."""
+    """Ban the next token of any n-gram already seen in the recent generated window.
+
+    ``trips[row]`` counts the steps at which the guard changed the output of that row: the
+    model's top token was banned (it was looping). A row that produced a stop id has ended
+    (HF keeps padding it in a batch), so its later steps do not count.
+    """
 
     def __init__(
         self,
@@ -111,6 +116,7 @@ class WindowedNoRepeatNGram(LogitsProcessor):
         window: int,
         prompt_length: int,
         whitelist_token_ids: Iterable[int] = (),
+        stop_token_ids: Iterable[int] = (),
     ) -> None:
         if ngram_size < 1:
             raise ValueError("ngram_size must be >= 1")
@@ -118,13 +124,25 @@ class WindowedNoRepeatNGram(LogitsProcessor):
         self.window = window
         self.prompt_length = prompt_length
         self.whitelist = set(whitelist_token_ids)
+        self.stop_ids = set(stop_token_ids)
+        self.trips: list[int] = []
+        self._ended: list[bool] = []
+        self._seen = 0  # generated ids already checked for a stop id
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor):
         n = self.ngram_size
         generated = input_ids[:, self.prompt_length :]
+        if len(self.trips) != generated.shape[0]:
+            self.trips = [0] * generated.shape[0]
+            self._ended = [False] * generated.shape[0]
+            self._seen = 0
+        for row, new_ids in enumerate(generated[:, self._seen :].tolist()):
+            self._ended[row] = self._ended[row] or not self.stop_ids.isdisjoint(new_ids)
+        self._seen = generated.shape[1]
         if generated.shape[1] < n:
             return scores
         recent = generated[:, -(self.window + n - 1) :].tolist()
+        top = scores.argmax(dim=-1).tolist()
         for row, seq in enumerate(recent):
             prefix = seq[len(seq) - (n - 1) :] if n > 1 else []
             banned = {
@@ -133,6 +151,8 @@ class WindowedNoRepeatNGram(LogitsProcessor):
                 if seq[i : i + n - 1] == prefix and seq[i + n - 1] not in self.whitelist
             }
             if banned:
+                if top[row] in banned and not self._ended[row]:
+                    self.trips[row] += 1
                 scores[row, list(banned)] = -float("inf")
         return scores
 

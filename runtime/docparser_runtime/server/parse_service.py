@@ -166,7 +166,7 @@ class ParseService:
         m.observe_stage("total", t2 - t0)
         output_tokens = sum(r.output_tokens for r in results)
         m.count_parsed(pages=len(results), vision_tokens=tokens, output_tokens=output_tokens)
-        self._count_warnings(results)
+        self._count_outcomes(results)
         return self._reply(results, tokens, output_tokens, t0, t2, timings)
 
     async def _open(self, request: ParseRequest, deadline: float, timings: _Timings):
@@ -312,13 +312,18 @@ class ParseService:
 
         return timed
 
-    def _count_warnings(self, results: Sequence[PageResult]) -> None:
+    def _count_outcomes(self, results: Sequence[PageResult]) -> None:
         engine = self.engine.name
         for r in results:
             for warning in r.warnings:
                 self.metrics.audit_warnings.labels(engine=engine, code=warning.code).inc()
             if r.warnings or r.truncated:
                 self.metrics.incomplete_pages.labels(engine=engine).inc()
+        self.metrics.count_page_outcomes(
+            truncated=sum(r.truncated for r in results),
+            empty=sum(not r.content.strip() for r in results),
+            repetition=sum(r.repetition_trips > 0 for r in results),
+        )
 
     def _reply(self, results, tokens, output_tokens, t0, t2, timings: _Timings) -> dict:
         audit_s = sum(r.audit_s for r in results)
