@@ -8,7 +8,11 @@ total-stage latency histogram, differenced over the window by ``scrape.py``) dec
 - inconclusive while either track has fewer than ``minRequests`` requests in the window (the
   window keeps accumulating: a quiet service never advances on no evidence);
 - failed when the canary's error rate (5xx / all) exceeds stable's by more than
-  ``maxErrorRateIncrease``, or its p99 latency is more than ``maxLatencyRatio`` times stable's;
+  ``maxErrorRateIncrease``, its p99 latency is more than ``maxLatencyRatio`` times stable's,
+  or the share of its pages cut at ``max_new_tokens``, answered empty or steered by the
+  repetition guard exceeds stable's by more than ``maxTruncatedRateIncrease``,
+  ``maxEmptyRateIncrease`` or ``maxRepetitionRateIncrease`` (output that reads worse
+  without failing: what a model release regresses on);
   ``failureLimit`` failed windows in a row roll back: weight 0, stable untouched,
   ``Degraded/CanaryFailed``; it stays there until the canary changes (a new revision) or
   ``analysis.retry`` gets a new value;
@@ -38,6 +42,15 @@ from docparser_operator.models import AnalysisStep, CanaryAnalysis
 Phase = Literal["Verifying", "Progressing", "Paused", "Failed", "Succeeded"]
 
 
+# Output-quality outcomes per page (the runtime's docparser_pages_<name>_total counters):
+# the check's name in status, and the CanaryAnalysis field holding its threshold.
+OUTCOMES: dict[str, tuple[str, str]] = {
+    "truncated": ("truncatedRate", "max_truncated_rate_increase"),
+    "empty": ("emptyRate", "max_empty_rate_increase"),
+    "repetition_guarded": ("repetitionRate", "max_repetition_rate_increase"),
+}
+
+
 @dataclass(frozen=True)
 class TrackCounters:
     """Cumulative counters of one track's pods, summed (scrape.py)."""
@@ -45,11 +58,15 @@ class TrackCounters:
     requests: float = 0.0
     errors: float = 0.0
     latency: tuple[tuple[float, float], ...] = ()  # (upper bound, cumulative count)
+    pages: float = 0.0
+    outcomes: tuple[tuple[str, float], ...] = ()  # (OUTCOMES name, pages with it)
 
     def minus(self, earlier: TrackCounters) -> TrackCounters | None:
         """The window's share; None when a counter went down (a pod left or restarted), so
         the window cannot be measured and starts again."""
-        if self.requests < earlier.requests or self.errors < earlier.errors:
+        scalars = (self.requests - earlier.requests, self.errors - earlier.errors)
+        pages = self.pages - earlier.pages
+        if min(*scalars, pages) < 0:
             return None
         before = dict(earlier.latency)
         buckets = []
@@ -58,13 +75,19 @@ class TrackCounters:
             if delta < 0:
                 return None
             buckets.append((le, delta))
-        return TrackCounters(
-            self.requests - earlier.requests, self.errors - earlier.errors, tuple(buckets)
-        )
+        was = dict(earlier.outcomes)
+        outcomes = tuple((name, n - was.get(name, 0.0)) for name, n in self.outcomes)
+        if any(n < 0 for _, n in outcomes):
+            return None
+        return TrackCounters(*scalars, tuple(buckets), pages, outcomes)
 
     @property
     def error_rate(self) -> float:
         return self.errors / self.requests if self.requests else 0.0
+
+    def page_rate(self, outcome: str) -> float:
+        """Share of this window's pages with ``outcome`` (0 without pages)."""
+        return dict(self.outcomes).get(outcome, 0.0) / self.pages if self.pages else 0.0
 
     def quantile(self, q: float) -> float:
         """Like PromQL's histogram_quantile: linear within the bucket holding rank q."""
@@ -267,6 +290,13 @@ def evaluate(
     increase = canary.error_rate - stable.error_rate
     stable_p99, canary_p99 = stable.quantile(0.99), canary.quantile(0.99)
     ratio = canary_p99 / stable_p99 if stable_p99 > 0 else (1.0 if canary_p99 == 0 else math.inf)
+    quality = []
+    for outcome, (name, field_name) in OUTCOMES.items():
+        threshold: float = getattr(config, field_name)
+        c_rate, s_rate = canary.page_rate(outcome), stable.page_rate(outcome)
+        quality.append(
+            Check(name, c_rate - s_rate, threshold, c_rate - s_rate <= threshold, c_rate, s_rate)
+        )
     return (
         Check(
             "errorRate",
@@ -284,6 +314,7 @@ def evaluate(
             canary_p99,
             stable_p99,
         ),
+        *quality,
     )
 
 

@@ -256,6 +256,9 @@ class CanaryAnalysis(_Model):
     failure_limit: Annotated[int, Field(ge=1, le=100)] = 2
     max_error_rate_increase: Annotated[float, Field(ge=0, le=1)] = 0.01
     max_latency_ratio: Annotated[float, Field(ge=1, le=100)] = 1.5
+    max_truncated_rate_increase: Annotated[float, Field(ge=0, le=1)] = 0.02
+    max_empty_rate_increase: Annotated[float, Field(ge=0, le=1)] = 0.02
+    max_repetition_rate_increase: Annotated[float, Field(ge=0, le=1)] = 0.05
     retry: Annotated[str, Field(max_length=63)] | None = None
     golden: GoldenSet | None = None
 

@@ -2,9 +2,10 @@
 
 Each track's Ready pods are read over HTTP at ``<podIP>:8000/metrics`` and their counters are
 summed (analysis.TrackCounters): API requests (``docparser_requests_total`` on ``/v1/``
-routes; probes and ``/metrics`` do not count), those answered 5xx, and the total-stage latency
-histogram. A pod that does not answer makes the whole sample unusable (None): a window is
-judged on every pod of both tracks or not at all.
+routes; probes and ``/metrics`` do not count), those answered 5xx, the total-stage latency
+histogram, pages parsed and the pages of each output-quality outcome (truncated, empty,
+steered by the repetition guard). A pod that does not answer makes the whole sample unusable
+(None): a window is judged on every pod of both tracks or not at all.
 """
 
 from __future__ import annotations
@@ -17,16 +18,20 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from docparser_operator import naming
-from docparser_operator.analysis import TrackCounters
+from docparser_operator.analysis import OUTCOMES, TrackCounters
 
 Fetch = Callable[[str], str]  # URL -> body; raises on any failure
 SCRAPE_TIMEOUT_S = 2.0
 
 
+_OUTCOME_SERIES = {f"docparser_pages_{name}_total": name for name in OUTCOMES}
+
+
 def parse_counters(text: str) -> TrackCounters:
     """One pod's counters from its exposition text (pure)."""
-    requests = errors = 0.0
+    requests = errors = pages = 0.0
     buckets: dict[float, float] = defaultdict(float)
+    outcomes: dict[str, float] = dict.fromkeys(OUTCOMES, 0.0)
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             labels = sample.labels
@@ -41,18 +46,30 @@ def parse_counters(text: str) -> TrackCounters:
                 and labels.get("stage") == "total"
             ):
                 buckets[float(labels["le"])] += sample.value
-    return TrackCounters(requests, errors, tuple(sorted(buckets.items())))
+            elif sample.name == "docparser_pages_total":
+                pages += sample.value
+            elif sample.name in _OUTCOME_SERIES:
+                outcomes[_OUTCOME_SERIES[sample.name]] += sample.value
+    return TrackCounters(
+        requests, errors, tuple(sorted(buckets.items())), pages, tuple(outcomes.items())
+    )
 
 
 def add(counters: Iterable[TrackCounters]) -> TrackCounters:
-    requests = errors = 0.0
+    requests = errors = pages = 0.0
     buckets: dict[float, float] = defaultdict(float)
+    outcomes: dict[str, float] = dict.fromkeys(OUTCOMES, 0.0)
     for c in counters:
         requests += c.requests
         errors += c.errors
+        pages += c.pages
         for le, count in c.latency:
             buckets[le] += count
-    return TrackCounters(requests, errors, tuple(sorted(buckets.items())))
+        for name, n in c.outcomes:
+            outcomes[name] = outcomes.get(name, 0.0) + n
+    return TrackCounters(
+        requests, errors, tuple(sorted(buckets.items())), pages, tuple(outcomes.items())
+    )
 
 
 def _http_get(url: str) -> str:

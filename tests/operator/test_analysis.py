@@ -29,12 +29,23 @@ CONFIG = CanaryAnalysis(
 NOW = "2026-12-01T10:00:00Z"
 
 
-def exposition(ok: int, errors: int = 0, latency_s: float = 0.2) -> str:
-    """A runtime pod's /metrics after ``ok`` + ``errors`` parse requests (the real registry)."""
+def exposition(
+    ok: int,
+    errors: int = 0,
+    latency_s: float = 0.2,
+    *,
+    truncated: int = 0,
+    empty: int = 0,
+    looping: int = 0,
+) -> str:
+    """A runtime pod's /metrics after ``ok`` + ``errors`` parse requests of one page each,
+    ``truncated`` / ``empty`` / ``looping`` of the ``ok`` pages so (the real registry)."""
     metrics = Metrics(model="deepseek-ocr2", version="v2")
     for _ in range(ok):
         metrics.count_request(route="/v1/document/parse", method="POST", status="200")
         metrics.observe_stage("total", latency_s)
+        metrics.count_parsed(pages=1, vision_tokens=256, output_tokens=40)
+    metrics.count_page_outcomes(truncated=truncated, empty=empty, repetition=looping)
     for _ in range(errors):
         metrics.count_request(route="/v1/document/parse", method="POST", status="500")
         metrics.observe_stage("total", latency_s)
@@ -62,9 +73,15 @@ def test_counters_come_from_the_runtime_exposition_and_add_up_over_pods() -> Non
 def test_a_counter_that_went_down_voids_the_window() -> None:
     later, earlier = parse_counters(exposition(5)), parse_counters(exposition(9))
     assert later.minus(earlier) is None  # a pod restarted or left
-    assert parse_counters(exposition(9)).minus(later) == TrackCounters(
-        4, 0, tuple((le, 4.0 if le >= 0.25 else 0.0) for le, _ in later.latency)
+    assert parse_counters(exposition(9, truncated=2)).minus(later) == TrackCounters(
+        4,
+        0,
+        tuple((le, 4.0 if le >= 0.25 else 0.0) for le, _ in later.latency),
+        pages=4,
+        outcomes=(("truncated", 2.0), ("empty", 0.0), ("repetition_guarded", 0.0)),
     )
+    fewer_truncated = parse_counters(exposition(9)).minus(parse_counters(exposition(5, empty=1)))
+    assert fewer_truncated is None  # an outcome counter went down too
 
 
 def test_pods_are_read_only_when_ready_and_one_failure_voids_the_sample() -> None:
@@ -100,7 +117,7 @@ def test_a_good_canary_walks_every_step_pausing_where_asked() -> None:
     assert state.weight == 10 and "shifting" in state.message
     state = advance(state, CONFIG, good, now=NOW, generation=1, serving_step=True)
     assert (state.step, state.weight) == (1, 25)
-    assert [c.ok for c in state.checks] == [True, True]
+    assert [c.ok for c in state.checks] == [True] * 5
     state = advance(state, CONFIG, good, now=NOW, generation=1, serving_step=True)
     assert (state.phase, state.weight, state.paused_generation) == ("Paused", 25, 1)
     assert advance(state, CONFIG, good, now=NOW, generation=1, serving_step=True) == state
@@ -123,6 +140,30 @@ def test_failed_windows_roll_back_at_the_failure_limit() -> None:
     # Stays rolled back, whatever comes next.
     good = window(exposition(40), exposition(200))
     assert advance(state, CONFIG, good, now=NOW, generation=5, serving_step=True) == state
+
+
+@pytest.mark.parametrize(
+    ("outcome", "check"),
+    [("truncated", "truncatedRate"), ("empty", "emptyRate"), ("looping", "repetitionRate")],
+)
+def test_output_that_reads_worse_fails_against_stable_not_in_absolute_terms(
+    outcome: str, check: str
+) -> None:
+    """A canary answering 200s whose pages are cut short, empty or looping more often than
+    stable's fails; the same share as stable (hard documents both tracks struggle with)
+    passes."""
+    worse = window(exposition(40, **{outcome: 4}), exposition(200, **{outcome: 2}))
+    checks = {c.name: c for c in evaluate(CONFIG, worse.canary, worse.stable)}
+    assert not checks[check].ok and checks[check].value == pytest.approx(0.1 - 0.01)
+    assert (checks[check].canary, checks[check].stable) == (0.1, 0.01)
+    assert all(c.ok for name, c in checks.items() if name != check)
+    same = window(exposition(40, **{outcome: 4}), exposition(200, **{outcome: 20}))
+    assert all(c.ok for c in evaluate(CONFIG, same.canary, same.stable))
+    state = fresh()
+    for _ in range(CONFIG.failure_limit):
+        state = advance(state, CONFIG, worse, now=NOW, generation=1, serving_step=True)
+    assert (state.phase, state.reason, state.weight) == ("Failed", "CanaryFailed", 0)
+    assert check in state.message
 
 
 def test_slower_p99_fails_and_a_good_window_resets_the_count() -> None:

@@ -140,3 +140,18 @@ def test_each_metrics_object_has_its_own_registry():
         "docparser_queue_pages",
     ):
         assert name in text or name.replace("_total", "") in text, name
+
+
+def test_every_metric_the_runtime_exports_is_in_the_operations_guide():
+    """docs/operations.md's metrics table is what dashboards and alerts are written from."""
+    from pathlib import Path
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    exported = set()
+    for family in text_string_to_metric_families(Metrics().render().decode()):
+        if family.name.startswith("docparser_") and not family.name.endswith("_created"):
+            exported.add(family.name + ("_total" if family.type == "counter" else ""))
+    assert exported, "no docparser_* family exported"
+    assert sorted(n for n in exported if f"`{n}`" not in guide) == []
