@@ -20,6 +20,9 @@ total-stage latency histogram, differenced over the window by ``scrape.py``) dec
   new generation), or after the last step ``Succeeded``: the canary carries 100 % (the
   make-before-break promotion of rollout.py) until its weights move into ``spec.weights``.
 
+The counters come from the pods' own ``/metrics`` (scrape.py) or, with ``prometheus``, from
+PromQL over the window (prometheus.py): the same ``TrackCounters``, the same checks.
+
 With ``golden`` the walk starts ``Verifying`` at weight 0: each golden document is parsed by
 a canary pod and a stable pod (golden.py) and scored by character error rate against its
 expected text; a canary over ``maxCER`` on a document, or more than ``maxCERIncrease`` above
@@ -448,6 +451,11 @@ def _seconds(rfc3339: str) -> float:
     import time
 
     return float(calendar.timegm(time.strptime(rfc3339, "%Y-%m-%dT%H:%M:%SZ")))
+
+
+def elapsed(start: str, now: str) -> float:
+    """Seconds from ``start`` to ``now`` (status timestamps)."""
+    return _seconds(now) - _seconds(start)
 
 
 def window_due(state: AnalysisState, config: CanaryAnalysis, now: str) -> bool:

@@ -1,10 +1,12 @@
 """One canary analysis pass for the reconciler: read what is due, then ``analysis.advance``.
 
 The walk's state comes from status (analysis.current); the counters at the current window's
-start live in ``AnalysisMemory``, the leader's memory. Pods are read only when a window
-starts (to remember where it starts) or ends (to judge it), so a quiet resync reads nothing.
-A window whose start the memory does not know (the operator restarted, another replica
-took over) starts again now: a verdict always covers a whole interval it measured.
+start live in ``AnalysisMemory``, the leader's memory (with ``analysis.prometheus`` nothing
+does: PromQL's increase() over the window since ``windowStart``, prometheus.py). Pods are
+read only when a window starts (to remember where it starts) or ends (to judge it), so a
+quiet resync reads nothing. A window whose start the memory does not know (the operator
+restarted, another replica took over) starts again now: a verdict always covers a whole
+interval it measured.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from docparser_operator import analysis, golden, labels, naming
+from docparser_operator import analysis, golden, labels, naming, prometheus
 from docparser_operator.models import DocParser
 from docparser_operator.scrape import Fetch, _http_get, scrape_track
 
@@ -26,6 +28,7 @@ class AnalysisMemory:
 
     fetch: Fetch = _http_get
     post: golden.Post = golden._post
+    query: prometheus.Fetch = prometheus._http_get
     windows: dict[tuple[str, str], tuple[WindowKey, analysis.Window]] = field(
         default_factory=dict[tuple[str, str], tuple[WindowKey, analysis.Window]]
     )
@@ -111,7 +114,25 @@ def finish(
     end: analysis.Window | None = None
     unreadable = False
     serving = serving and state.phase == "Progressing"
-    if serving:
+    source = config.prometheus
+    problem = ""
+    if serving and source is not None:
+        # Prometheus keeps the history: a window is its start in status, nothing in memory.
+        if not state.window_start:
+            state = replace(state, window_start=now)
+        elif analysis.window_due(state, config, now):
+            seconds = round(analysis.elapsed(state.window_start, now))
+            ns = model.metadata.namespace
+
+            def track(role: str) -> analysis.TrackCounters:
+                revision = revisions.get(role, "")
+                return prometheus.window_counters(source, ns, revision, seconds, memory.query)
+
+            try:
+                window = analysis.Window(track("canary"), track("stable"))
+            except prometheus.PrometheusUnavailable as exc:
+                problem = f"cannot query Prometheus: {exc}"
+    elif serving:
         known = memory.windows.get(where)
         if not state.window_start or known is None or known[0] != _key(state):
             # This window's start is not in memory (a new step, a restart): it begins now.
@@ -138,7 +159,9 @@ def finish(
         generation=model.metadata.generation or 0,
         serving_step=serving or state.phase != "Progressing",
     )
-    if unreadable:  # say why nothing moves: most often a NetworkPolicy keeps us out
+    if problem:
+        after = replace(after, message=problem[:300])
+    elif unreadable:  # say why nothing moves: most often a NetworkPolicy keeps us out
         after = replace(
             after,
             message=f"cannot read every Ready pod's /metrics (port {naming.HTTP_PORT}); with "

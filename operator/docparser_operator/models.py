@@ -244,6 +244,20 @@ class GoldenSet(_Model):
     max_cer_increase: Annotated[float, Field(ge=0, le=1, alias="maxCERIncrease")] = 0.02
 
 
+PROMETHEUS_LABEL = r"^[a-zA-Z_][a-zA-Z0-9_]*$"
+
+
+class PrometheusSource(_Model):
+    """Judge windows on PromQL over a Prometheus that scrapes the runtime pods, instead of
+    the operator reading the pods' /metrics itself (prometheus.py)."""
+
+    url: Annotated[str, Field(pattern=r"^https?://[^\s]+$", max_length=2048)]
+    revision_label: Annotated[str, Field(pattern=PROMETHEUS_LABEL, max_length=128)] = (
+        "docparser_io_revision"
+    )
+    namespace_label: Annotated[str, Field(pattern=PROMETHEUS_LABEL, max_length=128)] = "namespace"
+
+
 class CanaryAnalysis(_Model):
     """Automated steps for the canary weight (analysis.py): ``steps``, or ``stepWeight`` up
     to ``maxWeight``; without either 10, 25 and 50 %."""
@@ -261,6 +275,7 @@ class CanaryAnalysis(_Model):
     max_repetition_rate_increase: Annotated[float, Field(ge=0, le=1)] = 0.05
     retry: Annotated[str, Field(max_length=63)] | None = None
     golden: GoldenSet | None = None
+    prometheus: PrometheusSource | None = None
 
     @model_validator(mode="after")
     def _cel_rules(self) -> CanaryAnalysis:
