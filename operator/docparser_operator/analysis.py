@@ -26,7 +26,9 @@ PromQL over the window (prometheus.py): the same ``TrackCounters``, the same che
 With ``golden`` the walk starts ``Verifying`` at weight 0: each golden document is parsed by
 a canary pod and a stable pod (golden.py) and scored by character error rate against its
 expected text; a canary over ``maxCER`` on a document, or more than ``maxCERIncrease`` above
-stable's, never gets traffic (``Failed``, reason ``GoldenRegression``).
+stable's, never gets traffic (``Failed``, reason ``GoldenRegression``). With
+``golden.everyStep`` the gate runs again before each later step, holding the weight earned
+so far while it does; a failure then rolls the canary back to 0 %.
 
 The operator never writes ``spec``: the step, the effective weight, the last checks and the
 verdict live in ``status.canary.analysis`` and survive an operator restart or a new leader.
@@ -198,8 +200,10 @@ class AnalysisState:
     @property
     def weight(self) -> int:
         """The canary's effective weight (what the rollout planner is asked for)."""
-        if self.phase in ("Failed", "Verifying"):
+        if self.phase == "Failed":
             return 0
+        if self.phase == "Verifying":  # hold what earlier steps earned, never widen
+            return self.steps[self.step - 1].weight if self.step else 0
         if self.phase == "Succeeded":
             return 100
         return self.steps[self.step].weight
@@ -346,14 +350,11 @@ def advance(
         if generation == state.paused_generation:
             return state
         step = state.step + 1
-        return replace(
-            state,
-            phase="Progressing",
-            step=step,
-            window_start="",
-            failures=0,
-            paused_generation=0,
-            message=f"resumed: step {step + 1}/{n} at {state.steps[step].weight}%",
+        return _next_step(
+            replace(state, failures=0, paused_generation=0),
+            config,
+            step,
+            f"resumed: step {step + 1}/{n} at {state.steps[step].weight}%",
         )
     if state.phase != "Progressing":
         return state
@@ -414,18 +415,33 @@ def advance(
             "spec changes",
         )
     step = state.step + 1
-    return replace(
-        state,
-        step=step,
-        failures=0,
-        checks=verdict,
-        window_start="",
-        message=f"step {step + 1}/{n}: {state.steps[step].weight}% for {config.interval_seconds}s",
+    return _next_step(
+        replace(state, failures=0, checks=verdict),
+        config,
+        step,
+        f"step {step + 1}/{n}: {state.steps[step].weight}% for {config.interval_seconds}s",
     )
 
 
+def _next_step(
+    state: AnalysisState, config: CanaryAnalysis, step: int, message: str
+) -> AnalysisState:
+    """Move to ``step``; with ``golden.everyStep`` through the golden gate first, at the
+    weight already earned (``Verifying`` holds the previous step's weight)."""
+    moved = replace(state, step=step, window_start="", phase="Progressing", message=message)
+    if config.golden is not None and config.golden.every_step:
+        return replace(
+            moved,
+            phase="Verifying",
+            message=f"golden documents again before step {step + 1}/{len(state.steps)} "
+            f"({state.steps[step].weight}%): waiting for a Ready canary pod",
+        )
+    return moved
+
+
 def verified(state: AnalysisState, scores: tuple[GoldenScore, ...]) -> AnalysisState:
-    """The golden gate's verdict: traffic may start, or never does for this canary."""
+    """The golden gate's verdict: traffic may start (or widen to the step's weight), or the
+    canary gets none (a failure after earlier steps rolls it back to 0 %)."""
     failed = [g for g in scores if not g.ok]
     n = len(state.steps)
     if failed:
@@ -436,13 +452,19 @@ def verified(state: AnalysisState, scores: tuple[GoldenScore, ...]) -> AnalysisS
             reason="GoldenRegression",
             golden=scores,
             message=f"golden documents: the canary reads {len(failed)} of {len(scores)} worse "
-            f"than allowed (character error rate: {worst}); no traffic was sent to it",
+            f"than allowed (character error rate: {worst}); "
+            + (
+                f"rolled back from {state.weight}% before step {state.step + 1}/{n}"
+                if state.step
+                else "no traffic was sent to it"
+            ),
         )
     return replace(
         state,
         phase="Progressing",
         golden=scores,
-        message=f"golden documents passed ({len(scores)}); step 1/{n}: {state.steps[0].weight}%",
+        message=f"golden documents passed ({len(scores)}); step {state.step + 1}/{n}: "
+        f"{state.steps[state.step].weight}%",
     )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import urllib.request
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -61,16 +62,24 @@ def load(client: KubeClient, namespace: str, name: str) -> Documents:
 
 
 def _post(url: str, filename: str, document: bytes) -> str:
+    """Parse one golden document. ``cache=false``: the gate measures the model, never a
+    result cached before; the request id ``golden-<file>-<random>`` finds it in the pod's
+    request log."""
     boundary = uuid.uuid4().hex
     head = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="cache"\r\n\r\nfalse\r\n'
         f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{filename}"\r\n'
         "Content-Type: application/octet-stream\r\n\r\n"
     ).encode()
     body = head + document + f"\r\n--{boundary}--\r\n".encode()
+    request_id = "golden-" + re.sub(r"[^A-Za-z0-9._:-]", "-", filename)[:80] + "-" + boundary[:8]
     request = urllib.request.Request(
         url,
         data=body,
-        headers={"Content-Type": f"multipart/form-data; boundary={boundary}"},
+        headers={
+            "Content-Type": f"multipart/form-data; boundary={boundary}",
+            "X-Request-Id": request_id,
+        },
         method="POST",
     )
     with urllib.request.urlopen(request, timeout=PARSE_TIMEOUT_S) as reply:

@@ -242,6 +242,7 @@ class GoldenSet(_Model):
     config_map_ref: SecretRef  # a name in the DocParser's namespace
     max_cer: Annotated[float, Field(ge=0, le=1, alias="maxCER")] = 0.05
     max_cer_increase: Annotated[float, Field(ge=0, le=1, alias="maxCERIncrease")] = 0.02
+    every_step: bool = False  # the gate again before each later step (analysis.py)
 
 
 PROMETHEUS_LABEL = r"^[a-zA-Z_][a-zA-Z0-9_]*$"

@@ -287,6 +287,44 @@ def test_golden_gate_holds_traffic_until_it_passes_and_fails_on_regression() -> 
     assert [g.document for g in again.golden] == ["a", "inv"]
 
 
+def test_golden_every_step_gates_each_later_step_holding_the_weight_earned() -> None:
+    """``everyStep``: after a passed window the gate runs again before the weight widens;
+    while it runs the canary keeps the previous step's share (never 0, never more). A
+    regression found then rolls the canary back; the pause of a step resumes through it too."""
+    from docparser_operator.analysis import score_golden, verified
+
+    config = CanaryAnalysis.model_validate(
+        {
+            "steps": [{"weight": 10}, {"weight": 25, "pause": True}, {"weight": 50}],
+            "intervalSeconds": 60,
+            "minRequests": 20,
+            "golden": {"configMapRef": {"name": "g"}, "everyStep": True},
+        }
+    )
+    good = score_golden(config, {"inv": ("Total 12 EUR", "Total 12 EUR", "Total 12 EUR")})
+    worse = score_golden(config, {"inv": ("Total 12 EUR", "Total", "Total 12 EUR")})
+    passing = window(exposition(40), exposition(200))
+    state = verified(current(config, None, "c1"), good)
+    assert (state.phase, state.step, state.weight) == ("Progressing", 0, 10)
+    state = advance(state, config, passing, now=NOW, generation=1, serving_step=True)
+    assert (state.phase, state.step, state.weight) == ("Verifying", 1, 10)
+    assert current(config, state.to_status(), "c1").weight == 10  # as status says, after a restart
+    rolled_back = verified(state, worse)
+    assert (rolled_back.phase, rolled_back.reason, rolled_back.weight) == (
+        "Failed",
+        "GoldenRegression",
+        0,
+    )
+    assert "rolled back from 10%" in rolled_back.message
+    state = verified(state, good)
+    assert (state.phase, state.step, state.weight) == ("Progressing", 1, 25)
+    state = advance(state, config, passing, now=NOW, generation=1, serving_step=True)
+    assert (state.phase, state.weight) == ("Paused", 25)
+    state = advance(state, config, None, now=NOW, generation=2, serving_step=True)
+    assert (state.phase, state.step, state.weight) == ("Verifying", 2, 25)
+    assert (verified(state, good).phase, verified(state, good).weight) == ("Progressing", 50)
+
+
 def test_golden_documents_come_from_a_configmap_and_are_read_by_both_tracks() -> None:
     import base64
 

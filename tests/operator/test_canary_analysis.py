@@ -65,13 +65,18 @@ class Traffic:
     def __init__(self, cluster: Cluster, name: str, stable: str, canary: str) -> None:
         self.cluster, self.name, self.urls = cluster, name, (stable, canary)
         self.weights_seen: list[int] = []
+        self.phases_seen: set[tuple[str, int, int]] = set()  # (phase, step, routed weight)
         self.sent = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="traffic", daemon=True)
 
     def _weight(self) -> int:
         dp = self.cluster.get(DOCPARSER, self.name) or {}
-        return int(((dp.get("status") or {}).get("canary") or {}).get("weight") or 0)
+        canary = (dp.get("status") or {}).get("canary") or {}
+        walk = canary.get("analysis") or {}
+        if walk:
+            self.phases_seen.add((walk.get("phase"), walk.get("step"), canary.get("weight")))
+        return int(canary.get("weight") or 0)
 
     def _run(self) -> None:
         body, rng = png(), random.Random(7)
@@ -102,7 +107,11 @@ def _tracks(canary_args: tuple[str, ...]) -> tuple[LiveServer, LiveServer]:
     octet = random.randint(10, 250)  # another loopback /24 per run: no clash on the pod port
     stable = LiveServer(gated_delay_s=0.0, host=f"127.0.{octet}.2", port=naming.HTTP_PORT)
     canary = LiveServer(
-        gated_delay_s=0.0, host=f"127.0.{octet}.3", port=naming.HTTP_PORT, engine_args=canary_args
+        gated_delay_s=0.0,
+        host=f"127.0.{octet}.3",
+        port=naming.HTTP_PORT,
+        engine_args=canary_args,
+        env={"DOCPARSER_LOG_FORMAT": "json"},  # request ids in its log: the golden reads
     )
     return stable, canary
 
@@ -197,7 +206,12 @@ def _walk(
                 sampler.__exit__(None, None, None)
                 assert sampler.violations == [], sampler.report()
                 assert sampler.samples, sampler.report()
-                return {"analysis": done, "weights": list(traffic.weights_seen)}
+                return {
+                    "analysis": done,
+                    "weights": list(traffic.weights_seen),
+                    "phases": traffic.phases_seen,
+                    "golden_reads": canary.log(tail=10**7).count('"golden-invoice.png-'),
+                }
         finally:
             operator.__exit__(None, None, None)
     finally:
@@ -209,7 +223,7 @@ def test_a_good_canary_passes_the_gate_and_walks_every_step_to_full_traffic(
     real_cluster: Cluster,
 ) -> None:
     cluster = real_cluster
-    golden = {**ANALYSIS, "golden": {"configMapRef": {"name": "golden"}}}
+    golden = {**ANALYSIS, "golden": {"configMapRef": {"name": "golden"}, "everyStep": True}}
     seen = _walk(cluster, analysis=golden, restart_at_step=2)
     done = seen["analysis"]
     assert (done["phase"], done["weight"], done["step"]) == ("Succeeded", 100, 2), done
@@ -217,6 +231,10 @@ def test_a_good_canary_passes_the_gate_and_walks_every_step_to_full_traffic(
     assert [g["ok"] for g in done["golden"]] == [True, True]
     walked = [w for i, w in enumerate(seen["weights"]) if i == 0 or w != seen["weights"][i - 1]]
     assert walked[-3:] == [25, 50, 100], walked  # through each step, in order
+    # The gate ran again before step 2 (each run parses every document on the canary, past
+    # its result cache), the canary holding step 1's 25 % meanwhile.
+    assert seen["golden_reads"] == 2, seen["golden_reads"]
+    assert ("Verifying", 2, 0) not in seen["phases"], seen["phases"]
     assert condition(cluster, "walk", "Degraded")["status"] == "False"
 
 

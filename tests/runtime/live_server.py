@@ -91,10 +91,11 @@ class LiveServer:
         assert self.proc is not None
         return self.proc.wait(timeout)
 
-    def log(self) -> str:
+    def log(self, tail: int = 6000) -> str:
+        """The process log's last ``tail`` characters (as it was at stop(), once stopped)."""
         if self._final_log is not None:
-            return self._final_log
-        return Path(self._log.name).read_text(errors="replace")[-6000:]
+            return self._final_log[-tail:]
+        return Path(self._log.name).read_text(errors="replace")[-tail:]
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -105,7 +106,7 @@ class LiveServer:
                 self.proc.kill()
                 self.proc.wait(10)
         if self._final_log is None:
-            self._final_log = self.log()
+            self._final_log = self.log(tail=2_000_000)
             self._log.close()
             os.unlink(self._log.name)
 

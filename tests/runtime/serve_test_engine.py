@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from docparser_runtime import logs
 from docparser_runtime.server.app import create_app
 from docparser_runtime.server.drain import run_server
 from docparser_runtime.settings import Settings
@@ -32,7 +34,10 @@ def main() -> None:
     parser.add_argument("--truncate", type=int, help="cut every page's text to N characters")
     args = parser.parse_args()
     settings = Settings(host=args.host, port=args.port)
-    logging.basicConfig(level=settings.log_level.upper())
+    if "DOCPARSER_LOG_FORMAT" in os.environ:  # the production log lines (JSON: request ids)
+        logs.configure(settings.log_level, settings.log_format)
+    else:
+        logging.basicConfig(level=settings.log_level.upper())
     engine = GatedEngine(delay_s=args.delay)
     engine.broken = args.fail
     engine.truncate_to = args.truncate
