@@ -79,6 +79,7 @@ def events_for(outcome: Outcome) -> list[Event]:
         events.append(
             Event("Normal", "CanaryWeightChanged", f"canary traffic {w_old}% -> {w_new}%")
         )
+    events += _analysis_events(old, new)
     for kind, child in outcome.pruned:
         events.append(Event("Normal", "Pruned", f"deleted {kind} {child}: no longer desired"))
     ready_old, ready_new = _condition(old, "Ready"), _condition(new, "Ready")
@@ -92,6 +93,30 @@ def events_for(outcome: Outcome) -> list[Event]:
             Event("Warning", deg_new.get("reason", "Degraded"), deg_new.get("message", ""))
         )
     return events
+
+
+def _analysis(status: dict[str, Any]) -> dict[str, Any]:
+    return (status.get("canary") or {}).get("analysis") or {}
+
+
+def _analysis_events(old: dict[str, Any], new: dict[str, Any]) -> list[Event]:
+    """The canary analysis' milestones (a failure is the Degraded Warning above): the golden
+    gate passed, a step passed, a pause, the walk done. Each once, on its transition."""
+    was, now = _analysis(old), _analysis(new)
+    if not now or now.get("revision") != was.get("revision"):
+        return []  # a new walk: its first milestone comes with its first transition
+    phase, message = now.get("phase"), now.get("message") or ""
+    if phase == was.get("phase") and now.get("step") == was.get("step"):
+        return []
+    if was.get("phase") == "Verifying" and phase == "Progressing":
+        return [Event("Normal", "GoldenPassed", message)]
+    if phase == "Paused":
+        return [Event("Normal", "AnalysisPaused", message)]
+    if phase == "Succeeded":
+        return [Event("Normal", "AnalysisSucceeded", message)]
+    if (now.get("step") or 0) > (was.get("step") or 0) and phase in ("Progressing", "Verifying"):
+        return [Event("Normal", "AnalysisStepPassed", message)]
+    return []
 
 
 @dataclass

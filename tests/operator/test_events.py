@@ -49,3 +49,34 @@ def test_memory_stays_bounded() -> None:
     limiter.admit("last", [Event("Warning", "ReconcileFailed", "x")])
     limiter.admit("again", [Event("Warning", "ReconcileFailed", "x")])
     assert len(limiter._last) < 10_050
+
+
+def test_canary_analysis_milestones_are_events_once_each() -> None:
+    """Golden gate passed, a step passed, the walk done: each an Event on its transition;
+    the same status again posts nothing, and a failure is left to the Degraded Warning."""
+    from docparser_operator.events import events_for
+    from docparser_operator.reconcile import Outcome
+
+    def status(phase: str, step: int, message: str = "m", revision: str = "c1") -> dict:
+        walk = {"revision": revision, "phase": phase, "step": step, "message": message}
+        return {"canary": {"weight": 0, "analysis": walk}}
+
+    def reasons(old: dict, new: dict) -> list[str]:
+        return [e.reason for e in events_for(Outcome(name="inv", previous_status=old, status=new))]
+
+    assert reasons(status("Verifying", 1), status("Progressing", 1)) == ["GoldenPassed"]
+    assert reasons(status("Progressing", 1), status("Progressing", 2)) == ["AnalysisStepPassed"]
+    assert reasons(status("Progressing", 1), status("Verifying", 2)) == ["AnalysisStepPassed"]
+    assert reasons(status("Progressing", 2), status("Paused", 2)) == ["AnalysisPaused"]
+    assert reasons(status("Progressing", 2), status("Succeeded", 2)) == ["AnalysisSucceeded"]
+    assert reasons(status("Progressing", 2, "a"), status("Progressing", 2, "b")) == []
+    assert reasons(status("Progressing", 2), status("Failed", 2)) == []
+    assert reasons(status("Succeeded", 2), status("Verifying", 1, revision="c2")) == []
+    (event,) = events_for(
+        Outcome(
+            name="inv",
+            previous_status=status("Verifying", 1),
+            status=status("Progressing", 1, "golden documents passed (2)"),
+        )
+    )
+    assert event.message == "golden documents passed (2)"
