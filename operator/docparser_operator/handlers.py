@@ -31,19 +31,17 @@ import asyncio
 import contextlib
 import copy
 import logging
-import threading
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import kopf
 
 from docparser_operator import cache, events, labels, leader, permissions, triggers
-from docparser_operator.analysis_run import AnalysisMemory
 from docparser_operator.apply import DOCPARSER, ApiError, KubeClient, load_configuration
 from docparser_operator.metrics import OperatorMetrics
 from docparser_operator.naming import API_GROUP, KIND, PLURAL
+from docparser_operator.operator_state import OperatorState
 from docparser_operator.reconcile import Outcome, reconcile
 from docparser_operator.settings import OperatorSettings
 
@@ -52,58 +50,12 @@ ANNOTATION_PREFIX = "docparser.io"
 log = logging.getLogger("docparser_operator")
 
 
-@dataclass
-class OperatorState:
-    """Everything one operator run keeps between handler calls (kept in ``memo.state``)."""
-
-    settings: OperatorSettings
-    client: KubeClient
-    locks: dict[str, threading.Lock] = field(default_factory=dict[str, Any])
-    locks_guard: threading.Lock = field(default_factory=threading.Lock)
-    deployment_seen: dict[str, tuple[Any, ...]] = field(default_factory=dict[str, Any])
-    pod_seen: dict[str, tuple[Any, ...]] = field(default_factory=dict[str, Any])
-    known: dict[str, dict[str, Any]] = field(default_factory=dict[str, Any])  # uid -> latest body
-    resync_task: asyncio.Task[None] | None = None
-    event_limiter: events.EventLimiter = field(default_factory=lambda: events.EventLimiter(300.0))
-    metrics: OperatorMetrics | None = None
-    observer: cache.IndexedObserver | None = None  # None: list on every pass
-    analysis: AnalysisMemory = field(default_factory=AnalysisMemory)  # canary window starts
-
-    def lock_for(self, uid: str) -> threading.Lock:
-        with self.locks_guard:
-            return self.locks.setdefault(uid, threading.Lock())
-
-    def newest(self, resource: dict[str, Any]) -> dict[str, Any]:
-        """``resource`` or the newer body we know of (by generation, then resourceVersion)."""
-        known = self.known.get(resource["metadata"]["uid"])
-        return known if known is not None and _age(known) > _age(resource) else resource
-
-    def saw_write(self, body: dict[str, Any] | None) -> None:
-        """Our status write returned ``body``: later passes start from it (their ``previous``
-        status), not from an older event's copy. A deleted DocParser is not brought back."""
-        if body is None:
-            return
-        uid = body["metadata"]["uid"]
-        with self.locks_guard:
-            known = self.known.get(uid)
-            if known is not None and _age(body) > _age(known):
-                self.known[uid] = body
-
-
 def _state(memo: Any) -> OperatorState:
     return memo.state  # type: ignore[no-any-return]
 
 
 def _plain(body: Mapping[str, Any]) -> dict[str, Any]:
     return copy.deepcopy({k: body[k] for k in body})
-
-
-def _generation(body: Mapping[str, Any]) -> int:
-    return int((body.get("metadata") or {}).get("generation") or 0)
-
-
-def _age(body: Mapping[str, Any]) -> tuple[int, int]:
-    return _generation(body), cache.resource_version(body) or 0
 
 
 def run_reconcile(state: OperatorState, resource: dict[str, Any], *, strict: bool) -> Outcome:
@@ -131,6 +83,10 @@ def run_reconcile(state: OperatorState, resource: dict[str, Any], *, strict: boo
             delay = state.settings.retry_delay_s * (1 if exc.transient else 6)
             raise kopf.TemporaryError(str(exc), delay=delay) from exc
         state.saw_write(outcome.body)
+        if outcome.wake_in_s is None:
+            state.wakeups.pop(uid, None)
+        else:
+            state.wakeups[uid] = time.monotonic() + outcome.wake_in_s
         if state.metrics is not None:
             state.metrics.reconciled(namespace, name, outcome.status, time.monotonic() - started)
     events.post(api, resource, state.event_limiter.admit(uid, events.events_for(outcome)))
@@ -249,10 +205,14 @@ def track(event: Mapping[str, Any], body: kopf.Body, memo: kopf.Memo, **_: Any) 
         state.known[uid] = _plain(body)
 
 
-def resync_all(state: OperatorState) -> int:
-    """Drift correction over every known DocParser; a pass with nothing to do writes nothing."""
+def resync_all(state: OperatorState, uids: Iterable[str] | None = None) -> int:
+    """Drift correction over every known DocParser (or those of ``uids``); a pass with
+    nothing to do writes nothing."""
     done = 0
+    wanted = None if uids is None else set(uids)
     for uid, body in list(state.known.items()):
+        if wanted is not None and uid not in wanted:
+            continue
         if state.known.get(uid) is not body:
             continue  # changed or deleted meanwhile: the newer event's handlers cover it
         try:
@@ -270,11 +230,26 @@ def resync_all(state: OperatorState) -> int:
     return done
 
 
+def due_wakeups(state: OperatorState, now: float) -> list[str]:
+    """The DocParsers whose requested pass (an analysis window's end) is due; forgotten."""
+    due = [uid for uid, at in list(state.wakeups.items()) if at <= now]
+    for uid in due:
+        state.wakeups.pop(uid, None)
+    return due
+
+
 async def _resync_loop(state: OperatorState) -> None:
+    """Every DocParser each ``resync_interval_s``; in between, within a second, the ones
+    that asked for a pass (an analysis window ends with no event to say so)."""
     await asyncio.sleep(state.settings.resync_initial_delay_s)
     while True:
         await asyncio.to_thread(resync_all, state)
-        await asyncio.sleep(state.settings.resync_interval_s)
+        deadline = time.monotonic() + state.settings.resync_interval_s
+        while (now := time.monotonic()) < deadline:
+            await asyncio.sleep(min(1.0, deadline - now))
+            due = due_wakeups(state, time.monotonic())
+            if due:
+                await asyncio.to_thread(resync_all, state, due)
 
 
 @kopf.on.startup()

@@ -75,6 +75,7 @@ class Outcome:
     created_revisions: list[str] = field(default_factory=list)
     body: dict[str, Any] | None = None  # the DocParser as the status write returned it
     analysis: analysis_module.AnalysisState | None = None  # the canary analysis after the pass
+    wake_in_s: float | None = None  # a pass is due then (the analysis window's end)
     written: dict[Key, dict[str, Any]] = field(default_factory=dict[Key, Any])  # as returned
     deleted: dict[Key, str] = field(default_factory=dict[Key, str])  # pruned: their uids
 
@@ -325,6 +326,7 @@ def reconcile(
         previous_weight=previous_weight,
         canary_weight=walk.weight if walk is not None else None,
     )
+    planned = walk
     if walk is not None and decision.plan is not None:
         step = decision.plan.rollout
         walk = analysis_run.finish(
@@ -340,6 +342,16 @@ def reconcile(
         if walk.phase == "Failed":
             out.problems.append(Problem(walk.reason or "CanaryFailed", walk.message))
     out.analysis = walk
+    if walk is not None and planned is not None and walk.weight != planned.weight:
+        out.wake_in_s = 0.0  # this pass planned the old weight: the next one routes the new
+    elif walk is not None and walk.phase == "Progressing" and walk.window_start:
+        assert decision.plan is not None and decision.plan.resource.spec.canary is not None
+        config = decision.plan.resource.spec.canary.analysis
+        assert config is not None
+        # Nothing else wakes the operator when a quiet window ends: ask for a pass then
+        # (status times have whole seconds: one more so the window is surely due).
+        left = config.interval_seconds - analysis_module.elapsed(walk.window_start, now)
+        out.wake_in_s = max(0.0, left) + 1.0
     out.problems.extend(
         Problem(
             "Forbidden",

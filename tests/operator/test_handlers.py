@@ -82,7 +82,7 @@ def _body(generation: int, rv: int, progressing: str) -> dict[str, Any]:
 def test_a_pass_builds_on_the_newest_body_it_knows() -> None:
     """A resync or an event may carry a body older than the status our last pass wrote; the
     next pass must start from the newest (else "was a rollout under way?" reads stale)."""
-    from docparser_operator.handlers import OperatorState
+    from docparser_operator.operator_state import OperatorState
     from docparser_operator.settings import OperatorSettings
 
     state = OperatorState(settings=OperatorSettings(), client=None)  # type: ignore[arg-type]
