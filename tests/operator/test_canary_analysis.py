@@ -103,15 +103,15 @@ class Traffic:
         self._thread.join(15)
 
 
-def _tracks(canary_args: tuple[str, ...]) -> tuple[LiveServer, LiveServer]:
+def _tracks(canary_args: tuple[str, ...], env: dict[str, object]) -> tuple[LiveServer, LiveServer]:
     octet = random.randint(10, 250)  # another loopback /24 per run: no clash on the pod port
-    stable = LiveServer(gated_delay_s=0.0, host=f"127.0.{octet}.2", port=naming.HTTP_PORT)
+    stable = LiveServer(gated_delay_s=0.0, host=f"127.0.{octet}.2", port=naming.HTTP_PORT, env=env)
     canary = LiveServer(
         gated_delay_s=0.0,
         host=f"127.0.{octet}.3",
         port=naming.HTTP_PORT,
         engine_args=canary_args,
-        env={"DOCPARSER_LOG_FORMAT": "json"},  # request ids in its log: the golden reads
+        env={**env, "DOCPARSER_LOG_FORMAT": "json"},  # request ids in its log: golden reads
     )
     return stable, canary
 
@@ -147,8 +147,9 @@ def _walk(
     canary_args: tuple[str, ...] = (),
     analysis: dict[str, Any] = ANALYSIS,
     restart_at_step: int | None = None,
+    env: dict[str, object] | None = None,
 ) -> dict:
-    stable, canary = _tracks(canary_args)
+    stable, canary = _tracks(canary_args, env or {})
     servers = (stable, canary)
     try:
         start_all(*servers)
@@ -253,6 +254,22 @@ def test_a_canary_answering_500s_is_rolled_back_at_the_failure_limit(
     assert max(seen["weights"]) <= 25, seen["weights"]  # never past its first step
     degraded = condition(cluster, "walk", "Degraded")
     assert degraded["status"] == "True" and degraded["reason"] == "CanaryFailed", degraded
+
+
+def test_a_slower_canary_is_rolled_back_on_its_p99(real_cluster: Cluster) -> None:
+    """Every canary batch takes 0.3 s more (a slower kernel, a bigger tier): its answers are
+    all 200s, but its p99 is far over 1.5 x stable's, so it goes back to 0 %. The result cache
+    is off, or repeated documents would be answered from it at stable's speed."""
+    cluster = real_cluster
+    no_cache = {"DOCPARSER_CACHE_MAX_BYTES": 0}
+    seen = _walk(cluster, canary_args=("--delay", "0.3"), env=no_cache)
+    done = seen["analysis"]
+    assert (done["phase"], done["weight"], done["step"]) == ("Failed", 0, 1), done
+    checks = {c["name"]: c for c in done["checks"]}
+    assert not checks["latencyP99Ratio"].get("ok") and checks["errorRate"]["ok"], checks
+    assert checks["latencyP99Ratio"]["canary"] >= 0.3 > checks["latencyP99Ratio"]["stable"]
+    assert "latencyP99Ratio" in done["message"]
+    assert max(seen["weights"]) <= 25, seen["weights"]
 
 
 def test_a_canary_that_reads_worse_fails_the_golden_gate_before_any_traffic(

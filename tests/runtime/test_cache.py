@@ -8,7 +8,7 @@ import socket
 
 import pytest
 import redis
-from app_for_tests import make_settings, serving
+from app_for_tests import make_settings, scrape, serving, value
 from docparser_runtime.cache import CachedParseService, MemoryCache, cache_key
 from docparser_runtime.engines.base import ParseOptions
 from docparser_runtime.server.request_input import ParseRequest
@@ -81,8 +81,14 @@ async def test_second_identical_request_is_a_hit():
         other = (await client.post(PARSE, files=files, data={"tier": "1"})).json()
         assert other["cached"] is False and len(engine.batches) == calls + 1
         metrics = (await client.get("/metrics")).text
+        samples = await scrape(client)
     assert "docparser_cache_hits_total 1.0" in metrics
     assert "docparser_cache_misses_total 2.0" in metrics
+    # Every answer's latency, the hit's too (what a canary's p99 is compared on); the hit
+    # parsed no page and ran no inference.
+    assert value(samples, "docparser_stage_duration_seconds_count", stage="total") == 3
+    assert value(samples, "docparser_stage_duration_seconds_count", stage="inference") == 2
+    assert value(samples, "docparser_pages_total") == 2
 
 
 async def test_hit_replays_pages_and_deltas_to_callbacks():
