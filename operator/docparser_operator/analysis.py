@@ -42,73 +42,11 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from docparser_operator.counters import OUTCOMES, TrackCounters
+from docparser_operator.golden_score import GoldenScore
 from docparser_operator.models import AnalysisStep, CanaryAnalysis
 
 Phase = Literal["Verifying", "Progressing", "Paused", "Failed", "Succeeded"]
-
-
-# Output-quality outcomes per page (the runtime's docparser_pages_<name>_total counters):
-# the check's name in status, and the CanaryAnalysis field holding its threshold.
-OUTCOMES: dict[str, tuple[str, str]] = {
-    "truncated": ("truncatedRate", "max_truncated_rate_increase"),
-    "empty": ("emptyRate", "max_empty_rate_increase"),
-    "repetition_guarded": ("repetitionRate", "max_repetition_rate_increase"),
-}
-
-
-@dataclass(frozen=True)
-class TrackCounters:
-    """Cumulative counters of one track's pods, summed (scrape.py)."""
-
-    requests: float = 0.0
-    errors: float = 0.0
-    latency: tuple[tuple[float, float], ...] = ()  # (upper bound, cumulative count)
-    pages: float = 0.0
-    outcomes: tuple[tuple[str, float], ...] = ()  # (OUTCOMES name, pages with it)
-
-    def minus(self, earlier: TrackCounters) -> TrackCounters | None:
-        """The window's share; None when a counter went down (a pod left or restarted), so
-        the window cannot be measured and starts again."""
-        scalars = (self.requests - earlier.requests, self.errors - earlier.errors)
-        pages = self.pages - earlier.pages
-        if min(*scalars, pages) < 0:
-            return None
-        before = dict(earlier.latency)
-        buckets = []
-        for le, count in self.latency:
-            delta = count - before.get(le, 0.0)
-            if delta < 0:
-                return None
-            buckets.append((le, delta))
-        was = dict(earlier.outcomes)
-        outcomes = tuple((name, n - was.get(name, 0.0)) for name, n in self.outcomes)
-        if any(n < 0 for _, n in outcomes):
-            return None
-        return TrackCounters(*scalars, tuple(buckets), pages, outcomes)
-
-    @property
-    def error_rate(self) -> float:
-        return self.errors / self.requests if self.requests else 0.0
-
-    def page_rate(self, outcome: str) -> float:
-        """Share of this window's pages with ``outcome`` (0 without pages)."""
-        return dict(self.outcomes).get(outcome, 0.0) / self.pages if self.pages else 0.0
-
-    def quantile(self, q: float) -> float:
-        """Like PromQL's histogram_quantile: linear within the bucket holding rank q."""
-        buckets = sorted(self.latency)
-        if not buckets or buckets[-1][1] <= 0:
-            return 0.0
-        rank = q * buckets[-1][1]
-        lower, below = 0.0, 0.0
-        for le, count in buckets:
-            if count >= rank:
-                if math.isinf(le):
-                    return lower  # the highest finite bound, as Prometheus does
-                inside = count - below
-                return lower + (le - lower) * ((rank - below) / inside if inside else 1.0)
-            lower, below = le, count
-        return lower
 
 
 @dataclass(frozen=True)
@@ -132,52 +70,6 @@ class Check:
             if number is not None:
                 out[key] = round(number, 4)
         return out
-
-
-def cer(expected: str, got: str) -> float:
-    """Character error rate: edit distance over the expected length, on whitespace-folded
-    text (a re-wrapped line is no error; a lost word is)."""
-    a, b = " ".join(expected.split()), " ".join(got.split())
-    if not a:
-        return 0.0 if not b else 1.0
-    previous = list(range(len(b) + 1))
-    for i, ca in enumerate(a, 1):
-        row = [i]
-        for j, cb in enumerate(b, 1):
-            row.append(min(previous[j] + 1, row[j - 1] + 1, previous[j - 1] + (ca != cb)))
-        previous = row
-    return min(previous[-1] / len(a), 1.0)
-
-
-@dataclass(frozen=True)
-class GoldenScore:
-    document: str
-    canary: float
-    stable: float
-    ok: bool
-
-    def to_status(self) -> dict[str, Any]:
-        return {
-            "document": self.document,
-            "canary": round(self.canary, 4),
-            "stable": round(self.stable, 4),
-            "ok": self.ok,
-        }
-
-
-def score_golden(
-    config: CanaryAnalysis, results: dict[str, tuple[str, str, str]]
-) -> tuple[GoldenScore, ...]:
-    """``results``: document -> (expected, canary's text, stable's text)."""
-    assert config.golden is not None
-    gate = config.golden
-    scores = []
-    for document, (expected, canary, stable) in sorted(results.items()):
-        c, s = cer(expected, canary), cer(expected, stable)
-        scores.append(
-            GoldenScore(document, c, s, c <= gate.max_cer and c - s <= gate.max_cer_increase)
-        )
-    return tuple(scores)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from docparser_operator import analysis, golden, labels, naming, prometheus
+from docparser_operator import analysis, counters, golden, golden_score, labels, naming, prometheus
 from docparser_operator.models import DocParser
 from docparser_operator.scrape import Fetch, _http_get, scrape_track
 
@@ -82,7 +82,7 @@ def _verify(
         )
     except golden.GoldenUnavailable as exc:
         return replace(state, message=f"golden documents: {exc}")
-    return analysis.verified(state, analysis.score_golden(config, results))
+    return analysis.verified(state, golden_score.score_golden(config, results))
 
 
 def finish(
@@ -124,7 +124,7 @@ def finish(
             seconds = round(analysis.elapsed(state.window_start, now))
             ns = model.metadata.namespace
 
-            def track(role: str) -> analysis.TrackCounters:
+            def track(role: str) -> counters.TrackCounters:
                 revision = revisions.get(role, "")
                 return prometheus.window_counters(source, ns, revision, seconds, memory.query)
 

@@ -12,9 +12,10 @@ import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-from pydantic.alias_generators import to_camel
 
 from docparser_operator import naming
+from docparser_operator.status_models import DocParserStatus
+from docparser_operator.wire import WireModel
 
 EngineName = Literal["deepseek-ocr2", "rapidocr"]
 SHA256_PATTERN = r"^[0-9a-f]{64}$"
@@ -24,24 +25,16 @@ NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 PVC_URI_PATTERN = r"^pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?/.+$"
 
 
-class _Model(BaseModel):
-    """camelCase on the wire (like the CRD), snake_case in Python; unknown fields rejected."""
-
-    model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
-    )
-
-
-class SecretRef(_Model):
+class SecretRef(WireModel):
     name: Annotated[str, Field(min_length=1, max_length=253)]
 
 
-class SecretKeyRef(_Model):
+class SecretKeyRef(WireModel):
     name: Annotated[str, Field(min_length=1, max_length=253)]
     key: Annotated[str, Field(min_length=1, max_length=253)] = "url"
 
 
-class Weights(_Model):
+class Weights(WireModel):
     uri: Annotated[
         str, Field(min_length=1, max_length=2048, pattern=r"^(s3|gs|https?|file|pvc)://.+$")
     ]
@@ -69,7 +62,7 @@ class Weights(_Model):
         return claim, path
 
 
-class Replicas(_Model):
+class Replicas(WireModel):
     min: Annotated[int, Field(ge=1, le=1000)] = 1
     max: Annotated[int, Field(ge=1, le=1000)] = 1
     desired: Annotated[int, Field(ge=0, le=1000)] = 1  # the autoscaler's, through /scale
@@ -86,11 +79,11 @@ class Replicas(_Model):
         return self
 
 
-class Rollout(_Model):
+class Rollout(WireModel):
     max_surge: Annotated[int, Field(ge=0, le=100)] = 1
 
 
-class WeightsCache(_Model):
+class WeightsCache(WireModel):
     """Where fetched weights live: each pod's own emptyDir (fetched per pod), or one
     PersistentVolumeClaim per weights sha256, filled once by a Job and mounted read-only by
     every pod of every revision using it (render/weights_cache.py)."""
@@ -101,13 +94,13 @@ class WeightsCache(_Model):
     volume_size: Annotated[str, Field(max_length=32, pattern=QUANTITY_PATTERN)] | None = None
 
 
-class Autoscaling(_Model):
+class Autoscaling(WireModel):
     metric: Literal["queue", "backlog", "inflight", "cpu"] = "queue"
     target: Annotated[int, Field(ge=1, le=10000)] = 4
     scale_down_stabilization_seconds: Annotated[int, Field(ge=0, le=3600)] = 600
 
 
-class Resources(_Model):
+class Resources(WireModel):
     gpu: Annotated[int, Field(ge=0, le=16)] | None = None
     gpu_memory: Annotated[str, Field(max_length=32, pattern=QUANTITY_PATTERN)] | None = None
     cpu: Annotated[str, Field(max_length=32, pattern=CPU_PATTERN)] | None = None
@@ -135,7 +128,7 @@ class EnvVar(BaseModel):
     name: Annotated[str, Field(min_length=1, max_length=253)]
 
 
-class PodSettings(_Model):
+class PodSettings(WireModel):
     """Placement, identity and extra settings of the runtime pods (both tracks).
 
     Kubernetes objects (tolerations, affinity, spread constraints, env) pass through as
@@ -183,7 +176,7 @@ class PodSettings(_Model):
         return self
 
 
-class Runtime(_Model):
+class Runtime(WireModel):
     image: Annotated[str, Field(min_length=1, max_length=512)]
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
     max_batch_size: Annotated[int, Field(ge=1, le=256)] = 8
@@ -192,13 +185,13 @@ class Runtime(_Model):
     startup_timeout_seconds: Annotated[int, Field(ge=60, le=86400)] = 1800
 
 
-class GatewayRef(_Model):
+class GatewayRef(WireModel):
     name: Annotated[str, Field(min_length=1, max_length=253)]
     namespace: Annotated[str, Field(min_length=1, max_length=63)] | None = None
     section_name: Annotated[str, Field(min_length=1, max_length=253)] | None = None
 
 
-class Traffic(_Model):
+class Traffic(WireModel):
     router: Literal["service", "gateway"] = "service"
     gateway_ref: GatewayRef | None = None
     hostnames: Annotated[
@@ -214,7 +207,7 @@ class Traffic(_Model):
         return self
 
 
-class RuntimeOverride(_Model):
+class RuntimeOverride(WireModel):
     """What the canary's pods run differently from ``spec.runtime`` (None: the same)."""
 
     image: Annotated[str, Field(min_length=1, max_length=512)] | None = None
@@ -227,7 +220,7 @@ class RuntimeOverride(_Model):
         return runtime.model_copy(update=self.model_dump(exclude_none=True))
 
 
-class AnalysisStep(_Model):
+class AnalysisStep(WireModel):
     weight: Annotated[int, Field(ge=1, le=99)]
     pause: bool = False  # after this step passes, wait for a spec change
 
@@ -235,7 +228,7 @@ class AnalysisStep(_Model):
 DEFAULT_STEPS = (10, 25, 50)
 
 
-class GoldenSet(_Model):
+class GoldenSet(WireModel):
     """Documents with their expected text (a ConfigMap: ``<id>.png`` / ``<id>.pdf`` in
     binaryData, ``<id>.txt`` in data) the canary must read before it gets any traffic."""
 
@@ -248,7 +241,7 @@ class GoldenSet(_Model):
 PROMETHEUS_LABEL = r"^[a-zA-Z_][a-zA-Z0-9_]*$"
 
 
-class PrometheusSource(_Model):
+class PrometheusSource(WireModel):
     """Judge windows on PromQL over a Prometheus that scrapes the runtime pods, instead of
     the operator reading the pods' /metrics itself (prometheus.py)."""
 
@@ -259,7 +252,7 @@ class PrometheusSource(_Model):
     namespace_label: Annotated[str, Field(pattern=PROMETHEUS_LABEL, max_length=128)] = "namespace"
 
 
-class CanaryAnalysis(_Model):
+class CanaryAnalysis(WireModel):
     """Automated steps for the canary weight (analysis.py): ``steps``, or ``stepWeight`` up
     to ``maxWeight``; without either 10, 25 and 50 %."""
 
@@ -294,18 +287,18 @@ class CanaryAnalysis(_Model):
         return [AnalysisStep(weight=w) for w in DEFAULT_STEPS]
 
 
-class Canary(_Model):
+class Canary(WireModel):
     weights: Weights
     runtime: RuntimeOverride | None = None
     weight: Annotated[int, Field(ge=0, le=100)] = 0
     analysis: CanaryAnalysis | None = None
 
 
-class Auth(_Model):
+class Auth(WireModel):
     api_key_secret_ref: SecretRef | None = None
 
 
-class DocParserSpec(_Model):
+class DocParserSpec(WireModel):
     engine: EngineName = "deepseek-ocr2"
     weights: Weights | None = None
     tier: Annotated[int, Field(ge=0, le=6)] = 6
@@ -356,76 +349,6 @@ class DocParserSpec(_Model):
     def autoscaled(self) -> bool:
         """An HPA manages replicas exactly when the range is open (min < max)."""
         return self.replicas.min < self.replicas.max
-
-
-class Condition(_Model):
-    type: Annotated[str, Field(max_length=316)]
-    status: Literal["True", "False", "Unknown"]
-    reason: Annotated[str, Field(max_length=1024)] | None = None
-    message: Annotated[str, Field(max_length=32768)] | None = None
-    last_transition_time: str | None = None
-    observed_generation: int | None = None
-
-
-class TrackStatus(_Model):
-    version: str | None = None
-    revision: str | None = None
-    ready_replicas: int | None = None
-
-
-class AnalysisCheck(_Model):
-    name: str | None = None
-    value: float | None = None
-    threshold: float | None = None
-    ok: bool | None = None
-    canary: float | None = None
-    stable: float | None = None
-
-
-class GoldenScore(_Model):
-    document: str | None = None
-    canary: float | None = None
-    stable: float | None = None
-    ok: bool | None = None
-
-
-class AnalysisStatus(_Model):
-    revision: str | None = None
-    reason: str | None = None
-    golden: list[GoldenScore] | None = None
-    step: int | None = None
-    steps: int | None = None
-    weight: int | None = None
-    phase: str | None = None
-    window_start: str | None = None
-    failures: int | None = None
-    paused_generation: int | None = None
-    retry: str | None = None
-    message: str | None = None
-    checks: list[AnalysisCheck] | None = None
-
-
-class CanaryStatus(TrackStatus):
-    weight: int | None = None
-    requested_weight: int | None = None
-    analysis: AnalysisStatus | None = None
-
-
-class RolloutStatus(_Model):
-    size: int | None = None
-    pods: int | None = None
-    max_surge: int | None = None
-
-
-class DocParserStatus(_Model):
-    observed_generation: int | None = None
-    conditions: list[Condition] = Field(default_factory=list)
-    stable: TrackStatus | None = None
-    canary: CanaryStatus | None = None
-    rollout: RolloutStatus | None = None
-    endpoint: str | None = None
-    replicas: int | None = None
-    selector: str | None = None
 
 
 class ObjectMeta(BaseModel):

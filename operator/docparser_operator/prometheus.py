@@ -21,7 +21,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable
 
-from docparser_operator.analysis import OUTCOMES, TrackCounters
+from docparser_operator.counters import OUTCOMES, TrackCounters
 from docparser_operator.models import PrometheusSource
 
 Fetch = Callable[[str], str]  # URL -> body; raises on any failure

@@ -18,7 +18,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from docparser_operator import naming
-from docparser_operator.analysis import OUTCOMES, TrackCounters
+from docparser_operator.counters import OUTCOMES, TrackCounters
 
 Fetch = Callable[[str], str]  # URL -> body; raises on any failure
 SCRAPE_TIMEOUT_S = 2.0

@@ -9,13 +9,13 @@ import math
 import pytest
 from docparser_operator.analysis import (
     AnalysisState,
-    TrackCounters,
     Window,
     advance,
     current,
     evaluate,
     window_due,
 )
+from docparser_operator.counters import TrackCounters
 from docparser_operator.models import CanaryAnalysis
 from docparser_operator.scrape import add, parse_counters, scrape_track
 from docparser_runtime.server.metrics import Metrics
@@ -259,7 +259,7 @@ GOLDEN = CanaryAnalysis.model_validate(
 
 
 def test_character_error_rate_folds_whitespace_and_counts_edits() -> None:
-    from docparser_operator.analysis import cer
+    from docparser_operator.golden_score import cer
 
     assert cer("Total due 1280 EUR", "Total  due" + chr(10) + "1280 EUR") == 0.0
     assert cer("Total due 1280 EUR", "Total due 1230 EUR") == pytest.approx(1 / 18)
@@ -268,7 +268,8 @@ def test_character_error_rate_folds_whitespace_and_counts_edits() -> None:
 
 
 def test_golden_gate_holds_traffic_until_it_passes_and_fails_on_regression() -> None:
-    from docparser_operator.analysis import score_golden, verified
+    from docparser_operator.analysis import verified
+    from docparser_operator.golden_score import score_golden
 
     state = current(GOLDEN, None, "c1")
     assert (state.phase, state.weight) == ("Verifying", 0)
@@ -291,7 +292,8 @@ def test_golden_every_step_gates_each_later_step_holding_the_weight_earned() -> 
     """``everyStep``: after a passed window the gate runs again before the weight widens;
     while it runs the canary keeps the previous step's share (never 0, never more). A
     regression found then rolls the canary back; the pause of a step resumes through it too."""
-    from docparser_operator.analysis import score_golden, verified
+    from docparser_operator.analysis import verified
+    from docparser_operator.golden_score import score_golden
 
     config = CanaryAnalysis.model_validate(
         {

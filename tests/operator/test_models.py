@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 from crd_tools import EXAMPLES_DIR, admit, apply_defaults, load_yaml, root_schema
-from docparser_operator.models import DocParser, DocParserSpec, DocParserStatus
+from docparser_operator.models import DocParser, DocParserSpec
+from docparser_operator.status_models import DocParserStatus
 
 CONSTRAINTS = (
     "minimum",

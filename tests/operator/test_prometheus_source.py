@@ -20,7 +20,8 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from docparser_operator import analysis, analysis_run, prometheus
+from docparser_operator import analysis_run, prometheus
+from docparser_operator.counters import OUTCOMES
 from docparser_operator.models import DocParser, PrometheusSource
 from dp_helpers import CANARY_WEIGHTS, docparser
 
@@ -156,7 +157,7 @@ def test_promql_reads_each_tracks_window_and_one_pass_fails_a_canary_answering_5
     assert SENT * 0.8 <= c.requests <= SENT * 1.5, c
     assert s.errors == 0 and c.error_rate > 0.95, (s, c)
     assert SENT * 0.8 <= s.pages <= SENT * 1.5, s
-    assert dict(s.outcomes) == dict.fromkeys(analysis.OUTCOMES, 0.0), s
+    assert dict(s.outcomes) == dict.fromkeys(OUTCOMES, 0.0), s
     assert s.latency and s.latency[-1][0] == float("inf") and s.quantile(0.99) > 0, s
 
     # One analysis pass through the executor, with the real Prometheus as its source.

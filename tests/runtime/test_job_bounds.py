@@ -142,10 +142,10 @@ async def test_redis_quota_follows_jobs_back_into_the_queue(rstore):
 
 async def test_redis_quota_heals_stale_entries(rstore):
     # An id in the set whose job is gone (expired, deleted by hand) must not lock a key out.
-    await rstore.r.sadd(rstore._owner_prefix + "alice", "job_gone")
+    await rstore.r.sadd(rstore.keys.owner_prefix + "alice", "job_gone")
     job, created = await submit(rstore, owner="alice")
     assert created
-    assert await rstore.r.smembers(rstore._owner_prefix + "alice") == {job.id.encode()}
+    assert await rstore.r.smembers(rstore.keys.owner_prefix + "alice") == {job.id.encode()}
 
 
 async def finish_one(store: MemoryJobStore, size: int, *, key=None) -> str:

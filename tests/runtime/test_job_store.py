@@ -99,8 +99,8 @@ async def test_progress_finish_and_result_ttl(store):
     done = await store.get(job.id)
     assert done.status is JobStatus.SUCCEEDED and done.result == {"x": 1}
     if isinstance(store, RedisJobStore):
-        assert await store.r.exists(store._input(job.id)) == 0
-        assert 0 < await store.r.ttl(store._job(job.id)) <= 1
+        assert await store.r.exists(store.keys.input(job.id)) == 0
+        assert 0 < await store.r.ttl(store.keys.job(job.id)) <= 1
     await asyncio.sleep(1.3)
     with pytest.raises(NotFound):
         await store.get(job.id)
@@ -192,7 +192,7 @@ async def test_redis_dead_worker_jobs_are_requeued(rstore):
     requeued = await rstore.get(job.id)
     assert requeued.status is JobStatus.QUEUED and requeued.worker is None
     assert await rstore.queue_position(job.id) == 0
-    assert await rstore.r.smembers(rstore._workers) == {b"alive"}
+    assert await rstore.r.smembers(rstore.keys.workers) == {b"alive"}
     # The dead worker cannot write a late result over the new owner's run.
     claimed = await rstore.claim("alive", timeout_s=1)
     assert claimed.data == b"doc" and claimed.job.attempts == 2
@@ -210,25 +210,25 @@ async def test_redis_job_that_keeps_killing_workers_fails(rstore):
         await rstore.reap()
     failed = await rstore.get(job.id)
     assert failed.status is JobStatus.FAILED and failed.error["code"] == "worker_lost"
-    assert await rstore.r.exists(rstore._input(job.id)) == 0
+    assert await rstore.r.exists(rstore.keys.input(job.id)) == 0
 
 
 async def test_redis_cancel_between_move_and_start(rstore):
     job, _ = await submit(rstore)
     # A worker's BLMOVE took the id, but it has not marked the job running yet.
-    await rstore.r.lmove(rstore._queue, rstore._processing("w1"), "RIGHT", "LEFT")
+    await rstore.r.lmove(rstore.keys.queue, rstore.keys.processing("w1"), "RIGHT", "LEFT")
     assert (await rstore.cancel(job.id)).status is JobStatus.CANCELLED
     # ... then it runs its start step: the job must not run, the id must not linger.
-    keys = [rstore._job(job.id), rstore._processing("w1")]
+    keys = [rstore.keys.job(job.id), rstore.keys.processing("w1")]
     assert await rstore._start(keys=keys, args=[job.id, "w1", time.time()]) == 0
-    assert await rstore.r.llen(rstore._processing("w1")) == 0
+    assert await rstore.r.llen(rstore.keys.processing("w1")) == 0
     assert (await rstore.get(job.id)).status is JobStatus.CANCELLED
 
 
 async def test_redis_deregister_gives_back_moved_but_unstarted_jobs(rstore):
     job, _ = await submit(rstore)
     await rstore.heartbeat("w1", lease_s=30)
-    await rstore.r.lmove(rstore._queue, rstore._processing("w1"), "RIGHT", "LEFT")
+    await rstore.r.lmove(rstore.keys.queue, rstore.keys.processing("w1"), "RIGHT", "LEFT")
     await rstore.deregister("w1")
     assert await rstore.queue_position(job.id) == 0
     assert (await rstore.get(job.id)).attempts == 0
@@ -239,10 +239,10 @@ async def test_redis_unstarted_jobs_go_back_at_once_running_ones_stay(rstore):
     moved, _ = await submit(rstore, b"b")
     await rstore.heartbeat("w1", lease_s=30)
     await rstore.claim("w1", timeout_s=1)
-    await rstore.r.lmove(rstore._queue, rstore._processing("w1"), "RIGHT", "LEFT")
+    await rstore.r.lmove(rstore.keys.queue, rstore.keys.processing("w1"), "RIGHT", "LEFT")
     assert await rstore.return_unstarted("w1") == 1
     assert await rstore.queue_position(moved.id) == 0
-    assert await rstore.r.lrange(rstore._processing("w1"), 0, -1) == [running.id.encode()]
+    assert await rstore.r.lrange(rstore.keys.processing("w1"), 0, -1) == [running.id.encode()]
     assert (await rstore.get(running.id)).status is JobStatus.RUNNING
 
 

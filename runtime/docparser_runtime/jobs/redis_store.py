@@ -42,6 +42,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from ..errors import Unavailable
 from . import redis_scripts as scripts
 from .models import Job, JobStatus, new_job_id
+from .redis_keys import RedisKeys
 from .store import (
     Backlog,
     ClaimedJob,
@@ -102,7 +103,6 @@ class RedisJobStore(JobStore):
         self.r = client
         self.ttl_s = int(ttl_s)
         self.max_attempts = max_attempts
-        self.p = prefix
         self.max_queued = max_queued
         self.max_queued_per_owner = max_queued_per_owner
         self.write_retries = write_retries
@@ -110,6 +110,7 @@ class RedisJobStore(JobStore):
         self.retry_cap_s = retry_cap_s
         self._sleep = sleep
         self.revision = revision
+        self.keys = RedisKeys(prefix, revision)
         self.orphan_after_s = orphan_after_s
         self._submit = client.register_script(scripts.SUBMIT)
         self._start = client.register_script(scripts.START)
@@ -124,26 +125,6 @@ class RedisJobStore(JobStore):
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RedisJobStore:
         return cls(aioredis.Redis.from_url(url, decode_responses=False), **kwargs)
-
-    # key names -------------------------------------------------------------------
-    def _job(self, job_id: str) -> str:
-        return f"{self.p}job:{job_id}"
-
-    def _input(self, job_id: str) -> str:
-        return f"{self.p}input:{job_id}"
-
-    def _idem(self, key: str) -> str:
-        return f"{self.p}idem:{key}"
-
-    def _processing(self, worker_id: str) -> str:
-        return f"{self.p}processing:{worker_id}"
-
-    def _lease(self, worker_id: str) -> str:
-        return f"{self.p}lease:{worker_id}"
-
-    @property
-    def _owner_prefix(self) -> str:
-        return f"{self.p}queued_by:"
 
     async def _retrying(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         """Run ``call`` again after a connection error, with bounded backoff (the
@@ -166,34 +147,6 @@ class RedisJobStore(JobStore):
                 await self._sleep(delay)
         raise AssertionError("unreachable")  # the loop returns or raises
 
-    @property
-    def _queue_base(self) -> str:
-        return f"{self.p}queue"
-
-    def _queue_for(self, revision: str) -> str:
-        return f"{self._queue_base}:{revision}" if revision else self._queue_base
-
-    @property
-    def _queue(self) -> str:
-        """This pod's revision's queue: the only one its workers claim from."""
-        return self._queue_for(self.revision)
-
-    @property
-    def _worker_revision(self) -> str:
-        return f"{self.p}worker_revision"
-
-    @property
-    def _revision_seen(self) -> str:
-        return f"{self.p}revision_seen"
-
-    @property
-    def _revision_accepted(self) -> str:
-        return f"{self.p}revision_accepted"
-
-    @property
-    def _workers(self) -> str:
-        return f"{self.p}workers"
-
     # interface -------------------------------------------------------------------
     @_unavailable_when_unreachable
     async def submit(
@@ -215,13 +168,13 @@ class RedisJobStore(JobStore):
             revision=self.revision,
             pages_estimate=max(int(pages_estimate), 1),
         )
-        owner_set = self._owner_prefix + (owner or "")
-        keys = [self._job(job.id), self._input(job.id), self._queue, owner_set]
+        owner_set = self.keys.owner_prefix + (owner or "")
+        keys = [self.keys.job(job.id), self.keys.input(job.id), self.keys.queue, owner_set]
         if idempotency_key is not None:
-            keys.append(self._idem(idempotency_key))
+            keys.append(self.keys.idem(idempotency_key))
         flat = [x for kv in job.to_fields().items() for x in kv]
         per_owner = self.max_queued_per_owner if owner else 0
-        args = [job.id, fingerprint, self.ttl_s, f"{self.p}job:", data, self.max_queued]
+        args = [job.id, fingerprint, self.ttl_s, self.keys.job(""), data, self.max_queued]
         args += [per_owner, *flat]
         outcome, job_id = await self._submit(keys=keys, args=args)
         if outcome == b"conflict":
@@ -233,27 +186,27 @@ class RedisJobStore(JobStore):
         if outcome == b"existing":
             return await self.get(job_id.decode()), False
         # Marks this revision as serving traffic: it adopts orphaned jobs (reap).
-        await self.r.hset(self._revision_accepted, self.revision, repr(time.time()))
+        await self.r.hset(self.keys.revision_accepted, self.revision, repr(time.time()))
         return job, True
 
     @_unavailable_when_unreachable
     async def get(self, job_id: str) -> Job:
-        raw = await self.r.hgetall(self._job(job_id))
+        raw = await self.r.hgetall(self.keys.job(job_id))
         if not raw:
             raise not_found(job_id)
         return Job.from_fields({k.decode(): v.decode() for k, v in raw.items()})
 
     @_unavailable_when_unreachable
     async def queue_position(self, job_id: str) -> int | None:
-        raw = await self.r.hget(self._job(job_id), "revision")
-        queue = self._queue_for(raw.decode() if raw else "")
+        raw = await self.r.hget(self.keys.job(job_id), "revision")
+        queue = self.keys.queue_for(raw.decode() if raw else "")
         async with self.r.pipeline(transaction=True) as pipe:
             index, length = await pipe.lpos(queue, job_id).llen(queue).execute()
         return None if index is None else length - 1 - index
 
     @_unavailable_when_unreachable
     async def queue_depth(self) -> int:
-        return await self.r.llen(self._queue)
+        return await self.r.llen(self.keys.queue)
 
     # Queued jobs whose page estimates are summed exactly; past it, the rest are counted
     # at the sampled mean (the metric refreshes every few seconds on every pod).
@@ -261,12 +214,12 @@ class RedisJobStore(JobStore):
 
     @_unavailable_when_unreachable
     async def backlog(self) -> Backlog:
-        ids = await self.r.lrange(self._queue, 0, self.BACKLOG_SAMPLE - 1)
+        ids = await self.r.lrange(self.keys.queue, 0, self.BACKLOG_SAMPLE - 1)
         async with self.r.pipeline(transaction=False) as pipe:
-            pipe.llen(self._queue)
+            pipe.llen(self.keys.queue)
             for raw in ids:
-                pipe.hget(self._job(raw.decode()), "pages_estimate")
-            pipe.hgetall(self._worker_revision)
+                pipe.hget(self.keys.job(raw.decode()), "pages_estimate")
+            pipe.hgetall(self.keys.worker_revision)
             depth, *estimates, owners = await pipe.execute()
         sampled = [int(e or 1) for e in estimates]
         pages = sum(sampled)
@@ -274,13 +227,13 @@ class RedisJobStore(JobStore):
             pages += round((depth - len(sampled)) * pages / len(sampled))
         mine = [w.decode() for w, rev in owners.items() if rev.decode() == self.revision]
         # EXISTS with several keys counts those present: the live leases of this revision.
-        alive = await self.r.exists(*(self._lease(w) for w in mine)) if mine else 0
+        alive = await self.r.exists(*(self.keys.lease(w) for w in mine)) if mine else 0
         return Backlog(jobs=int(depth), pages=int(pages), workers=max(int(alive), 1))
 
     @_unavailable_when_unreachable
     async def cancel(self, job_id: str) -> Job:
-        keys = [self._job(job_id), self._input(job_id)]
-        args = [job_id, time.time(), self.ttl_s, self._owner_prefix, self._queue_base]
+        keys = [self.keys.job(job_id), self.keys.input(job_id)]
+        args = [job_id, time.time(), self.ttl_s, self.keys.owner_prefix, self.keys.queue_base]
         outcome = await self._cancel(keys=keys, args=args)
         if outcome == b"missing":
             raise not_found(job_id)
@@ -296,16 +249,16 @@ class RedisJobStore(JobStore):
             if left <= 0:
                 return None
             raw = await self.r.blmove(
-                self._queue, self._processing(worker_id), max(left, 0.01), "RIGHT", "LEFT"
+                self.keys.queue, self.keys.processing(worker_id), max(left, 0.01), "RIGHT", "LEFT"
             )
             if raw is None:
                 return None
             job_id = raw.decode()
-            keys = [self._job(job_id), self._processing(worker_id)]
-            args = [job_id, worker_id, time.time(), self._owner_prefix]
+            keys = [self.keys.job(job_id), self.keys.processing(worker_id)]
+            args = [job_id, worker_id, time.time(), self.keys.owner_prefix]
             if not await self._start(keys=keys, args=args):
                 continue  # cancelled (or expired) between the move and the start
-            data = await self.r.get(self._input(job_id))
+            data = await self.r.get(self.keys.input(job_id))
             job = await self.get(job_id)
             if data is None:  # cannot happen unless someone deleted keys by hand
                 await self.finish(
@@ -323,7 +276,7 @@ class RedisJobStore(JobStore):
         args = [worker_id, time.time(), pages_done, pages_total]
         return bool(
             await self._retrying(
-                "progress", lambda: self._progress(keys=[self._job(job_id)], args=args)
+                "progress", lambda: self._progress(keys=[self.keys.job(job_id)], args=args)
             )
         )
 
@@ -342,34 +295,34 @@ class RedisJobStore(JobStore):
         )
 
         async def write() -> bool:
-            raw = await self.r.hget(self._job(job_id), "idempotency_key")
-            keys = [self._job(job_id), self._processing(worker_id), self._input(job_id)]
+            raw = await self.r.hget(self.keys.job(job_id), "idempotency_key")
+            keys = [self.keys.job(job_id), self.keys.processing(worker_id), self.keys.input(job_id)]
             if raw:
-                keys.append(self._idem(raw.decode()))
+                keys.append(self.keys.idem(raw.decode()))
             args = [job_id, worker_id, time.time(), self.ttl_s, str(status), *payload]
             return bool(await self._finish(keys=keys, args=args))
 
         return await self._retrying("finish", write)
 
     async def release(self, job_id: str, worker_id: str) -> None:
-        keys = [self._job(job_id), self._processing(worker_id)]
-        args = [job_id, worker_id, time.time(), self._owner_prefix, self._queue_base]
+        keys = [self.keys.job(job_id), self.keys.processing(worker_id)]
+        args = [job_id, worker_id, time.time(), self.keys.owner_prefix, self.keys.queue_base]
         await self._retrying("release", lambda: self._release(keys=keys, args=args))
 
     async def heartbeat(self, worker_id: str, *, lease_s: float) -> None:
         async def beat() -> None:
             async with self.r.pipeline(transaction=True) as pipe:
-                pipe.set(self._lease(worker_id), b"1", px=max(int(lease_s * 1000), 1))
-                pipe.sadd(self._workers, worker_id)
-                pipe.hset(self._worker_revision, worker_id, self.revision)
-                pipe.hset(self._revision_seen, self.revision, repr(time.time()))
+                pipe.set(self.keys.lease(worker_id), b"1", px=max(int(lease_s * 1000), 1))
+                pipe.sadd(self.keys.workers, worker_id)
+                pipe.hset(self.keys.worker_revision, worker_id, self.revision)
+                pipe.hset(self.keys.revision_seen, self.revision, repr(time.time()))
                 await pipe.execute()
 
         await self._retrying("heartbeat", beat)
 
     async def reap(self) -> int:
         requeued = 0
-        for raw in await self.r.smembers(self._workers):
+        for raw in await self.r.smembers(self.keys.workers):
             requeued += max(await self._requeue_worker(raw.decode()), 0)
         return requeued + await self._adopt_orphans()
 
@@ -379,7 +332,9 @@ class RedisJobStore(JobStore):
         job most recently (serving traffic; a dark canary never does), then by name."""
         async with self.r.pipeline(transaction=False) as pipe:
             seen, accepted = (
-                await pipe.hgetall(self._revision_seen).hgetall(self._revision_accepted).execute()
+                await pipe.hgetall(self.keys.revision_seen)
+                .hgetall(self.keys.revision_accepted)
+                .execute()
             )
         now = time.time()
         seen_at = {k.decode(): float(v) for k, v in seen.items()}
@@ -394,8 +349,8 @@ class RedisJobStore(JobStore):
         for rev in (set(seen_at) | set(accepted_at)) - live:
             moved = int(
                 await self._adopt(
-                    keys=[self._queue_for(rev), self._queue],
-                    args=[f"{self.p}job:", self.revision, time.time()],
+                    keys=[self.keys.queue_for(rev), self.keys.queue],
+                    args=[self.keys.job(""), self.revision, time.time()],
                 )
             )
             if moved:
@@ -405,14 +360,14 @@ class RedisJobStore(JobStore):
             if now - accepted_at.get(rev, 0.0) > self.orphan_after_s:
                 async with self.r.pipeline(transaction=False) as pipe:
                     await (
-                        pipe.hdel(self._revision_seen, rev)
-                        .hdel(self._revision_accepted, rev)
+                        pipe.hdel(self.keys.revision_seen, rev)
+                        .hdel(self.keys.revision_accepted, rev)
                         .execute()
                     )
         return adopted
 
     async def _requeue_worker(self, worker_id: str) -> int:
-        keys = [self._lease(worker_id), self._processing(worker_id), self._workers]
+        keys = [self.keys.lease(worker_id), self.keys.processing(worker_id), self.keys.workers]
         error = json.dumps(
             {
                 "code": "worker_lost",
@@ -422,27 +377,27 @@ class RedisJobStore(JobStore):
         )
         args = [
             worker_id,
-            f"{self.p}job:",
-            f"{self.p}input:",
+            self.keys.job(""),
+            self.keys.input(""),
             time.time(),
             self.ttl_s,
             self.max_attempts,
             error,
-            self._owner_prefix,
-            self._queue_base,
+            self.keys.owner_prefix,
+            self.keys.queue_base,
         ]
         outcome = int(await self._requeue_dead(keys=keys, args=args))
         if outcome >= 0:  # the worker is gone for good: forget its revision
-            await self.r.hdel(self._worker_revision, worker_id)
+            await self.r.hdel(self.keys.worker_revision, worker_id)
         return outcome
 
     async def return_unstarted(self, worker_id: str) -> int:
-        keys = [self._processing(worker_id)]
-        args = [f"{self.p}job:", self._queue_base]
+        keys = [self.keys.processing(worker_id)]
+        args = [self.keys.job(""), self.keys.queue_base]
         return int(await self._return_unstarted(keys=keys, args=args))
 
     async def deregister(self, worker_id: str) -> None:
-        await self.r.delete(self._lease(worker_id))
+        await self.r.delete(self.keys.lease(worker_id))
         await self._requeue_worker(worker_id)
 
     async def ping(self) -> None:

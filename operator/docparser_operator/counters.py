@@ -1,0 +1,75 @@
+"""Per-track counters of a canary analysis window (pure): what scrape.py sums from the pods'
+``/metrics`` and prometheus.py reads from PromQL, differenced over a window and read back as
+rates and a latency quantile by analysis.evaluate.
+
+Kept apart from the walk (analysis.py) so that both metric sources depend on this small leaf,
+not on the planner.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+# Output-quality outcomes per page (the runtime's docparser_pages_<name>_total counters):
+# the check's name in status, and the CanaryAnalysis field holding its threshold.
+OUTCOMES: dict[str, tuple[str, str]] = {
+    "truncated": ("truncatedRate", "max_truncated_rate_increase"),
+    "empty": ("emptyRate", "max_empty_rate_increase"),
+    "repetition_guarded": ("repetitionRate", "max_repetition_rate_increase"),
+}
+
+
+@dataclass(frozen=True)
+class TrackCounters:
+    """Cumulative counters of one track's pods, summed (scrape.py)."""
+
+    requests: float = 0.0
+    errors: float = 0.0
+    latency: tuple[tuple[float, float], ...] = ()  # (upper bound, cumulative count)
+    pages: float = 0.0
+    outcomes: tuple[tuple[str, float], ...] = ()  # (OUTCOMES name, pages with it)
+
+    def minus(self, earlier: TrackCounters) -> TrackCounters | None:
+        """The window's share; None when a counter went down (a pod left or restarted), so
+        the window cannot be measured and starts again."""
+        scalars = (self.requests - earlier.requests, self.errors - earlier.errors)
+        pages = self.pages - earlier.pages
+        if min(*scalars, pages) < 0:
+            return None
+        before = dict(earlier.latency)
+        buckets = []
+        for le, count in self.latency:
+            delta = count - before.get(le, 0.0)
+            if delta < 0:
+                return None
+            buckets.append((le, delta))
+        was = dict(earlier.outcomes)
+        outcomes = tuple((name, n - was.get(name, 0.0)) for name, n in self.outcomes)
+        if any(n < 0 for _, n in outcomes):
+            return None
+        return TrackCounters(*scalars, tuple(buckets), pages, outcomes)
+
+    @property
+    def error_rate(self) -> float:
+        return self.errors / self.requests if self.requests else 0.0
+
+    def page_rate(self, outcome: str) -> float:
+        """Share of this window's pages with ``outcome`` (0 without pages)."""
+        return dict(self.outcomes).get(outcome, 0.0) / self.pages if self.pages else 0.0
+
+    def quantile(self, q: float) -> float:
+        """Like PromQL's histogram_quantile: linear within the bucket holding rank q."""
+        buckets = sorted(self.latency)
+        if not buckets or buckets[-1][1] <= 0:
+            return 0.0
+        rank = q * buckets[-1][1]
+        lower, below = 0.0, 0.0
+        for le, count in buckets:
+            if count >= rank:
+                if math.isinf(le):
+                    return lower  # the highest finite bound, as Prometheus does
+                inside = count - below
+                return lower + (le - lower) * ((rank - below) / inside if inside else 1.0)
+            lower, below = le, count
+        return lower

@@ -1,0 +1,15 @@
+"""The base of every CRD-mirroring model (pydantic v2): a leaf, so that spec (models.py) and
+status (status_models.py) models share it without importing each other."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+from pydantic.alias_generators import to_camel
+
+
+class WireModel(BaseModel):
+    """camelCase on the wire (like the CRD), snake_case in Python; unknown fields rejected."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
