@@ -42,7 +42,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from docparser_operator.counters import OUTCOMES, TrackCounters
+from docparser_operator.counters import OUTCOMES, TrackCounters, supported_quantile
 from docparser_operator.golden_score import GoldenScore
 from docparser_operator.models import AnalysisStep, CanaryAnalysis
 
@@ -57,6 +57,7 @@ class Check:
     ok: bool
     canary: float | None = None
     stable: float | None = None
+    quantile: float | None = None  # latency: the quantile compared (counters.supported_quantile)
 
     def to_status(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -65,7 +66,7 @@ class Check:
             "threshold": self.threshold,
             "ok": self.ok,
         }
-        for key in ("canary", "stable"):
+        for key in ("canary", "stable", "quantile"):
             number = getattr(self, key)
             if number is not None:
                 out[key] = round(number, 4)
@@ -169,6 +170,7 @@ def current(config: CanaryAnalysis, status: dict[str, Any] | None, revision: str
                 bool(c.get("ok")),
                 c.get("canary"),
                 c.get("stable"),
+                c.get("quantile"),
             )
             for c in old.get("checks") or []
         ),
@@ -187,7 +189,8 @@ def evaluate(
     if low:
         return "waiting for requests in the window: " + ", ".join(low)
     increase = canary.error_rate - stable.error_rate
-    stable_p99, canary_p99 = stable.quantile(0.99), canary.quantile(0.99)
+    q = supported_quantile(min(canary.timed, stable.timed))
+    stable_p99, canary_p99 = stable.quantile(q), canary.quantile(q)
     ratio = canary_p99 / stable_p99 if stable_p99 > 0 else (1.0 if canary_p99 == 0 else math.inf)
     quality = []
     for outcome, (name, field_name) in OUTCOMES.items():
@@ -212,6 +215,7 @@ def evaluate(
             ratio <= config.max_latency_ratio,
             canary_p99,
             stable_p99,
+            quantile=q,
         ),
         *quality,
     )

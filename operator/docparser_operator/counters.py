@@ -58,6 +58,11 @@ class TrackCounters:
         """Share of this window's pages with ``outcome`` (0 without pages)."""
         return dict(self.outcomes).get(outcome, 0.0) / self.pages if self.pages else 0.0
 
+    @property
+    def timed(self) -> float:
+        """Requests in the latency histogram (its +Inf bucket)."""
+        return max((count for _, count in self.latency), default=0.0)
+
     def quantile(self, q: float) -> float:
         """Like PromQL's histogram_quantile: linear within the bucket holding rank q."""
         buckets = sorted(self.latency)
@@ -73,3 +78,19 @@ class TrackCounters:
                 return lower + (le - lower) * ((rank - below) / inside if inside else 1.0)
             lower, below = le, count
         return lower
+
+
+P99 = 0.99
+
+
+def supported_quantile(samples: float, q: float = P99) -> float:
+    """The highest quantile up to ``q`` that ``samples`` requests can support: min(q, 1 - 1/n).
+
+    The p99 of fewer than 100 requests is their slowest one; with a window of 50, one cold
+    first request (a new pod loading its model) would decide the latency verdict alone. At
+    1 - 1/n the compared figure sits below the slowest request, so one outlier never fails
+    a canary on its own and two still can. From 100 timed requests on it is ``q`` itself.
+    """
+    if samples < 2:
+        return 0.5
+    return min(q, 1.0 - 1.0 / samples)

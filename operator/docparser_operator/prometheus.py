@@ -5,7 +5,8 @@ track's counters over the window come from ``increase(...[<window>s])`` instant 
 summed over the revision's series: API requests (``/v1/`` routes), those answered 5xx, the
 total-stage latency histogram by ``le``, pages and the pages of each output outcome. The
 result is the same ``TrackCounters`` the scrape source differences, so the checks are the
-same (the p99 is PromQL's ``histogram_quantile`` over the summed bucket increases).
+same (the latency quantile is computed as PromQL's ``histogram_quantile`` would, over the summed
+bucket increases, at the quantile the window's request count supports: counters.py).
 
 Unlike the scrape source nothing is remembered at a window's start: Prometheus holds the
 history, so an operator restart judges the window it finds in status without starting over.

@@ -36,6 +36,7 @@ class AnalysisCheck(WireModel):
     ok: bool | None = None
     canary: float | None = None
     stable: float | None = None
+    quantile: float | None = None
 
 
 class GoldenScore(WireModel):
