@@ -87,7 +87,7 @@ IMAGES = [
         build_args={},
         checks=[
             ["docparser-operator", "--help"],
-            ["python", "-c", "import kopf, kubernetes, docparser_operator.handlers"],
+            ["python", "-c", "import fsspec, kopf, kubernetes, docparser_operator.handlers"],
             ["sh", "-c", 'test "$(id -u)" = 10001'],
         ],
     ),

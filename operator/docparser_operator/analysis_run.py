@@ -15,7 +15,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from docparser_operator import analysis, counters, golden, golden_score, labels, naming, prometheus
+from docparser_operator import (
+    analysis,
+    counters,
+    golden,
+    golden_score,
+    golden_source,
+    labels,
+    naming,
+    prometheus,
+)
 from docparser_operator.models import DocParser
 from docparser_operator.scrape import Fetch, _http_get, scrape_track
 
@@ -29,6 +38,7 @@ class AnalysisMemory:
     fetch: Fetch = _http_get
     post: golden.Post = golden._post
     query: prometheus.Fetch = prometheus._http_get
+    golden_sources: tuple[str, ...] = golden_source.DEFAULT_SOURCES  # settings.golden_sources
     windows: dict[tuple[str, str], tuple[WindowKey, analysis.Window]] = field(
         default_factory=dict[tuple[str, str], tuple[WindowKey, analysis.Window]]
     )
@@ -71,9 +81,12 @@ def _verify(
     config = model.spec.canary.analysis
     assert config.golden is not None
     try:
-        if documents is None:
+        if config.golden.uri is not None:
+            docs = golden_source.load(config.golden.uri, memory.golden_sources)
+        elif documents is None or config.golden.config_map_ref is None:
             raise golden.GoldenUnavailable("no ConfigMap reader")
-        docs = documents(model.metadata.namespace, config.golden.config_map_ref.name)
+        else:
+            docs = documents(model.metadata.namespace, config.golden.config_map_ref.name)
         results = golden.read(
             docs,
             _pods(pods, revisions["canary"]),

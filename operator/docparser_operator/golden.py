@@ -14,7 +14,7 @@ import json
 import re
 import urllib.request
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from docparser_operator import naming
@@ -34,23 +34,45 @@ class GoldenUnavailable(Exception):
 Documents = dict[str, tuple[str, bytes, str]]  # id -> (filename, bytes, expected text)
 
 
-def documents_of(config_map: Mapping[str, Any]) -> Documents:
-    """The golden documents of a ConfigMap object (pure)."""
-    binary = config_map.get("binaryData") or {}
-    data = config_map.get("data") or {}
-    docs: Documents = {}
-    for filename, encoded in sorted(binary.items()):
+EXPECTED_SUFFIXES = (".txt", ".md")  # the expected text, or the expected Markdown
+
+
+def pair(filenames: Iterable[str]) -> dict[str, tuple[str, str]]:
+    """id -> (document file, expected-text file) among ``filenames`` (pure; any source).
+
+    A document is ``<id>.png`` / ``.pdf`` / ...; its expectation ``<id>.txt`` or ``<id>.md``.
+    A document without one is an error, not a skip: a golden set that silently shrank
+    would pass a canary on fewer documents than its author meant."""
+    names = set(filenames)
+    pairs: dict[str, tuple[str, str]] = {}
+    for filename in sorted(names):
         stem, dot, suffix = filename.rpartition(".")
         if not dot or f".{suffix.lower()}" not in DOCUMENT_SUFFIXES:
             continue
-        expected = data.get(f"{stem}.txt")
+        expected = next((stem + s for s in EXPECTED_SUFFIXES if stem + s in names), None)
         if expected is None:
-            raise GoldenUnavailable(f"{filename} has no expected text {stem}.txt")
-        docs[stem] = (filename, base64.b64decode(encoded), expected)
-    if not docs:
-        raise GoldenUnavailable("no documents (ID.png or ID.pdf in binaryData, ID.txt in data)")
-    if len(docs) > MAX_DOCUMENTS:
-        raise GoldenUnavailable(f"{len(docs)} documents; at most {MAX_DOCUMENTS}")
+            raise GoldenUnavailable(f"{filename} has no expected text {stem}.txt (or {stem}.md)")
+        if stem in pairs:
+            raise GoldenUnavailable(f"two documents named {stem}: {pairs[stem][0]}, {filename}")
+        pairs[stem] = (filename, expected)
+    if not pairs:
+        raise GoldenUnavailable("no documents (ID.png or ID.pdf, with ID.txt or ID.md)")
+    if len(pairs) > MAX_DOCUMENTS:
+        raise GoldenUnavailable(f"{len(pairs)} documents; at most {MAX_DOCUMENTS}")
+    return pairs
+
+
+def documents_of(config_map: Mapping[str, Any]) -> Documents:
+    """The golden documents of a ConfigMap object (pure): documents in binaryData, their
+    expected text in data."""
+    binary = config_map.get("binaryData") or {}
+    data = config_map.get("data") or {}
+    pairs = pair([*binary, *(name for name in data if name not in binary)])
+    docs: Documents = {}
+    for stem, (filename, expected) in pairs.items():
+        if filename not in binary or expected not in data:
+            raise GoldenUnavailable(f"{stem}: the document goes in binaryData, its text in data")
+        docs[stem] = (filename, base64.b64decode(binary[filename]), data[expected])
     return docs
 
 

@@ -38,6 +38,7 @@ from typing import Any
 import kopf
 
 from docparser_operator import cache, events, labels, leader, permissions, triggers
+from docparser_operator.analysis_run import AnalysisMemory
 from docparser_operator.apply import DOCPARSER, ApiError, KubeClient, load_configuration
 from docparser_operator.metrics import OperatorMetrics
 from docparser_operator.naming import API_GROUP, KIND, PLURAL
@@ -167,6 +168,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -
         event_limiter=events.EventLimiter(ours.event_interval_s),
         metrics=metrics,
         observer=cache.IndexedObserver(indexes),
+        analysis=AnalysisMemory(golden_sources=ours.golden_source_prefixes),
     )
     settings.posting.level = logging.WARNING
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(

@@ -228,14 +228,25 @@ class AnalysisStep(WireModel):
 DEFAULT_STEPS = (10, 25, 50)
 
 
-class GoldenSet(WireModel):
-    """Documents with their expected text (a ConfigMap: ``<id>.png`` / ``<id>.pdf`` in
-    binaryData, ``<id>.txt`` in data) the canary must read before it gets any traffic."""
+GOLDEN_URI_PATTERN = r"^(file|s3|gs|gcs|az|abfs|https?)://[^\s]+$"
 
-    config_map_ref: SecretRef  # a name in the DocParser's namespace
+
+class GoldenSet(WireModel):
+    """Documents with their expected text the canary must read before it gets any traffic:
+    a ConfigMap (``<id>.png`` / ``<id>.pdf`` in binaryData, ``<id>.txt`` or ``<id>.md`` in
+    data) or a folder of the same files at ``uri`` (golden_source.py)."""
+
+    config_map_ref: SecretRef | None = None  # a name in the DocParser's namespace
+    uri: Annotated[str, Field(pattern=GOLDEN_URI_PATTERN, max_length=2048)] | None = None
     max_cer: Annotated[float, Field(ge=0, le=1, alias="maxCER")] = 0.05
     max_cer_increase: Annotated[float, Field(ge=0, le=1, alias="maxCERIncrease")] = 0.02
     every_step: bool = False  # the gate again before each later step (analysis.py)
+
+    @model_validator(mode="after")
+    def _cel_rules(self) -> GoldenSet:
+        if (self.config_map_ref is None) == (self.uri is None):
+            raise ValueError("golden: give configMapRef or uri, exactly one")
+        return self
 
 
 PROMETHEUS_LABEL = r"^[a-zA-Z_][a-zA-Z0-9_]*$"

@@ -42,11 +42,19 @@ class OperatorSettings(BaseSettings):
         validation_alias=AliasChoices("POD_NAME", "DOCPARSER_OPERATOR_POD_NAME"),
         description="this replica's name in the Lease (downward API)",
     )
+    golden_sources: str = Field(
+        "file:///golden/",
+        description="comma-separated URI prefixes a golden.uri may name (golden_source.py)",
+    )
     kubeconfig: str | None = Field(
         None,
         validation_alias=AliasChoices("KUBECONFIG", "DOCPARSER_OPERATOR_KUBECONFIG"),
         description="kubeconfig path(s) when not running in a pod (the standard KUBECONFIG)",
     )
+
+    @property
+    def golden_source_prefixes(self) -> tuple[str, ...]:
+        return tuple(p.strip() for p in self.golden_sources.split(",") if p.strip())
 
 
 def load() -> OperatorSettings:

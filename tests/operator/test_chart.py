@@ -285,6 +285,35 @@ def test_helm_template_operator_metrics_and_pod_monitor() -> None:
     assert monitor["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
 
 
+@needs_helm
+def test_helm_template_golden_sources_and_volume() -> None:
+    """golden.sources reaches the operator's allow-list; golden.volume is mounted read-only
+    at /golden (where the default source points), and nothing is mounted without one."""
+    objects = _template()
+    (dep,) = [o for o in objects if o["kind"] == "Deployment"]
+    container = dep["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["DOCPARSER_OPERATOR_GOLDEN_SOURCES"] == "file:///golden/"
+    assert "volumeMounts" not in container and "volumes" not in dep["spec"]["template"]["spec"]
+    mounted = _template(
+        "--set",
+        "golden.volume.persistentVolumeClaim.claimName=golden-sets",
+        "--set",
+        "golden.sources={file:///golden/,s3://qa-golden/}",
+    )
+    (dep,) = [o for o in mounted if o["kind"] == "Deployment"]
+    pod = dep["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["DOCPARSER_OPERATOR_GOLDEN_SOURCES"] == "file:///golden/,s3://qa-golden/"
+    assert container["volumeMounts"] == [
+        {"name": "golden", "mountPath": "/golden", "readOnly": True}
+    ]
+    assert pod["volumes"] == [
+        {"name": "golden", "persistentVolumeClaim": {"claimName": "golden-sets"}}
+    ]
+
+
 PROMTOOL = shutil.which("promtool")
 
 
