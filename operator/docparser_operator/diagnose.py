@@ -35,12 +35,23 @@ def _short(text: str) -> str:
 
 
 def _terminated(ctr: dict[str, Any]) -> dict[str, Any] | None:
-    """The container's failed termination, now or in its last restart."""
-    for where in ("state", "lastState"):
+    """The container's failed termination: now, or in its last restart while it is not Ready
+    again. A container that failed once (OOM-killed under a burst, say) and serves again is no
+    standing problem: its ``lastState`` stays until the next restart and would otherwise hold
+    Degraded, and stop a rollout, for as long."""
+    wheres = ("state",) if ctr.get("ready") else ("state", "lastState")
+    for where in wheres:
         term = (ctr.get(where) or {}).get("terminated")
         if isinstance(term, dict) and term.get("exitCode", 0) != 0:
             return term
     return None
+
+
+def _memory_limit(pod: dict[str, Any], container: str) -> str:
+    for ctr in (pod.get("spec") or {}).get("containers") or []:
+        if ctr.get("name") == container:
+            return str(((ctr.get("resources") or {}).get("limits") or {}).get("memory", "none"))
+    return "none"
 
 
 def _pod_problems(pod: dict[str, Any], spec: DocParserSpec) -> list[Problem]:
@@ -76,6 +87,9 @@ def _pod_problems(pod: dict[str, Any], spec: DocParserSpec) -> list[Problem]:
         if term is None:
             continue
         said = term.get("message") or term.get("reason") or f"exit {term.get('exitCode')}"
+        if term.get("reason") == "OOMKilled":  # its message is only the log's last lines
+            limit = _memory_limit(pod, str(ctr.get("name")))
+            said = f"OOMKilled at its memory limit ({limit}): raise spec.resources.memory"
         if ctr.get("name") == FETCH_CONTAINER:
             reason = (
                 "WeightsChecksumMismatch" if "sha256 mismatch" in said else "WeightsFetchFailed"

@@ -102,6 +102,27 @@ def test_runtime_exit_is_failed_to_load_with_its_reason() -> None:
     assert "CUDA driver too old" in reasons([pod(containerStatuses=[ctr])])["FailedToLoad"]
 
 
+def test_an_oom_kill_names_the_limit_and_is_no_problem_once_the_pod_serves_again() -> None:
+    """Seen on the local cluster: a canary pod with 1Gi OOM-killed during its first parses,
+    restarted and served; its lastState (message: the log's last lines) held Degraded
+    FailedToLoad, and the Progressing 'rollout stopped', after it was Ready again."""
+    killed = {"exitCode": 137, "reason": "OOMKilled", "message": "INFO: Started server process"}
+    restarting = {
+        "name": "runtime",
+        "ready": False,
+        "state": {"running": {}},
+        "lastState": {"terminated": killed},
+    }
+    oom = pod(containerStatuses=[restarting])
+    oom["spec"] = {"containers": [{"name": "runtime", "resources": {"limits": {"memory": "1Gi"}}}]}
+    message = reasons([oom])["FailedToLoad"]
+    assert "OOMKilled at its memory limit (1Gi)" in message and "Started server" not in message
+    serving = {**restarting, "ready": True}
+    assert reasons([pod(containerStatuses=[serving])]) == {}
+    crashing = {**restarting, "ready": True, "state": {"terminated": killed}}
+    assert "OOMKilled" in reasons([pod(containerStatuses=[crashing])])["FailedToLoad"]
+
+
 def test_mounted_weights_failing_serves_own_check_is_a_checksum_mismatch() -> None:
     """pvc:// weights and the weights cache are verified by serve where they lie."""
     said = (
