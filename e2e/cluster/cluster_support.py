@@ -329,12 +329,17 @@ def docparser(
     gpu: int | None = None,
     max_batch_size: int | None = None,
 ) -> dict[str, Any]:
-    """A rapidocr DocParser sized for a 2-core node (small CPU requests, 1 GiB per pod)."""
+    """A rapidocr DocParser sized for a 2-core node: small CPU requests, 1.5 GiB per pod.
+
+    Measured (a runtime process on this machine, children included): 436 MiB idle, 839 MiB
+    at the peak of one parse of an invoice page (688 vision tokens), 1013 MiB with four
+    parses at once. At 1 GiB a canary pod was OOM-killed by its first parses under load,
+    and requests to it were refused until its endpoints caught up."""
     spec: dict[str, Any] = {
         "engine": "rapidocr",
         "runtime": {"image": image, "imagePullPolicy": "IfNotPresent"},
         "replicas": {"min": replicas, "max": replicas, "desired": replicas},
-        "resources": {"cpu": "100m", "memory": "1Gi"},
+        "resources": {"cpu": "100m", "memory": "1536Mi"},
     }
     if weights:
         spec["weights"] = {"uri": weights.uri, "version": weights.version, "sha256": weights.sha256}

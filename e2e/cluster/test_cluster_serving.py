@@ -30,7 +30,7 @@ def test_example_becomes_ready_and_parses_through_its_cluster_ip(cluster, namesp
     manifest = yaml.safe_load((REPO / "examples" / "rapidocr-minimal.yaml").read_text())
     manifest["metadata"]["namespace"] = namespace
     manifest["spec"]["runtime"] = {"image": cluster.runtime_image}
-    manifest["spec"]["resources"] = {"cpu": "100m", "memory": "1Gi"}
+    manifest["spec"]["resources"] = {"cpu": "100m", "memory": "1536Mi"}
     cluster.apply(manifest)
     name = manifest["metadata"]["name"]
     cluster.kubectl(
