@@ -1,5 +1,5 @@
 """``docparser-operator`` command line: ``render`` (offline), ``run`` (the controller) and the
-rollout verbs ``promote`` / ``abort`` / ``status`` (rollout_cli.py).
+rollout verbs ``promote`` / ``resume`` / ``abort`` / ``status`` (rollout_cli.py).
 
 ``render -f FILE`` prints every child of every DocParser in FILE (a multi-document YAML
 stream; ``-`` reads stdin) as one YAML stream: GitOps users commit or diff it, and tests use
@@ -87,15 +87,15 @@ def _cmd_render(args: argparse.Namespace) -> int:
 
 
 def _cmd_rollout(args: argparse.Namespace) -> int:
-    from docparser_operator.rollout_cli import RolloutCommandError, promote_file, run_live
+    from docparser_operator.rollout_cli import RolloutCommandError, rewrite_file, run_live
 
     try:
         if getattr(args, "file", None):
             with open(args.file, encoding="utf-8") as handle:
-                text, names = promote_file(handle.read(), args.name)
+                text, names = rewrite_file(args.command, handle.read(), args.name)
             with open(args.file, "w", encoding="utf-8") as handle:
                 handle.write(text)
-            print(f"promoted {', '.join(names)} in {args.file}: commit it", file=sys.stderr)
+            print(f"{args.command}d {', '.join(names)} in {args.file}: commit it", file=sys.stderr)
             return 0
         if not args.name:
             print("error: NAME or -f FILE is required", file=sys.stderr)
@@ -141,16 +141,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     verbs = {
         "promote": "make the canary the stable revision (live, or -f FILE for a Git commit)",
+        "resume": "continue a canary analysis paused at a pause step (live, or -f FILE)",
         "abort": "remove the canary: traffic back to stable as its Ready pods allow",
         "status": "show revisions, pods, traffic, conditions and recent events",
     }
     for verb, text in verbs.items():
         cmd = sub.add_parser(verb, help=text)
-        cmd.add_argument("name", nargs="?" if verb == "promote" else None, help="DocParser name")
+        with_file = verb in ("promote", "resume")
+        cmd.add_argument("name", nargs="?" if with_file else None, help="DocParser name")
         cmd.add_argument(
             "-n", "--namespace", default="default", help="namespace (default: default)"
         )
-        if verb == "promote":
+        if with_file:
             cmd.add_argument(
                 "-f", "--file", help="rewrite this manifest file instead of the cluster"
             )

@@ -279,6 +279,7 @@ class CanaryAnalysis(WireModel):
     max_empty_rate_increase: Annotated[float, Field(ge=0, le=1)] = 0.02
     max_repetition_rate_increase: Annotated[float, Field(ge=0, le=1)] = 0.05
     retry: Annotated[str, Field(max_length=63)] | None = None
+    resume: Annotated[str, Field(max_length=63)] | None = None  # a new value ends a pause
     golden: GoldenSet | None = None
     prometheus: PrometheusSource | None = None
 

@@ -1,10 +1,12 @@
-"""``docparser-operator promote | abort | status``: the rollout verbs for people.
+"""``docparser-operator promote | resume | abort | status``: the rollout verbs for people.
 
 The operator never writes ``spec``; these commands are the user's hand, like ``kubectl argo
 rollouts promote``. ``promote NAME`` / ``abort NAME`` patch the live DocParser (for clusters
 driven by ``kubectl``); ``promote -f FILE`` rewrites a manifest file for a Git commit (for
 clusters driven by Argo CD or Flux, where a live patch would be reverted by the next sync).
-``status NAME`` prints the rollout as the operator sees it: revisions, pods, traffic,
+``resume NAME`` (or ``-f FILE``) gives ``analysis.resume`` a new value: a walk paused after a
+``pause`` step goes on (Argo's ``promote`` without ``--full``). ``status NAME`` prints the
+rollout as the operator sees it: revisions, pods, traffic,
 conditions and the last events.
 
 Promotion copies the canary's weights into ``spec.weights`` (and its runtime override into
@@ -17,6 +19,7 @@ to stable as fast as stable's Ready pods can carry it, then the canary's pods go
 from __future__ import annotations
 
 import copy
+import datetime
 import sys
 from typing import Any, TextIO
 
@@ -62,9 +65,41 @@ def abort_patch(resource: dict[str, Any]) -> dict[str, Any]:
     return {"spec": {"canary": None}}
 
 
-def promote_file(text: str, name: str | None = None) -> tuple[str, list[str]]:
-    """Rewrite a manifest stream: promote every DocParser (or the one named); returns the new
-    text and the names promoted. Other documents pass through unchanged."""
+def resume_token(now: datetime.datetime | None = None) -> str:
+    """A new ``analysis.resume`` value: the time, readable in a Git diff."""
+    return (now or datetime.datetime.now(datetime.UTC)).strftime("%Y%m%dT%H%M%SZ")
+
+
+def resumed(resource: dict[str, Any], token: str) -> dict[str, Any]:
+    """The DocParser with a new ``analysis.resume`` (pure): the next generation ends a pause."""
+    analysis = ((resource.get("spec") or {}).get("canary") or {}).get("analysis")
+    if analysis is None:
+        name = (resource.get("metadata") or {}).get("name", "?")
+        raise RolloutCommandError(f"DocParser {name} has no canary analysis to resume")
+    out = copy.deepcopy(resource)
+    out["spec"]["canary"]["analysis"]["resume"] = token
+    return out
+
+
+def resume_patch(resource: dict[str, Any], token: str) -> dict[str, Any]:
+    """The merge patch that resumes the live object's paused walk; refused unless its status
+    says Paused (a resume of a running walk would only be a spec change to explain)."""
+    resumed(resource, token)  # the same refusal without an analysis
+    phase = (((resource.get("status") or {}).get("canary") or {}).get("analysis") or {}).get(
+        "phase"
+    )
+    if phase != "Paused":
+        name = resource["metadata"]["name"]
+        raise RolloutCommandError(
+            f"DocParser {name}'s analysis is {phase or 'not started'}, not Paused"
+        )
+    return {"spec": {"canary": {"analysis": {"resume": token}}}}
+
+
+def rewrite_file(verb: str, text: str, name: str | None = None) -> tuple[str, list[str]]:
+    """Rewrite a manifest stream: promote (or resume) every DocParser with a canary, or the
+    one named; returns the new text and the names changed. Other documents pass through."""
+    change = promoted if verb == "promote" else lambda doc: resumed(doc, resume_token())
     documents = list(yaml.safe_load_all(text))
     done = []
     for index, doc in enumerate(documents):
@@ -75,9 +110,9 @@ def promote_file(text: str, name: str | None = None) -> tuple[str, list[str]]:
             continue
         if not (doc.get("spec") or {}).get("canary"):
             if name is not None:
-                raise RolloutCommandError(f"DocParser {doc_name} has no canary to promote")
+                raise RolloutCommandError(f"DocParser {doc_name} has no canary to {verb}")
             continue
-        documents[index] = promoted(doc)
+        documents[index] = change(doc)
         done.append(str(doc_name))
     if not done:
         raise RolloutCommandError("no DocParser with a canary in the file")
@@ -162,7 +197,12 @@ def run_live(verb: str, name: str, namespace: str, out: TextIO = sys.stdout) -> 
             ]
             out.write(render_status(dp, deployments, events))
             return 0
-        patch = promote_patch(dp) if verb == "promote" else abort_patch(dp)
+        if verb == "promote":
+            patch = promote_patch(dp)
+        elif verb == "resume":
+            patch = resume_patch(dp, resume_token())
+        else:
+            patch = abort_patch(dp)
         client.request(
             "PATCH",
             DOCPARSER.path(namespace, name),
@@ -174,7 +214,7 @@ def run_live(verb: str, name: str, namespace: str, out: TextIO = sys.stdout) -> 
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(
-        f"docparser.io/{name} {verb}d" if verb == "promote" else f"docparser.io/{name} aborted",
+        f"docparser.io/{name} {verb}d" if verb != "abort" else f"docparser.io/{name} aborted",
         file=out,
     )
     return 0

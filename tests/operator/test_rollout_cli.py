@@ -1,4 +1,4 @@
-"""`docparser-operator promote | abort | status`: pure rewrites and the real commands."""
+"""`docparser-operator promote | resume | abort | status`: pure rewrites and the real commands."""
 
 from __future__ import annotations
 
@@ -11,7 +11,13 @@ from typing import Any
 import pytest
 import yaml
 from docparser_operator.apply import DOCPARSER
-from docparser_operator.rollout_cli import RolloutCommandError, promote_patch, promoted
+from docparser_operator.rollout_cli import (
+    RolloutCommandError,
+    promote_patch,
+    promoted,
+    resume_patch,
+    resume_token,
+)
 from dp_helpers import CANARY_WEIGHTS, GATEWAY, create, docparser, spec_of
 from kube_cluster import Cluster, wait_for
 
@@ -53,6 +59,52 @@ def test_promote_file_rewrites_only_docparsers(tmp_path: Path) -> None:
     assert dp["spec"]["weights"]["version"] == "2026-03-01" and "canary" not in dp["spec"]
     again = _cli(None, "promote", "-f", str(path))
     assert again.returncode == 2 and "no DocParser with a canary" in again.stderr
+
+
+def test_resume_ends_a_pause_with_a_new_token_and_only_a_pause() -> None:
+    """Argo's `promote` without `--full`: the walk paused after a `pause` step goes on. The
+    operator never writes spec, so the person's hand does: a new `analysis.resume` value,
+    which is a new generation (what ends a pause, analysis.py)."""
+    import datetime
+
+    analysis = {"steps": [{"weight": 10, "pause": True}, {"weight": 50}]}
+    dp = docparser("inv", canary={"weights": CANARY_WEIGHTS, "analysis": analysis})
+    token = resume_token(datetime.datetime(2026, 12, 1, 23, 59, 1, tzinfo=datetime.UTC))
+    assert token == "20261201T235901Z"
+    with pytest.raises(RolloutCommandError, match="not started, not Paused"):
+        resume_patch(dp, token)
+    dp["status"] = {"canary": {"analysis": {"phase": "Progressing"}}}
+    with pytest.raises(RolloutCommandError, match="Progressing, not Paused"):
+        resume_patch(dp, token)
+    dp["status"]["canary"]["analysis"]["phase"] = "Paused"
+    assert resume_patch(dp, token) == {"spec": {"canary": {"analysis": {"resume": token}}}}
+    # Only the walk moves: the same pod templates, so no new revision and no new pod.
+    from docparser_operator.render import render_all
+    from docparser_operator.rollout_cli import resumed
+
+    def deployments(resource: dict) -> list[dict]:
+        return [o for o in render_all(resource) if o["kind"] == "Deployment"]
+
+    assert deployments(dp) and deployments(resumed(dp, token)) == deployments(dp)
+    manual = docparser("inv", canary={"weights": CANARY_WEIGHTS, "weight": 10})
+    with pytest.raises(RolloutCommandError, match="no canary analysis to resume"):
+        resume_patch(manual, token)
+
+
+def test_resume_file_writes_a_new_token_for_a_git_commit(tmp_path: Path) -> None:
+    path = tmp_path / "dp.yaml"
+    analysis = {"steps": [{"weight": 10, "pause": True}, {"weight": 50}]}
+    path.write_text(
+        yaml.safe_dump(docparser("inv", canary={"weights": CANARY_WEIGHTS, "analysis": analysis}))
+    )
+    result = _cli(None, "resume", "-f", str(path))
+    assert result.returncode == 0 and "resumed inv" in result.stderr, result.stderr
+    first = yaml.safe_load(path.read_text())["spec"]["canary"]["analysis"]
+    assert first["steps"] == analysis["steps"] and len(first["resume"]) == len("20261201T235901Z")
+    manual = tmp_path / "manual.yaml"
+    manual.write_text(yaml.safe_dump(docparser("inv", canary={"weights": CANARY_WEIGHTS})))
+    refused = _cli(None, "resume", "-f", str(manual), "inv")
+    assert refused.returncode == 2 and "no canary analysis to resume" in refused.stderr
 
 
 def test_promote_abort_and_status_on_a_live_docparser(cluster: Cluster, operator: Any) -> None:
