@@ -117,6 +117,9 @@ def test_promote_abort_and_status_on_a_live_docparser(cluster: Cluster, operator
     assert "canary  2026-03-01" in shown.stdout and "requested 10%" in shown.stdout
     assert "revisions:" in shown.stdout and "conditions:" in shown.stdout
 
+    manual = _cli(cluster, "resume", "inv", "-n", cluster.namespace)  # a weight by hand
+    assert manual.returncode == 2 and "no canary analysis to resume" in manual.stderr
+
     result = _cli(cluster, "promote", "inv", "-n", cluster.namespace)
     assert result.returncode == 0, result.stderr
     spec = spec_of(cluster, "inv")
