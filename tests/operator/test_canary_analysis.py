@@ -16,7 +16,9 @@ import base64
 import contextlib
 import copy
 import io
+import os
 import random
+import subprocess
 import sys
 import threading
 import time
@@ -141,12 +143,38 @@ def _golden_set(cluster: Cluster, stable: LiveServer) -> None:
     )
 
 
+def _hold_then_resume(cluster: Cluster, analysis: dict[str, Any]) -> None:
+    """A pause step holds its weight past a whole window with nobody acting; then a person
+    runs `docparser-operator resume` (the real CLI, against the API server) and it goes on."""
+    wait_for(
+        "the pause",
+        lambda: (
+            analysis_status(cluster, "walk").get("phase") == "Paused"
+            and analysis_status(cluster, "walk")
+        ),
+        timeout=60,
+    )
+    time.sleep(analysis["intervalSeconds"] + 1)
+    still = analysis_status(cluster, "walk")
+    assert (still["phase"], still["step"], still["weight"]) == ("Paused", 1, 25), still
+    resume = subprocess.run(
+        [sys.executable, "-m", "docparser_operator", "resume", "walk", "-n", cluster.namespace],
+        env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert resume.returncode == 0 and "resumed" in resume.stdout, resume.stderr
+
+
 def _walk(
     cluster: Cluster,
     *,
     canary_args: tuple[str, ...] = (),
     analysis: dict[str, Any] = ANALYSIS,
     restart_at_step: int | None = None,
+    resume_paused: bool = False,
     env: dict[str, object] | None = None,
 ) -> dict:
     stable, canary = _tracks(canary_args, env or {})
@@ -180,6 +208,8 @@ def _walk(
                     "canary revision", lambda: revision(cluster, "walk", "canary")
                 )
                 ips[canary_revision] = canary.host
+                if resume_paused:
+                    _hold_then_resume(cluster, analysis)
                 if restart_at_step is not None:
                     wait_for(
                         f"step {restart_at_step}",
@@ -223,9 +253,15 @@ def _walk(
 def test_a_good_canary_passes_the_gate_and_walks_every_step_to_full_traffic(
     real_cluster: Cluster,
 ) -> None:
+    """Through a golden gate, a pause that holds until `resume`, an operator restart at step 2
+    and the gate again before it, to 100 %."""
     cluster = real_cluster
-    golden = {**ANALYSIS, "golden": {"configMapRef": {"name": "golden"}, "everyStep": True}}
-    seen = _walk(cluster, analysis=golden, restart_at_step=2)
+    golden = {
+        **ANALYSIS,
+        "steps": [{"weight": 25, "pause": True}, {"weight": 50}],
+        "golden": {"configMapRef": {"name": "golden"}, "everyStep": True},
+    }
+    seen = _walk(cluster, analysis=golden, resume_paused=True, restart_at_step=2)
     done = seen["analysis"]
     assert (done["phase"], done["weight"], done["step"]) == ("Succeeded", 100, 2), done
     assert all(c["ok"] for c in done["checks"]), done
