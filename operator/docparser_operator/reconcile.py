@@ -254,17 +254,36 @@ def decide(
         if stale and owned_by(obj, uid):
             decision.actions.append(Action("prune", key, "prune", uid=obj["metadata"]["uid"]))
     decision.actions.sort(key=_order)
-    for kind, child in decision.conflicts:
-        decision.problems.append(
-            Problem(
-                "ChildConflict",
-                f"{kind} {child} exists but is not owned by this DocParser; left untouched",
-            )
-        )
+    decision.problems.extend(conflict_problem(key) for key in decision.conflicts)
     return decision
 
 
+def conflict_problem(key: Key) -> Problem:
+    kind, child = key
+    return Problem(
+        "ChildConflict", f"{kind} {child} exists but is not owned by this DocParser; left untouched"
+    )
+
+
 # act ------------------------------------------------------------------------------------------
+def _taken(client: KubeClient, namespace: str, obj: dict[str, Any]) -> bool:
+    """Whether a child the observed view lacks exists after all, owned by someone else.
+
+    The view comes from watches, which lag: an object created a moment before its DocParser
+    may not be indexed yet. A forced server-side apply on it would not fail but take it over
+    (our ownerReference, labels and fields on someone's Service), so a would-be create reads
+    the object first. What remains is the round trip between this read and the apply."""
+    kind, name = obj["kind"], obj["metadata"]["name"]
+    owner = obj["metadata"]["ownerReferences"][0]["uid"]
+    try:
+        existing = client.get(ref_for(kind), namespace, name)
+    except ApiError as exc:
+        if exc.status != 403:
+            raise
+        return False  # may not read it: the apply says so (reported as Forbidden)
+    return existing is not None and not owned_by(existing, owner)
+
+
 def execute(
     client: KubeClient, namespace: str, decision: Decision, observed: Observed, out: Outcome
 ) -> dict[Key, dict[str, Any]]:
@@ -274,6 +293,10 @@ def execute(
         kind, name = action.key
         if action.verb == "apply":
             assert action.obj is not None
+            if action.key not in observed.children and _taken(client, namespace, action.obj):
+                out.conflicts.append(action.key)
+                out.problems.append(conflict_problem(action.key))
+                continue
             try:
                 live[action.key] = out.written[action.key] = client.apply(action.obj, force=True)
             except ApiError as exc:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from docparser_operator import events
 from docparser_operator.apply import DOCPARSER, FIELD_MANAGER, KNOWN_KINDS, KubeClient
-from docparser_operator.children import HASH_ANNOTATION, needs_apply, owned_by, prepare
+from docparser_operator.children import HASH_ANNOTATION, Observed, needs_apply, owned_by, prepare
 from docparser_operator.reconcile import reconcile
 from docparser_operator.render import render_all
 from dp_helpers import CANARY_WEIGHTS, GATEWAY, docparser, revision_in
@@ -174,6 +175,49 @@ def test_prune_only_owned_children(cluster: Cluster) -> None:
     assert cluster.get(DEPLOY, canary) is None and cluster.get(ROUTE, "inv") is None
     assert cluster.get(SERVICE, "inv-old")["metadata"]["uid"] == stray["metadata"]["uid"]
     assert {e.reason for e in events.events_for(outcome)} >= {"Pruned"}
+
+
+def test_a_squatter_the_watch_has_not_delivered_is_never_taken_over(cluster: Cluster) -> None:
+    """A Service created a moment before its DocParser may not be in the operator's
+    watch-fed view yet. The pass that plans to create that child must report the conflict
+    and leave the object alone, not force-apply over it (which would adopt it)."""
+    api = operator_client(cluster)
+    labels = {
+        "app.kubernetes.io/managed-by": "docparser-operator",
+        "app.kubernetes.io/instance": "inv",
+    }
+    squatter = cluster.client.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "inv", "namespace": cluster.namespace, "labels": labels},
+            "spec": {"ports": [{"port": 9999}]},
+        }
+    )
+    dp = create(cluster, docparser("inv"))
+    outcome = reconcile(api, dp, observer=LaggingObserver(api))
+    assert ("Service", "inv") in outcome.conflicts
+    assert ("Service", "inv") not in outcome.applied
+    assert "ChildConflict" in [p.reason for p in outcome.problems]
+    live = cluster.get(SERVICE, "inv")
+    assert live["metadata"]["resourceVersion"] == squatter["metadata"]["resourceVersion"]
+    assert not live["metadata"].get("ownerReferences")
+    assert ("Deployment", f"inv-{revision_in(dp)}") in outcome.applied  # the rest goes on
+    degraded = next(c for c in outcome.status["conditions"] if c["type"] == "Degraded")
+    assert degraded["reason"] == "ChildConflict" and "Service inv" in degraded["message"]
+
+
+@dataclass
+class LaggingObserver:
+    """A watch-fed view that has not delivered anything yet: no children, no pods."""
+
+    client: KubeClient
+
+    def __call__(self, namespace: str, name: str) -> Observed:
+        return Observed({}, [])
+
+    def remember(self, *_: Any) -> None:
+        """Nothing: every pass of this observer sees the same empty view."""
 
 
 def test_delete_precondition_spares_a_same_named_newcomer(cluster: Cluster) -> None:
