@@ -88,8 +88,12 @@ class LiveServer:
         self.proc.send_signal(sig)
 
     def wait_exit(self, timeout: float) -> int:
+        """The exit status; a process still running after ``timeout`` fails with its log."""
         assert self.proc is not None
-        return self.proc.wait(timeout)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"server still running {timeout}s later:\n{self.log()}") from None
 
     def log(self, tail: int = 6000) -> str:
         """The process log's last ``tail`` characters (as it was at stop(), once stopped)."""

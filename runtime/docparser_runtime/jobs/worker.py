@@ -31,6 +31,21 @@ ProgressFn = Callable[[int, int], Awaitable[None]]
 JobRunner = Callable[[bytes, dict[str, Any], ProgressFn], Awaitable[dict[str, Any]]]
 
 
+CLEANUP_S = 3.0  # each store call a drain makes after its deadline
+
+
+async def _bounded(what: str, step: Awaitable[Any], timeout_s: float) -> Any:
+    """``step``'s result, or None when it failed or took longer than ``timeout_s`` (logged:
+    a drain goes on to its next step either way)."""
+    try:
+        return await asyncio.wait_for(step, timeout_s)
+    except TimeoutError:
+        log.warning("drain: %s took over %.1fs; going on without it", what, timeout_s)
+    except Exception:
+        log.exception("drain: %s failed; going on without it", what)
+    return None
+
+
 class JobStopped(Exception):
     """Raised from the progress callback: cancelled, or this replica lost the job."""
 
@@ -51,6 +66,7 @@ class JobWorker:
         worker_id: str | None = None,
         poll_s: float = 1.0,
         on_finished: Callable[[JobStatus], None] = lambda status: None,
+        cleanup_s: float = CLEANUP_S,
     ) -> None:
         self.store = store
         self.runner = runner
@@ -59,6 +75,7 @@ class JobWorker:
         self.worker_id = worker_id or default_worker_id()
         self.poll_s = poll_s
         self.on_finished = on_finished  # metrics hook
+        self.cleanup_s = cleanup_s
         self._accepting = asyncio.Event()
         self._loops: list[asyncio.Task] = []
         self._background: list[asyncio.Task] = []
@@ -103,24 +120,39 @@ class JobWorker:
     async def drain(self, timeout_s: float) -> None:
         """Stop taking jobs, let running ones finish within ``timeout_s``, give the
         rest back to the queue, then leave (a shared store keeps queued jobs for
-        other replicas; the memory store fails them clearly)."""
+        other replicas; the memory store fails them clearly).
+
+        Every store call here is bounded too (``cleanup_s`` past the deadline at most): the
+        pod's grace period ends soon after the deadline, and a store that stopped answering
+        must not hold the process until the kubelet kills it. What a bound cuts short, the
+        other replicas' reapers redo once this replica's lease expires."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(timeout_s, 0.0)
+
+        def left() -> float:
+            return max(deadline - loop.time(), self.cleanup_s)
+
         self.stop_claiming()
-        await self._stopped_claiming
+        assert self._stopped_claiming is not None
+        await _bounded("handing back unstarted jobs", self._stopped_claiming, left())
         running = list(self._running.values())
         if running:
-            _, pending = await asyncio.wait(running, timeout=max(timeout_s, 0.001))
+            _, pending = await asyncio.wait(running, timeout=max(deadline - loop.time(), 0.001))
             for task in pending:
                 task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+            await _bounded(
+                "releasing unfinished jobs",
+                asyncio.gather(*pending, return_exceptions=True),
+                self.cleanup_s,
+            )
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
-        with contextlib.suppress(Exception):
-            await self.store.deregister(self.worker_id)
-        with contextlib.suppress(Exception):
-            failed = await self.store.shutdown()
-            if failed:
-                log.warning("failed %d queued jobs that no other replica can run", failed)
+        cleanup = self.cleanup_s
+        await _bounded("deregistering", self.store.deregister(self.worker_id), cleanup)
+        failed = await _bounded("closing the queue", self.store.shutdown(), cleanup)
+        if failed:
+            log.warning("failed %d queued jobs that no other replica can run", failed)
 
     async def _heartbeat_loop(self) -> None:
         while True:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -131,9 +132,12 @@ async def _shut_down(app: FastAPI, bring_up: asyncio.Task) -> None:
     bring_up.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await bring_up
-    # Running jobs finish (or go back to the queue) before the batcher closes.
-    await stop_jobs(app, deadline=state.drain_deadline)
-    await state.lifecycle.wait_idle(state.settings.drain_timeout_s)
+    # Running jobs finish (or go back to the queue) before the batcher closes. One deadline
+    # for every wait (set at SIGTERM): the pod's grace period is sized from it, and a wait
+    # that started its own full timeout here would outlive it and be SIGKILLed.
+    deadline = state.drain_deadline or time.monotonic() + state.settings.drain_timeout_s
+    await stop_jobs(app, deadline=deadline)
+    await state.lifecycle.wait_idle(max(0.0, deadline - time.monotonic()))
     if state.batcher is not None:
         await state.batcher.close()
     if state.parse_service is not None:

@@ -20,7 +20,7 @@ from fastapi import FastAPI
 
 from ..errors import Overloaded
 from ..jobs import Backlog, JobStopped, JobWorker, create_job_store
-from ..jobs.worker import ProgressFn
+from ..jobs.worker import CLEANUP_S, ProgressFn
 from ..settings import Settings
 from .lifecycle import State
 from .metrics import Metrics
@@ -200,11 +200,11 @@ async def stop_jobs(app: FastAPI, *, deadline: float | None = None) -> None:
     if worker is not None:
         await worker.drain(deadline - time.monotonic())
     elif store is not None:
-        with contextlib.suppress(Exception):
-            await store.shutdown()
+        with contextlib.suppress(Exception):  # a timeout too: the pod's grace period ends
+            await asyncio.wait_for(store.shutdown(), CLEANUP_S)
     if store is not None:
         with contextlib.suppress(Exception):
-            await store.close()
+            await asyncio.wait_for(store.close(), CLEANUP_S)
 
 
 __all__ = ["JobStopped", "make_runner", "start_jobs", "stop_jobs", "stop_taking_jobs"]
