@@ -91,7 +91,7 @@ def test_a_good_release_passes_the_golden_gate_and_walks_to_full_traffic(cluster
     )
     try:
         with Load(
-            url, page_png(("Total 12",)), clients=3, max_requests=20000, max_seconds=400
+            url, page_png(("Total 12",)), clients=3, max_requests=60_000, max_seconds=400
         ) as load:
             cluster.apply(release)
 
@@ -109,6 +109,7 @@ def test_a_good_release_passes_the_golden_gate_and_walks_to_full_traffic(cluster
     latency = next(c for c in done["checks"] if c["name"] == "latencyP99Ratio")
     assert 0.5 <= latency["quantile"] <= 0.99, latency  # what the window's count supports
     assert all(c["ok"] for c in done["checks"]), done
+    assert not load.ran_out, load.report("the load ended before the walk did")
     assert not load.failed, f"{load.failures()}\n{cluster.explain(namespace)}"
     versions = {s.version for s in load.samples}
     assert versions == {"v1", "v2"}, versions  # both served while the walk ran

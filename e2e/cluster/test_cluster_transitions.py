@@ -68,7 +68,9 @@ def test_setting_change_promotion_and_revert_lose_no_request(cluster, namespace)
         "git revert to v1": v1,
     }
     timings = {}
-    with Load(url, page_png(("Total 12",)), clients=3, max_requests=20000, max_seconds=900) as load:
+    with Load(
+        url, page_png(("Total 12",)), clients=3, max_requests=150_000, max_seconds=900
+    ) as load:
         wait_for(
             cluster, namespace, "first answers", lambda: len(load.samples) >= 10, 60, interval=0.5
         )
@@ -101,6 +103,7 @@ def test_setting_change_promotion_and_revert_lose_no_request(cluster, namespace)
         )
     record("transitions under load", load.report("whole walk"))
     assert len(load.samples) >= 100, load.report("too little load to mean anything")
+    assert not load.ran_out, load.report(f"the load ended before the walk did: {timings}")
     assert not load.failed, f"{load.failures()}; {timings}\n{cluster.explain(namespace)}"
     # The walk ends on v1 again, and v2 answered while it was live.
     versions = [s.version for s in load.samples]
