@@ -14,6 +14,7 @@ import argparse
 import logging
 import os
 import sys
+import threading
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -32,6 +33,9 @@ def main() -> None:
     parser.add_argument("--delay", type=float, default=0.0, help="seconds per batch")
     parser.add_argument("--fail", action="store_true", help="every batch fails (a 500)")
     parser.add_argument("--truncate", type=int, help="cut every page's text to N characters")
+    parser.add_argument(
+        "--hang-on-close", action="store_true", help="engine.close() never returns (a stuck exit)"
+    )
     args = parser.parse_args()
     settings = Settings(host=args.host, port=args.port)
     if "DOCPARSER_LOG_FORMAT" in os.environ:  # the production log lines (JSON: request ids)
@@ -41,6 +45,12 @@ def main() -> None:
     engine = GatedEngine(delay_s=args.delay)
     engine.broken = args.fail
     engine.truncate_to = args.truncate
+    if args.hang_on_close:
+
+        def close_forever() -> None:
+            threading.Event().wait()
+
+        engine.close = close_forever  # type: ignore[method-assign]
     run_server(create_app(settings, engine), settings)
 
 

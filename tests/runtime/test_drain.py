@@ -127,3 +127,26 @@ def test_sigterm_drains_in_flight_work(redis_url):
     first, second, position = asyncio.run(job_states())
     assert first.status == "succeeded" and first.pages_done == 8
     assert second.status == "queued" and position == 0  # left for another replica
+
+
+def test_a_process_stuck_past_its_drain_deadline_logs_every_thread_stack():
+    """Nothing should hold a draining process past its deadline; if something does (here
+    an engine whose close never returns), the log says where before the kubelet's SIGKILL."""
+    server = LiveServer(
+        env={"DOCPARSER_DRAIN_GRACE_S": 0.2, "DOCPARSER_DRAIN_TIMEOUT_S": 1},
+        gated_delay_s=0.01,
+        engine_args=("--hang-on-close",),
+    ).start()
+    try:
+        server.wait_ready()
+        server.signal(signal.SIGTERM)
+        deadline = time.monotonic() + 60  # the report is due 0.2 + 1 + 10 s after SIGTERM
+        while "most recent call first" not in server.log() and time.monotonic() < deadline:
+            assert server.proc.poll() is None, server.log()
+            time.sleep(0.2)
+        report = server.log()
+        assert "most recent call first" in report, report
+        assert "in close_forever" in report, report  # the stuck call is named
+    finally:
+        server.proc.kill()
+        server.stop()

@@ -17,6 +17,7 @@ A second SIGINT/SIGTERM skips the grace window (uvicorn's usual "press again").
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import logging
 import signal
 import time
@@ -32,6 +33,7 @@ from .slow_clients import header_timeout_protocol
 from .state import runtime_state
 
 log = logging.getLogger("docparser.drain")
+HANG_REPORT_S = 10.0  # past the drain deadline: write every thread's stack to stderr
 
 
 def begin_drain(app: FastAPI, reason: str = "SIGTERM received") -> None:
@@ -75,6 +77,13 @@ class DrainingServer(uvicorn.Server):
             self.grace_s,
         )
         begin_drain(self.app, f"{signal.Signals(sig).name} received")
+        # Past its deadline the process should be gone; if it is not, its log says where
+        # every thread waits (the kubelet's SIGKILL at the end of the grace period would
+        # leave no trace of why).
+        faulthandler.dump_traceback_later(
+            self.grace_s + runtime_state(self.app).settings.drain_timeout_s + HANG_REPORT_S,
+            exit=False,
+        )
         assert self._loop is not None
         self._loop.call_later(self.grace_s, super().handle_exit, sig, None)
 
