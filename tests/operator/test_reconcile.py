@@ -89,6 +89,22 @@ def create(cluster: Cluster, dp: dict[str, Any]) -> dict[str, Any]:
     return cluster.client.apply(dp, manager="gitops")
 
 
+def unowned_service(cluster: Cluster, name: str, *, port: int) -> dict[str, Any]:
+    """A Service with the labels of DocParser inv's children and no owner reference."""
+    labels = {
+        "app.kubernetes.io/managed-by": "docparser-operator",
+        "app.kubernetes.io/instance": "inv",
+    }
+    return cluster.client.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": name, "namespace": cluster.namespace, "labels": labels},
+            "spec": {"ports": [{"port": port}]},
+        }
+    )
+
+
 def test_second_pass_makes_zero_writes(cluster: Cluster) -> None:
     api = operator_client(cluster)
     dp = create(
@@ -138,18 +154,7 @@ def test_prune_only_owned_children(cluster: Cluster) -> None:
     )
     reconcile(api, dp)
     canary = f"inv-{revision_in(dp, 'canary')}"
-    labels = {
-        "app.kubernetes.io/managed-by": "docparser-operator",
-        "app.kubernetes.io/instance": "inv",
-    }
-    stray = cluster.client.create(
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {"name": "inv-old", "namespace": cluster.namespace, "labels": labels},
-            "spec": {"ports": [{"port": 1}]},
-        }
-    )
+    stray = unowned_service(cluster, "inv-old", port=1)
     spec = copy.deepcopy(dp["spec"])
     del spec["canary"]
     spec["traffic"] = {"router": "service"}
@@ -182,18 +187,7 @@ def test_a_squatter_the_watch_has_not_delivered_is_never_taken_over(cluster: Clu
     watch-fed view yet. The pass that plans to create that child must report the conflict
     and leave the object alone, not force-apply over it (which would adopt it)."""
     api = operator_client(cluster)
-    labels = {
-        "app.kubernetes.io/managed-by": "docparser-operator",
-        "app.kubernetes.io/instance": "inv",
-    }
-    squatter = cluster.client.create(
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {"name": "inv", "namespace": cluster.namespace, "labels": labels},
-            "spec": {"ports": [{"port": 9999}]},
-        }
-    )
+    squatter = unowned_service(cluster, "inv", port=9999)
     dp = create(cluster, docparser("inv"))
     outcome = reconcile(api, dp, observer=LaggingObserver(api))
     assert ("Service", "inv") in outcome.conflicts
