@@ -87,7 +87,11 @@ IMAGES = [
         build_args={},
         checks=[
             ["docparser-operator", "--help"],
-            ["python", "-c", "import fsspec, kopf, kubernetes, docparser_operator.handlers"],
+            [
+                "python",
+                "-c",
+                "import fsspec, kopf, kubernetes, docparser_operator.controller.handlers",
+            ],
             ["sh", "-c", 'test "$(id -u)" = 10001'],
         ],
     ),

@@ -2,6 +2,6 @@
 
 import sys
 
-from docparser_operator.cli import main
+from docparser_operator.cli.main import main
 
 sys.exit(main())

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from docparser_operator.cli import to_yaml_stream
-from docparser_operator.render import render_all
+from docparser_operator.cli.main import to_yaml_stream
+from docparser_operator.core.render import render_all
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
 EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"

@@ -1,4 +1,4 @@
-"""Run the real operator (kopf ``run`` of ``docparser_operator.handlers``) in-process.
+"""Run the real operator (kopf ``run`` of ``docparser_operator.controller.handlers``) in-process.
 
 A module of its own (not conftest) so test modules can import it by a unique name:
 several test folders have a ``conftest.py`` and ``from conftest import`` would pick
@@ -70,7 +70,7 @@ class OperatorRun:
 
 @contextmanager
 def running_operator(cluster: Cluster, *, clusterwide: bool = False) -> Iterator[OperatorRun]:
-    """The real operator (kopf `run` of docparser_operator.handlers) against ``cluster``,
+    """The real operator (kopf `run` of docparser_operator.controller.handlers) against ``cluster``,
     limited to the test namespace unless ``clusterwide`` (the production default)."""
     from kopf.testing import KopfRunner
 
@@ -79,7 +79,7 @@ def running_operator(cluster: Cluster, *, clusterwide: bool = False) -> Iterator
     port = int(os.environ.get(METRICS_PORT_ENV) or 0) or free_port()
     os.environ[METRICS_PORT_ENV] = str(port)
     scope = ["--all-namespaces"] if clusterwide else ["--namespace", cluster.namespace]
-    args = ["run", "--standalone", *scope, "-m", "docparser_operator.handlers"]
+    args = ["run", "--standalone", *scope, "-m", "docparser_operator.controller.handlers"]
     try:
         with KopfRunner(args, timeout=30) as runner:
             run = OperatorRun(runner, port)

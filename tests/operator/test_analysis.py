@@ -7,7 +7,9 @@ from __future__ import annotations
 import math
 
 import pytest
-from docparser_operator.analysis import (
+from docparser_operator.analysis.counters import TrackCounters
+from docparser_operator.analysis.sources.pods import add, parse_counters, scrape_track
+from docparser_operator.analysis.walk import (
     AnalysisState,
     Check,
     Window,
@@ -16,9 +18,7 @@ from docparser_operator.analysis import (
     evaluate,
     window_due,
 )
-from docparser_operator.counters import TrackCounters
-from docparser_operator.models import CanaryAnalysis
-from docparser_operator.scrape import add, parse_counters, scrape_track
+from docparser_operator.api.models import CanaryAnalysis
 from docparser_runtime.server.metrics import Metrics
 
 CONFIG = CanaryAnalysis(
@@ -186,7 +186,7 @@ def test_one_slow_request_never_decides_the_latency_verdict_alone() -> None:
     """Under 100 timed requests the p99 is the slowest request: a canary pod's cold first
     parse would fail it alone. The compared quantile is min(0.99, 1 - 1/n) on both tracks,
     reported in the check; two slow requests of 40 still fail."""
-    from docparser_operator.counters import supported_quantile
+    from docparser_operator.analysis.counters import supported_quantile
 
     assert [supported_quantile(n) for n in (1, 10, 40, 100, 5000)] == [0.5, 0.9, 0.975, 0.99, 0.99]
     stable = exposition(200)
@@ -256,8 +256,8 @@ def test_generated_steps_and_quantiles() -> None:
 def test_unreadable_pods_say_why_the_walk_does_not_move() -> None:
     """A NetworkPolicy (traffic.allowFrom without the operator's namespace) keeps the
     operator from the pods' /metrics: the status says so instead of waiting silently."""
-    from docparser_operator import analysis_run
-    from docparser_operator.models import DocParser
+    from docparser_operator.analysis import run as analysis_run
+    from docparser_operator.api.models import DocParser
     from dp_helpers import CANARY_WEIGHTS, docparser
 
     resource = docparser("walk", canary={"weights": CANARY_WEIGHTS, "analysis": {}})
@@ -287,7 +287,7 @@ GOLDEN = CanaryAnalysis.model_validate(
 
 
 def test_character_error_rate_folds_whitespace_and_counts_edits() -> None:
-    from docparser_operator.golden_score import cer
+    from docparser_operator.analysis.golden_score import cer
 
     assert cer("Total due 1280 EUR", "Total  due" + chr(10) + "1280 EUR") == 0.0
     assert cer("Total due 1280 EUR", "Total due 1230 EUR") == pytest.approx(1 / 18)
@@ -296,8 +296,8 @@ def test_character_error_rate_folds_whitespace_and_counts_edits() -> None:
 
 
 def test_golden_gate_holds_traffic_until_it_passes_and_fails_on_regression() -> None:
-    from docparser_operator.analysis import verified
-    from docparser_operator.golden_score import score_golden
+    from docparser_operator.analysis.golden_score import score_golden
+    from docparser_operator.analysis.walk import verified
 
     state = current(GOLDEN, None, "c1")
     assert (state.phase, state.weight) == ("Verifying", 0)
@@ -320,8 +320,8 @@ def test_golden_every_step_gates_each_later_step_holding_the_weight_earned() -> 
     """``everyStep``: after a passed window the gate runs again before the weight widens;
     while it runs the canary keeps the previous step's share (never 0, never more). A
     regression found then rolls the canary back; the pause of a step resumes through it too."""
-    from docparser_operator.analysis import verified
-    from docparser_operator.golden_score import score_golden
+    from docparser_operator.analysis.golden_score import score_golden
+    from docparser_operator.analysis.walk import verified
 
     config = CanaryAnalysis.model_validate(
         {
@@ -358,7 +358,7 @@ def test_golden_every_step_gates_each_later_step_holding_the_weight_earned() -> 
 def test_golden_documents_come_from_a_configmap_and_are_read_by_both_tracks() -> None:
     import base64
 
-    from docparser_operator.golden import GoldenUnavailable, documents_of, read
+    from docparser_operator.analysis.sources.golden import GoldenUnavailable, documents_of, read
 
     cm = {
         "binaryData": {"inv.png": base64.b64encode(b"PNG...").decode(), "notes.bin": "AA=="},

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from docparser_operator.status import Problem, TrackObservation
+from docparser_operator.core.status import Problem, TrackObservation
 from test_status import deployment, pod, status
 
 lupa = pytest.importorskip("lupa", reason="pip install lupa (requirements-test.txt)")

@@ -18,7 +18,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from docparser_operator import __version__
-from docparser_operator.render import render_all
+from docparser_operator.core.render import render_all
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "docparser-operator"
@@ -349,7 +349,7 @@ def test_helm_template_prometheus_rule_carries_the_tested_rules() -> None:
 def _exposed_names() -> set[str]:
     """Every series name the runtime and the operator can expose (with the suffixes the
     exposition adds), from their own registries."""
-    from docparser_operator.metrics import OperatorMetrics
+    from docparser_operator.controller.metrics import OperatorMetrics
     from docparser_runtime.server.jobs_runtime import JobMetrics
     from docparser_runtime.server.metrics import Metrics
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from docparser_operator.cli import build_parser, main
-from docparser_operator.render import render_all
+from docparser_operator.cli.main import build_parser, main
+from docparser_operator.core.render import render_all
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"

@@ -26,7 +26,7 @@ from crd_tools import (
     load_yaml,
     root_schema,
 )
-from docparser_operator.models import DocParser
+from docparser_operator.api.models import DocParser
 
 EXAMPLES = sorted(EXAMPLES_DIR.glob("*.yaml"))
 INVALID = sorted(INVALID_DIR.glob("*.yaml"))

@@ -8,10 +8,11 @@ import importlib.util
 from pathlib import Path
 
 import pytest
-from docparser_operator import analysis_run, golden_source
-from docparser_operator.golden import MAX_DOCUMENTS, GoldenUnavailable
-from docparser_operator.golden_source import load, refusal
-from docparser_operator.models import DocParser
+from docparser_operator.analysis import run as analysis_run
+from docparser_operator.analysis.sources import golden_uri as golden_source
+from docparser_operator.analysis.sources.golden import MAX_DOCUMENTS, GoldenUnavailable
+from docparser_operator.analysis.sources.golden_uri import load, refusal
+from docparser_operator.api.models import DocParser
 from dp_helpers import CANARY_WEIGHTS, docparser
 
 PNG = b"\x89PNG\r\n\x1a\n fake scan"
@@ -142,7 +143,7 @@ def test_the_gate_reads_a_uri_golden_set_and_scores_both_tracks(tmp_path: Path) 
 
 
 def test_the_allow_list_is_a_setting_read_at_start_up(monkeypatch: pytest.MonkeyPatch) -> None:
-    from docparser_operator.settings import OperatorSettings
+    from docparser_operator.controller.settings import OperatorSettings
 
     assert OperatorSettings().golden_source_prefixes == golden_source.DEFAULT_SOURCES
     monkeypatch.setenv("DOCPARSER_OPERATOR_GOLDEN_SOURCES", "file:///golden/, s3://qa-golden/,")

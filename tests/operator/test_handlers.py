@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from docparser_operator.apply import KNOWN_KINDS
+from docparser_operator.kube.client import KNOWN_KINDS
 from dp_helpers import condition, create, docparser, revision_in, role_deployment
 from kube_cluster import Cluster, wait_for
 
@@ -82,8 +82,8 @@ def _body(generation: int, rv: int, progressing: str) -> dict[str, Any]:
 def test_a_pass_builds_on_the_newest_body_it_knows() -> None:
     """A resync or an event may carry a body older than the status our last pass wrote; the
     next pass must start from the newest (else "was a rollout under way?" reads stale)."""
-    from docparser_operator.operator_state import OperatorState
-    from docparser_operator.settings import OperatorSettings
+    from docparser_operator.controller.settings import OperatorSettings
+    from docparser_operator.controller.state import OperatorState
 
     state = OperatorState(settings=OperatorSettings(), client=None)  # type: ignore[arg-type]
     old = _body(2, 10, "False")

@@ -16,8 +16,8 @@ pytestmark = [pytest.mark.realcluster, pytest.mark.slow]
 
 CANDIDATE = """
 import sys, time, pathlib
-from docparser_operator.apply import load_configuration
-from docparser_operator.leader import LeaseSettings, lead_then
+from docparser_operator.kube.client import load_configuration
+from docparser_operator.kube.leader import LeaseSettings, lead_then
 kubeconfig, namespace, identity, marker, port = sys.argv[1:6]
 def work():
     pathlib.Path(marker).write_text(identity)

@@ -1,4 +1,4 @@
-"""The typed models (docparser_operator.models) and the CRD schema describe the same API.
+"""The typed models (docparser_operator.api.models) and the CRD schema describe the same API.
 
 Both trees are walked side by side: the same properties, types, enums, required fields,
 ranges, lengths and patterns at every node, and defaults that mean the same thing (a CRD
@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 from crd_tools import EXAMPLES_DIR, admit, apply_defaults, load_yaml, root_schema
-from docparser_operator.models import DocParser, DocParserSpec
-from docparser_operator.status_models import DocParserStatus
+from docparser_operator.api.models import DocParser, DocParserSpec
+from docparser_operator.api.status_models import DocParserStatus
 
 CONSTRAINTS = (
     "minimum",

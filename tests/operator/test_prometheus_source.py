@@ -20,9 +20,10 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from docparser_operator import analysis_run, prometheus
-from docparser_operator.counters import OUTCOMES
-from docparser_operator.models import DocParser, PrometheusSource
+from docparser_operator.analysis import run as analysis_run
+from docparser_operator.analysis.counters import OUTCOMES
+from docparser_operator.analysis.sources import prometheus
+from docparser_operator.api.models import DocParser, PrometheusSource
 from dp_helpers import CANARY_WEIGHTS, docparser
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))

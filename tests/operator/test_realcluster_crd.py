@@ -1,7 +1,7 @@
 """The DocParser CRD as a real kube-apiserver enforces it: CEL rules, pruning, defaults, status.
 
 WHY against the real server: these are the API semantics an emulator can only imitate. Each test
-also checks the operator's own model (docparser_operator.models) agrees with what the server
+also checks the operator's own model (docparser_operator.api.models) agrees with what the server
 does, so `docparser-operator render -f` and `kubectl apply` accept and reject the same specs.
 """
 
@@ -16,7 +16,7 @@ import pydantic
 import pytest
 import yaml
 from controlplane.kubeapi import KubeApi, KubeApiError
-from docparser_operator.models import DocParser, DocParserSpec
+from docparser_operator.api.models import DocParser, DocParserSpec
 
 pytestmark = pytest.mark.realcluster
 

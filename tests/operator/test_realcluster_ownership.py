@@ -3,7 +3,7 @@
 WHY against the real server: whether a Deployment, HPA, PDB or HTTPRoute is valid, who owns a
 field after two managers applied it, and what the garbage collector deletes are decided by the
 API server and the controllers, not by the operator; only the real ones can confirm the design.
-The operator's own I/O (docparser_operator.apply.KubeClient, field manager
+The operator's own I/O (docparser_operator.kube.client.KubeClient, field manager
 "docparser-operator", force=True) and renderers (render_all) are the code under test.
 """
 
@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from controlplane.harness import ControlPlane
 from controlplane.kubeapi import KubeApi, KubeApiError
-from docparser_operator.apply import DOCPARSER, FIELD_MANAGER, KubeClient, ref_for
-from docparser_operator.render import render_all
+from docparser_operator.core.render import render_all
+from docparser_operator.kube.client import DOCPARSER, FIELD_MANAGER, KubeClient, ref_for
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from test_realcluster_crd import BASE_SPEC, SHA_B, docparser, path, with_changes
@@ -248,7 +248,7 @@ def test_a_missing_permission_is_degraded_forbidden_naming_it(
     """With RBAC on, the operator's identity may do everything but write PDBs, or list
     HTTPRoutes (a chart trimmed by hand): the other children are applied, and the status
     says Degraded Forbidden naming the kind, instead of a retry loop."""
-    from docparser_operator.reconcile import reconcile
+    from docparser_operator.controller.reconcile import reconcile
 
     verbs = ["get", "list", "watch", "create", "patch", "delete", "update"]
     rules = [
@@ -299,8 +299,8 @@ def test_the_operator_names_watches_rbac_denies_before_it_starts(
     """kopf waits for every index's first list before running any handler, and retries a
     forbidden watch for ever: a trimmed ClusterRole would leave the operator silent. The
     start-up check asks the API server (SelfSubjectAccessReview) and names what is denied."""
-    from docparser_operator import permissions
-    from docparser_operator.handlers import INDEXED
+    from docparser_operator.controller.handlers import INDEXED
+    from docparser_operator.kube import permissions
 
     user = user_client(real_apiserver)
     kinds = [(group, plural) for group, _version, plural in INDEXED.values()]

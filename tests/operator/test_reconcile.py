@@ -7,11 +7,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from docparser_operator import events
-from docparser_operator.apply import DOCPARSER, FIELD_MANAGER, KNOWN_KINDS, KubeClient
-from docparser_operator.children import HASH_ANNOTATION, Observed, needs_apply, owned_by, prepare
-from docparser_operator.reconcile import reconcile
-from docparser_operator.render import render_all
+from docparser_operator.controller import events
+from docparser_operator.controller.reconcile import reconcile
+from docparser_operator.core.children import (
+    HASH_ANNOTATION,
+    Observed,
+    needs_apply,
+    owned_by,
+    prepare,
+)
+from docparser_operator.core.render import render_all
+from docparser_operator.kube.client import DOCPARSER, FIELD_MANAGER, KNOWN_KINDS, KubeClient
 from dp_helpers import CANARY_WEIGHTS, GATEWAY, docparser, revision_in
 from kube_cluster import Cluster, client_for
 
@@ -230,7 +236,7 @@ def test_delete_precondition_spares_a_same_named_newcomer(cluster: Cluster) -> N
 
 
 def test_weight_change_event() -> None:
-    from docparser_operator.reconcile import Outcome
+    from docparser_operator.controller.reconcile import Outcome
 
     old = {"canary": {"version": "v2", "weight": 10, "readyReplicas": 1}}
     new = {"canary": {"version": "v2", "weight": 30, "readyReplicas": 1}}
@@ -271,8 +277,8 @@ def test_switch_to_the_gateway_routes_there_before_the_service_narrows() -> None
     """Pure: `router: service` with a live 50 % canary, then `router: gateway`. The endpoint
     Service narrows to the stable revision in the same pass that creates the HTTPRoute; the
     route is written first, so the canary's pods never stand outside every entry point."""
-    from docparser_operator.children import Observed
-    from docparser_operator.reconcile import decide
+    from docparser_operator.controller.reconcile import decide
+    from docparser_operator.core.children import Observed
 
     spec = {"replicas": {"min": 2, "max": 2}, "canary": {"weights": CANARY_WEIGHTS, "weight": 50}}
     before = live_resource(**spec)

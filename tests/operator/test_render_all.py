@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from docparser_operator.labels import TRACK_SHARED
-from docparser_operator.render import render_all
+from docparser_operator.api.labels import TRACK_SHARED
+from docparser_operator.core.render import render_all
 from golden import CASES, Case
 
 

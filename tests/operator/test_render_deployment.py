@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
-from docparser_operator.models import DocParser
-from docparser_operator.render import render_all
-from docparser_operator.render.deployment import (
+from docparser_operator.api.models import DocParser
+from docparser_operator.core.render import render_all
+from docparser_operator.core.render.deployment import (
     PRESTOP_SLEEP_S,
     RUNTIME_DRAIN_GRACE_S,
     RUNTIME_ENTRYPOINT,
@@ -372,7 +372,7 @@ def test_env_the_operator_renders_is_exactly_what_pod_env_may_not_set() -> None:
     """naming.OPERATOR_ENV is the one list: the model and the CRD's CEL rule refuse those
     names in spec.pod.env, and it covers every variable the renderer sets."""
     from crd_tools import root_schema
-    from docparser_operator import naming
+    from docparser_operator.api import naming
 
     rendered = {
         e["name"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from docparser_operator.render import render_all
+from docparser_operator.core.render import render_all
 from golden import CASES, Case, check_golden, of_kind
 
 GATEWAY = Case("deepseek-gateway-canary")
@@ -77,7 +77,7 @@ def test_metric_mapping(metric: str, expected: dict) -> None:
 def test_metric_names_exist_in_the_runtime() -> None:
     """The HPA scales on gauges the runtime really exports (names are API)."""
     pytest.importorskip("prometheus_client")
-    from docparser_operator.render.hpa import POD_METRICS
+    from docparser_operator.core.render.hpa import POD_METRICS
     from docparser_runtime.server.metrics import Metrics
 
     exported = {m.name for m in Metrics().registry.collect()}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from docparser_operator.render import render_all
+from docparser_operator.core.render import render_all
 from golden import CASES, Case, check_golden, of_kind
 
 SERVICE = Case("deepseek-service-router")

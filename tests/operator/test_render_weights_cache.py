@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 
 import pytest
-from docparser_operator.render import render_all
+from docparser_operator.core.render import render_all
 from golden import Case, check_golden, of_kind
 
 CACHED = Case("deepseek-weights-cache")

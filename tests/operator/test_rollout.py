@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 import pytest
-from docparser_operator.rollout import (
+from docparser_operator.core.rollout import (
     Desired,
     RevisionState,
     Rollout,

@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 import yaml
-from docparser_operator.apply import DOCPARSER
-from docparser_operator.rollout_cli import (
+from docparser_operator.cli.rollout import (
     RolloutCommandError,
     promote_patch,
     promoted,
     resume_patch,
     resume_token,
 )
+from docparser_operator.kube.client import DOCPARSER
 from dp_helpers import CANARY_WEIGHTS, GATEWAY, create, docparser, spec_of
 from kube_cluster import Cluster, wait_for
 
@@ -79,8 +79,8 @@ def test_resume_ends_a_pause_with_a_new_token_and_only_a_pause() -> None:
     dp["status"]["canary"]["analysis"]["phase"] = "Paused"
     assert resume_patch(dp, token) == {"spec": {"canary": {"analysis": {"resume": token}}}}
     # Only the walk moves: the same pod templates, so no new revision and no new pod.
-    from docparser_operator.render import render_all
-    from docparser_operator.rollout_cli import resumed
+    from docparser_operator.cli.rollout import resumed
+    from docparser_operator.core.render import render_all
 
     def deployments(resource: dict) -> list[dict]:
         return [o for o in render_all(resource) if o["kind"] == "Deployment"]

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from docparser_operator import sizing
-from docparser_operator.children import Observed
-from docparser_operator.models import DocParser, DocParserSpec
-from docparser_operator.reconcile import decide
+from docparser_operator.api.models import DocParser, DocParserSpec
+from docparser_operator.controller.reconcile import decide
+from docparser_operator.core import sizing
+from docparser_operator.core.children import Observed
 from dp_helpers import CANARY_WEIGHTS, docparser
 from golden import Case
 

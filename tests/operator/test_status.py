@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from docparser_operator.status import (
+from docparser_operator.core.status import (
     DOWNLOADING,
     FAILED,
     LOADED,

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from controlplane import gateway_crds
 from crd_tools import apply_defaults, cel_errors, schema_errors
-from docparser_operator.render import render_all
+from docparser_operator.core.render import render_all
 from golden import CASES, Case, of_kind
 
 VERSIONS = ["1.30.0", kubernetes_validate.latest_version()]

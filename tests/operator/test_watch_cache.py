@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from docparser_operator.cache import IndexedObserver, index_key, resource_version
+from docparser_operator.kube.observer import IndexedObserver, index_key, resource_version
 
 NS, DP = "team", "inv"
 

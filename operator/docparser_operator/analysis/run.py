@@ -1,0 +1,182 @@
+"""One canary analysis pass for the reconciler: read what is due, then ``analysis.advance``.
+
+The walk's state comes from status (analysis.current); the counters at the current window's
+start live in ``AnalysisMemory``, the leader's memory (with ``analysis.prometheus`` nothing
+does: PromQL's increase() over the window since ``windowStart``, prometheus.py). Pods are
+read only when a window starts (to remember where it starts) or ends (to judge it), so a
+quiet resync reads nothing. A window whose start the memory does not know (the operator
+restarted, another replica took over) starts again now: a verdict always covers a whole
+interval it measured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from docparser_operator.analysis import counters, golden_score
+from docparser_operator.analysis import walk as analysis
+from docparser_operator.analysis.sources import golden, prometheus
+from docparser_operator.analysis.sources import golden_uri as golden_source
+from docparser_operator.analysis.sources.pods import Fetch, _http_get, scrape_track
+from docparser_operator.api import labels, naming
+from docparser_operator.api.models import DocParser
+
+WindowKey = tuple[str, str, int, str]  # canary revision, retry, step, window start
+
+
+@dataclass
+class AnalysisMemory:
+    """The counters (canary, stable) at the start of each DocParser's running window."""
+
+    fetch: Fetch = _http_get
+    post: golden.Post = golden._post
+    query: prometheus.Fetch = prometheus._http_get
+    golden_sources: tuple[str, ...] = golden_source.DEFAULT_SOURCES  # settings.golden_sources
+    windows: dict[tuple[str, str], tuple[WindowKey, analysis.Window]] = field(
+        default_factory=dict[tuple[str, str], tuple[WindowKey, analysis.Window]]
+    )
+
+
+def _key(state: analysis.AnalysisState) -> WindowKey:
+    return (state.revision, state.retry, state.step, state.window_start)
+
+
+def _pods(pods: Sequence[Mapping[str, Any]], revision: str) -> list[Mapping[str, Any]]:
+    return [
+        p
+        for p in pods
+        if (p.get("metadata", {}).get("labels") or {}).get(labels.LABEL_REVISION) == revision
+    ]
+
+
+def begin(
+    model: DocParser, revisions: Mapping[str, str], status: Mapping[str, Any]
+) -> analysis.AnalysisState | None:
+    """The walk's state to plan this pass with (its weight); None without analysis.
+    ``revisions``: role -> the spec's revision."""
+    canary = model.spec.canary
+    if canary is None or canary.analysis is None or "canary" not in revisions:
+        return None
+    previous = (status.get("canary") or {}).get("analysis")
+    return analysis.current(canary.analysis, previous, revisions["canary"])
+
+
+def _verify(
+    memory: AnalysisMemory,
+    model: DocParser,
+    state: analysis.AnalysisState,
+    revisions: Mapping[str, str],
+    pods: Sequence[Mapping[str, Any]],
+    documents: Callable[[str, str], golden.Documents] | None,
+) -> analysis.AnalysisState:
+    """The golden gate, once per canary revision (its verdict is kept in status)."""
+    assert model.spec.canary is not None and model.spec.canary.analysis is not None
+    config = model.spec.canary.analysis
+    assert config.golden is not None
+    try:
+        if config.golden.uri is not None:
+            docs = golden_source.load(config.golden.uri, memory.golden_sources)
+        elif documents is None or config.golden.config_map_ref is None:
+            raise golden.GoldenUnavailable("no ConfigMap reader")
+        else:
+            docs = documents(model.metadata.namespace, config.golden.config_map_ref.name)
+        results = golden.read(
+            docs,
+            _pods(pods, revisions["canary"]),
+            _pods(pods, revisions.get("stable", "")),
+            memory.post,
+        )
+    except golden.GoldenUnavailable as exc:
+        return replace(state, message=f"golden documents: {exc}")
+    return analysis.verified(state, golden_score.score_golden(config, results))
+
+
+def finish(
+    memory: AnalysisMemory,
+    model: DocParser,
+    state: analysis.AnalysisState,
+    revisions: Mapping[str, str],
+    pods: Sequence[Mapping[str, Any]],
+    *,
+    serving: bool,
+    now: str,
+    documents: Callable[[str, str], golden.Documents] | None = None,
+) -> analysis.AnalysisState:
+    """Measure what is due and advance the walk. ``serving``: this pass's plan has the
+    canary's Ready pods carrying the weight the step asks for (as near as the router can).
+    ``documents``: (namespace, ConfigMap name) -> the golden documents (golden.load)."""
+    assert model.spec.canary is not None and model.spec.canary.analysis is not None
+    config = model.spec.canary.analysis
+    where = (model.metadata.namespace, model.metadata.name)
+    if state.phase == "Verifying":
+        return _verify(memory, model, state, revisions, pods, documents)
+
+    def sample() -> analysis.Window | None:
+        c = scrape_track(_pods(pods, revisions["canary"]), memory.fetch)
+        s = scrape_track(_pods(pods, revisions.get("stable", "")), memory.fetch)
+        return analysis.Window(c, s) if c is not None and s is not None else None
+
+    window: analysis.Window | None = None
+    end: analysis.Window | None = None
+    unreadable = False
+    serving = serving and state.phase == "Progressing"
+    source = config.prometheus
+    problem = ""
+    if serving and source is not None:
+        # Prometheus keeps the history: a window is its start in status, nothing in memory.
+        if not state.window_start:
+            state = replace(state, window_start=now)
+        elif analysis.window_due(state, config, now):
+            seconds = round(analysis.elapsed(state.window_start, now))
+            ns = model.metadata.namespace
+
+            def track(role: str) -> counters.TrackCounters:
+                revision = revisions.get(role, "")
+                return prometheus.window_counters(source, ns, revision, seconds, memory.query)
+
+            try:
+                window = analysis.Window(track("canary"), track("stable"))
+            except prometheus.PrometheusUnavailable as exc:
+                problem = f"cannot query Prometheus: {exc}"
+    elif serving:
+        known = memory.windows.get(where)
+        if not state.window_start or known is None or known[0] != _key(state):
+            # This window's start is not in memory (a new step, a restart): it begins now.
+            start = sample()
+            unreadable = start is None
+            if start is not None:
+                state = replace(state, window_start=now)
+                memory.windows[where] = (_key(state), start)
+        elif analysis.window_due(state, config, now):
+            end = sample()
+            unreadable = end is None
+            if end is not None:
+                c = end.canary.minus(known[1].canary)
+                s = end.stable.minus(known[1].stable)
+                window = analysis.Window(c, s) if c is not None and s is not None else None
+                if window is None:  # a pod left or restarted: measure a fresh window
+                    state = replace(state, window_start=now)
+                    memory.windows[where] = (_key(state), end)
+    after = analysis.advance(
+        state,
+        config,
+        window,
+        now=now,
+        generation=model.metadata.generation or 0,
+        serving_step=serving or state.phase != "Progressing",
+    )
+    if problem:
+        after = replace(after, message=problem[:300])
+    elif unreadable:  # say why nothing moves: most often a NetworkPolicy keeps us out
+        after = replace(
+            after,
+            message=f"cannot read every Ready pod's /metrics (port {naming.HTTP_PORT}); with "
+            "traffic.allowFrom, admit the operator's namespace",
+        )
+    if after.phase != "Progressing":
+        memory.windows.pop(where, None)
+    elif _key(after) != _key(state) and after.window_start and end is not None:
+        memory.windows[where] = (_key(after), end)  # one window ends, the next begins
+    return after

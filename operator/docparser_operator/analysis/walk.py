@@ -1,0 +1,383 @@
+"""Canary analysis (``spec.canary.analysis``): the weight walks its steps on metrics (pure).
+
+Why here and not a person editing ``canary.weight``: a model release is judged by how the
+canary serves next to stable over the same minutes. Each step holds its weight for
+``intervalSeconds``; then the runtime pods' own counters (``docparser_requests_total`` and the
+total-stage latency histogram, differenced over the window by ``scrape.py``) decide:
+
+- inconclusive while either track has fewer than ``minRequests`` requests in the window (the
+  window keeps accumulating: a quiet service never advances on no evidence);
+- failed when the canary's error rate (5xx / all) exceeds stable's by more than
+  ``maxErrorRateIncrease``, its p99 latency is more than ``maxLatencyRatio`` times stable's,
+  or the share of its pages cut at ``max_new_tokens``, answered empty or steered by the
+  repetition guard exceeds stable's by more than ``maxTruncatedRateIncrease``,
+  ``maxEmptyRateIncrease`` or ``maxRepetitionRateIncrease`` (output that reads worse
+  without failing: what a model release regresses on);
+  ``failureLimit`` failed windows in a row roll back: weight 0, stable untouched,
+  ``Degraded/CanaryFailed``; it stays there until the canary changes (a new revision) or
+  ``analysis.retry`` gets a new value;
+- passed: the next step, a pause (``pause: true`` on a step waits for any spec change, i.e. a
+  new generation), or after the last step ``Succeeded``: the canary carries 100 % (the
+  make-before-break promotion of rollout.py) until its weights move into ``spec.weights``.
+
+The counters come from the pods' own ``/metrics`` (scrape.py) or, with ``prometheus``, from
+PromQL over the window (prometheus.py): the same ``TrackCounters``, the same checks.
+
+With ``golden`` the walk starts ``Verifying`` at weight 0: each golden document is parsed by
+a canary pod and a stable pod (golden.py) and scored by character error rate against its
+expected text; a canary over ``maxCER`` on a document, or more than ``maxCERIncrease`` above
+stable's, never gets traffic (``Failed``, reason ``GoldenRegression``). With
+``golden.everyStep`` the gate runs again before each later step, holding the weight earned
+so far while it does; a failure then rolls the canary back to 0 %.
+
+The operator never writes ``spec``: the step, the effective weight, the last checks and the
+verdict live in ``status.canary.analysis`` and survive an operator restart or a new leader.
+The counters at a window's start are kept in the leader's memory only; a restart begins the
+current step's window again (it never skips or repeats a verdict).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from docparser_operator.analysis.counters import OUTCOMES, TrackCounters, supported_quantile
+from docparser_operator.analysis.golden_score import GoldenScore
+from docparser_operator.api.models import AnalysisStep, CanaryAnalysis
+
+Phase = Literal["Verifying", "Progressing", "Paused", "Failed", "Succeeded"]
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    value: float
+    threshold: float
+    ok: bool
+    canary: float | None = None
+    stable: float | None = None
+    quantile: float | None = None  # latency: the quantile compared (counters.supported_quantile)
+
+    def to_status(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "name": self.name,
+            "value": round(self.value, 4),
+            "threshold": self.threshold,
+            "ok": self.ok,
+        }
+        for key in ("canary", "stable", "quantile"):
+            number = getattr(self, key)
+            if number is not None:
+                out[key] = round(number, 4)
+        return out
+
+
+@dataclass(frozen=True)
+class AnalysisState:
+    """``status.canary.analysis``: where the walk is (the state the operator resumes from)."""
+
+    revision: str
+    steps: tuple[AnalysisStep, ...]
+    step: int = 0
+    phase: Phase = "Progressing"
+    window_start: str = ""
+    failures: int = 0
+    paused_generation: int = 0
+    retry: str = ""
+    message: str = ""
+    checks: tuple[Check, ...] = field(default_factory=tuple)
+    reason: str = ""  # why a Failed walk stopped: CanaryFailed or GoldenRegression
+    golden: tuple[GoldenScore, ...] = field(default_factory=tuple)
+
+    @property
+    def weight(self) -> int:
+        """The canary's effective weight (what the rollout planner is asked for)."""
+        if self.phase == "Failed":
+            return 0
+        if self.phase == "Verifying":  # hold what earlier steps earned, never widen
+            return self.steps[self.step - 1].weight if self.step else 0
+        if self.phase == "Succeeded":
+            return 100
+        return self.steps[self.step].weight
+
+    def to_status(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "revision": self.revision,
+            "step": self.step + 1,
+            "steps": len(self.steps),
+            "weight": self.weight,
+            "phase": self.phase,
+            "failures": self.failures,
+            "message": self.message,
+            "checks": [c.to_status() for c in self.checks],
+        }
+        if self.window_start:
+            out["windowStart"] = self.window_start
+        if self.paused_generation:
+            out["pausedGeneration"] = self.paused_generation
+        if self.retry:
+            out["retry"] = self.retry
+        if self.reason:
+            out["reason"] = self.reason
+        if self.golden:
+            out["golden"] = [g.to_status() for g in self.golden]
+        return out
+
+
+def current(config: CanaryAnalysis, status: dict[str, Any] | None, revision: str) -> AnalysisState:
+    """The state to continue from: the status's, unless it speaks of another canary
+    revision or an older ``retry`` token (then the walk starts again at step 1)."""
+    steps = tuple(config.schedule())
+    fresh = AnalysisState(
+        revision=revision,
+        steps=steps,
+        retry=config.retry or "",
+        phase="Verifying" if config.golden is not None else "Progressing",
+        message="golden documents: waiting for a Ready canary pod"
+        if config.golden is not None
+        else f"step 1/{len(steps)}: {steps[0].weight}% for {config.interval_seconds}s",
+    )
+    old = status or {}
+    if old.get("revision") != revision or (old.get("retry") or "") != (config.retry or ""):
+        return fresh
+    step = min(max(int(old.get("step") or 1) - 1, 0), len(steps) - 1)
+    kept = ("Verifying", "Paused", "Failed", "Succeeded")
+    phase = old.get("phase") if old.get("phase") in kept else None
+    return replace(
+        fresh,
+        step=step,
+        phase=phase or "Progressing",
+        reason=old.get("reason") or "",
+        golden=tuple(
+            GoldenScore(
+                g["document"],
+                float(g.get("canary", 0)),
+                float(g.get("stable", 0)),
+                bool(g.get("ok")),
+            )
+            for g in old.get("golden") or []
+        ),
+        window_start=old.get("windowStart") or "",
+        failures=int(old.get("failures") or 0),
+        paused_generation=int(old.get("pausedGeneration") or 0),
+        message=old.get("message") or fresh.message,
+        checks=tuple(
+            Check(
+                c["name"],
+                float(c.get("value", 0)),
+                float(c.get("threshold", 0)),
+                bool(c.get("ok")),
+                c.get("canary"),
+                c.get("stable"),
+                c.get("quantile"),
+            )
+            for c in old.get("checks") or []
+        ),
+    )
+
+
+def evaluate(
+    config: CanaryAnalysis, canary: TrackCounters, stable: TrackCounters
+) -> tuple[Check, ...] | str:
+    """The window's checks, or why there is no verdict yet."""
+    low = [
+        f"{track} {int(c.requests)}/{config.min_requests}"
+        for track, c in (("canary", canary), ("stable", stable))
+        if c.requests < config.min_requests
+    ]
+    if low:
+        return "waiting for requests in the window: " + ", ".join(low)
+    increase = canary.error_rate - stable.error_rate
+    q = supported_quantile(min(canary.timed, stable.timed))
+    stable_p99, canary_p99 = stable.quantile(q), canary.quantile(q)
+    ratio = canary_p99 / stable_p99 if stable_p99 > 0 else (1.0 if canary_p99 == 0 else math.inf)
+    quality = []
+    for outcome, (name, field_name) in OUTCOMES.items():
+        threshold: float = getattr(config, field_name)
+        c_rate, s_rate = canary.page_rate(outcome), stable.page_rate(outcome)
+        quality.append(
+            Check(name, c_rate - s_rate, threshold, c_rate - s_rate <= threshold, c_rate, s_rate)
+        )
+    return (
+        Check(
+            "errorRate",
+            increase,
+            config.max_error_rate_increase,
+            increase <= config.max_error_rate_increase,
+            canary.error_rate,
+            stable.error_rate,
+        ),
+        Check(
+            "latencyP99Ratio",
+            ratio if math.isfinite(ratio) else 1e9,
+            config.max_latency_ratio,
+            ratio <= config.max_latency_ratio,
+            canary_p99,
+            stable_p99,
+            quantile=q,
+        ),
+        *quality,
+    )
+
+
+@dataclass(frozen=True)
+class Window:
+    """What the executor measured for the state's current window (None: nothing due)."""
+
+    canary: TrackCounters
+    stable: TrackCounters
+
+
+def advance(
+    state: AnalysisState,
+    config: CanaryAnalysis,
+    window: Window | None,
+    *,
+    now: str,
+    generation: int,
+    serving_step: bool,
+) -> AnalysisState:
+    """One pass of the walk (pure). ``serving_step``: the canary's Ready pods carry the step's
+    weight now; until they do the window keeps starting over (no verdict on a half shift).
+    ``window``: the counters over the full window, when it is due."""
+    n = len(state.steps)
+    if state.phase == "Paused":
+        if generation == state.paused_generation:
+            return state
+        step = state.step + 1
+        return _next_step(
+            replace(state, failures=0, paused_generation=0),
+            config,
+            step,
+            f"resumed: step {step + 1}/{n} at {state.steps[step].weight}%",
+        )
+    if state.phase != "Progressing":
+        return state
+    if not serving_step:
+        return replace(
+            state,
+            window_start="",
+            message=f"step {state.step + 1}/{n}: shifting {state.weight}% to the canary",
+        )
+    if window is None:
+        return state
+    verdict = evaluate(config, window.canary, window.stable)
+    if isinstance(verdict, str):
+        return replace(state, message=f"step {state.step + 1}/{n} at {state.weight}%: {verdict}")
+    failed = [c for c in verdict if not c.ok]
+    if failed:
+        failures = state.failures + 1
+        why = "; ".join(f"{c.name} {c.value:.4g} > {c.threshold:g}" for c in failed)
+        if failures >= config.failure_limit:
+            return replace(
+                state,
+                phase="Failed",
+                reason="CanaryFailed",
+                failures=failures,
+                checks=verdict,
+                window_start="",
+                message=f"rolled back at step {state.step + 1}/{n} ({state.weight}%) after "
+                f"{failures} failed window(s): {why}",
+            )
+        return replace(
+            state,
+            failures=failures,
+            checks=verdict,
+            window_start=now,
+            message=f"step {state.step + 1}/{n}: window failed ({why}), "
+            f"{failures}/{config.failure_limit} before rollback",
+        )
+    done = state.steps[state.step]
+    if state.step + 1 >= n:
+        return replace(
+            state,
+            phase="Succeeded",
+            failures=0,
+            checks=verdict,
+            window_start="",
+            message=f"all {n} steps passed: the canary carries 100%; move its weights to "
+            "spec.weights (docparser-operator promote) to finish",
+        )
+    if done.pause:
+        return replace(
+            state,
+            phase="Paused",
+            failures=0,
+            checks=verdict,
+            paused_generation=generation,
+            window_start="",
+            message=f"step {state.step + 1}/{n} passed at {done.weight}%: paused until the "
+            "spec changes",
+        )
+    step = state.step + 1
+    return _next_step(
+        replace(state, failures=0, checks=verdict),
+        config,
+        step,
+        f"step {step + 1}/{n}: {state.steps[step].weight}% for {config.interval_seconds}s",
+    )
+
+
+def _next_step(
+    state: AnalysisState, config: CanaryAnalysis, step: int, message: str
+) -> AnalysisState:
+    """Move to ``step``; with ``golden.everyStep`` through the golden gate first, at the
+    weight already earned (``Verifying`` holds the previous step's weight)."""
+    moved = replace(state, step=step, window_start="", phase="Progressing", message=message)
+    if config.golden is not None and config.golden.every_step:
+        return replace(
+            moved,
+            phase="Verifying",
+            message=f"golden documents again before step {step + 1}/{len(state.steps)} "
+            f"({state.steps[step].weight}%): waiting for a Ready canary pod",
+        )
+    return moved
+
+
+def verified(state: AnalysisState, scores: tuple[GoldenScore, ...]) -> AnalysisState:
+    """The golden gate's verdict: traffic may start (or widen to the step's weight), or the
+    canary gets none (a failure after earlier steps rolls it back to 0 %)."""
+    failed = [g for g in scores if not g.ok]
+    n = len(state.steps)
+    if failed:
+        worst = ", ".join(f"{g.document} {g.canary:.3f} (stable {g.stable:.3f})" for g in failed)
+        return replace(
+            state,
+            phase="Failed",
+            reason="GoldenRegression",
+            golden=scores,
+            message=f"golden documents: the canary reads {len(failed)} of {len(scores)} worse "
+            f"than allowed (character error rate: {worst}); "
+            + (
+                f"rolled back from {state.weight}% before step {state.step + 1}/{n}"
+                if state.step
+                else "no traffic was sent to it"
+            ),
+        )
+    return replace(
+        state,
+        phase="Progressing",
+        golden=scores,
+        message=f"golden documents passed ({len(scores)}); step {state.step + 1}/{n}: "
+        f"{state.steps[state.step].weight}%",
+    )
+
+
+def _seconds(rfc3339: str) -> float:
+    import calendar
+    import time
+
+    return float(calendar.timegm(time.strptime(rfc3339, "%Y-%m-%dT%H:%M:%SZ")))
+
+
+def elapsed(start: str, now: str) -> float:
+    """Seconds from ``start`` to ``now`` (status timestamps)."""
+    return _seconds(now) - _seconds(start)
+
+
+def window_due(state: AnalysisState, config: CanaryAnalysis, now: str) -> bool:
+    """The step's window has lasted ``intervalSeconds`` (only a Progressing walk has one)."""
+    if state.phase != "Progressing" or not state.window_start:
+        return False
+    return _seconds(now) - _seconds(state.window_start) >= config.interval_seconds

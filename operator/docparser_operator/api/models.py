@@ -1,0 +1,400 @@
+"""Typed DocParser spec and status (pydantic v2), mirroring crds/docparser.yaml.
+
+The CRD is what the API server enforces; these models are what the renderers read. Both
+describe the same fields, types, enums, defaults and ranges (tests/operator/test_models.py
+walks the two and fails on any difference), and the model repeats the CRD's CEL rules with
+the same messages so `docparser-operator render -f` rejects what `kubectl apply` would.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from docparser_operator.api import naming
+from docparser_operator.api.status_models import DocParserStatus
+from docparser_operator.api.wire import WireModel
+
+EngineName = Literal["deepseek-ocr2", "rapidocr"]
+SHA256_PATTERN = r"^[0-9a-f]{64}$"
+QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$"
+CPU_PATTERN = r"^[0-9]+(\.[0-9]+)?m?$"
+NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+PVC_URI_PATTERN = r"^pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?/.+$"
+
+
+class SecretRef(WireModel):
+    name: Annotated[str, Field(min_length=1, max_length=253)]
+
+
+class SecretKeyRef(WireModel):
+    name: Annotated[str, Field(min_length=1, max_length=253)]
+    key: Annotated[str, Field(min_length=1, max_length=253)] = "url"
+
+
+class Weights(WireModel):
+    uri: Annotated[
+        str, Field(min_length=1, max_length=2048, pattern=r"^(s3|gs|https?|file|pvc)://.+$")
+    ]
+    version: Annotated[
+        str,
+        Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"),
+    ]
+    sha256: Annotated[str, Field(max_length=64)]
+    credentials_secret_ref: SecretRef | None = None
+
+    @model_validator(mode="after")
+    def _cel_rules(self) -> Weights:
+        if not re.fullmatch(SHA256_PATTERN, self.sha256):
+            raise ValueError("sha256 must be 64 lowercase hex characters")
+        if self.uri.startswith("pvc://") and not re.fullmatch(PVC_URI_PATTERN, self.uri):
+            raise ValueError("a pvc:// uri must look like pvc://CLAIM/PATH")
+        return self
+
+    @property
+    def pvc(self) -> tuple[str, str] | None:
+        """(claim, path inside the claim) for pvc://CLAIM/PATH sources, else None."""
+        if not self.uri.startswith("pvc://"):
+            return None
+        claim, _, path = self.uri.removeprefix("pvc://").partition("/")
+        return claim, path
+
+
+class Replicas(WireModel):
+    min: Annotated[int, Field(ge=1, le=1000)] = 1
+    max: Annotated[int, Field(ge=1, le=1000)] = 1
+    desired: Annotated[int, Field(ge=0, le=1000)] = 1  # the autoscaler's, through /scale
+
+    @property
+    def size(self) -> int:
+        """The DocParser's size now: the autoscaler's choice clamped to [min, max]."""
+        return max(self.min, min(self.max, self.desired))
+
+    @model_validator(mode="after")
+    def _cel_rules(self) -> Replicas:
+        if self.min > self.max:
+            raise ValueError("replicas.min must be less than or equal to replicas.max")
+        return self
+
+
+class Rollout(WireModel):
+    max_surge: Annotated[int, Field(ge=0, le=100)] = 1
+
+
+class WeightsCache(WireModel):
+    """Where fetched weights live: each pod's own emptyDir (fetched per pod), or one
+    PersistentVolumeClaim per weights sha256, filled once by a Job and mounted read-only by
+    every pod of every revision using it (render/weights_cache.py)."""
+
+    mode: Literal["EmptyDir", "PersistentVolume"] = "EmptyDir"
+    storage_class_name: Annotated[str, Field(min_length=1, max_length=253)] | None = None
+    access_mode: Literal["ReadWriteMany", "ReadWriteOnce"] = "ReadWriteMany"
+    volume_size: Annotated[str, Field(max_length=32, pattern=QUANTITY_PATTERN)] | None = None
+
+
+class Autoscaling(WireModel):
+    metric: Literal["queue", "backlog", "inflight", "cpu"] = "queue"
+    target: Annotated[int, Field(ge=1, le=10000)] = 4
+    scale_down_stabilization_seconds: Annotated[int, Field(ge=0, le=3600)] = 600
+
+
+class Resources(WireModel):
+    gpu: Annotated[int, Field(ge=0, le=16)] | None = None
+    gpu_memory: Annotated[str, Field(max_length=32, pattern=QUANTITY_PATTERN)] | None = None
+    cpu: Annotated[str, Field(max_length=32, pattern=CPU_PATTERN)] | None = None
+    memory: Annotated[str, Field(max_length=32, pattern=QUANTITY_PATTERN)] | None = None
+    node_selector: Annotated[
+        dict[str, Annotated[str, Field(max_length=253)]], Field(max_length=32)
+    ] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _cel_rules(self) -> Resources:
+        # The engine loads one model on one device: more GPUs would be reserved and idle.
+        if self.gpu is not None and self.gpu > 1:
+            raise ValueError(
+                "resources.gpu above 1 is not supported yet: the engine runs on one GPU per pod "
+                "(scale out with replicas)"
+            )
+        return self
+
+
+class EnvVar(BaseModel):
+    """A core/v1 EnvVar: its name is checked here, the rest (value, valueFrom) by the API
+    server inside the Deployment."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    name: Annotated[str, Field(min_length=1, max_length=253)]
+
+
+class PodSettings(WireModel):
+    """Placement, identity and extra settings of the runtime pods (both tracks).
+
+    Kubernetes objects (tolerations, affinity, spread constraints, env) pass through as
+    given; the API server validates them inside the Deployment. What the operator owns is
+    refused: its labels (selectors) and the env it renders from the spec."""
+
+    tolerations: Annotated[list[dict[str, Any]], Field(max_length=32)] = Field(default_factory=list)
+    affinity: dict[str, Any] | None = None
+    topology_spread_constraints: Annotated[list[dict[str, Any]], Field(max_length=8)] | None = (
+        None  # None: spread the runtime pods across nodes
+    )
+    priority_class_name: Annotated[str, Field(min_length=1, max_length=253)] | None = None
+    runtime_class_name: Annotated[str, Field(min_length=1, max_length=253)] | None = None
+    image_pull_secrets: Annotated[list[SecretRef], Field(max_length=16)] = Field(
+        default_factory=list
+    )
+    service_account_name: Annotated[str, Field(min_length=1, max_length=253)] | None = None
+    annotations: Annotated[dict[str, str], Field(max_length=64)] = Field(default_factory=dict)
+    labels: Annotated[dict[str, Annotated[str, Field(max_length=63)]], Field(max_length=32)] = (
+        Field(default_factory=dict)
+    )
+    env: Annotated[list[EnvVar], Field(max_length=64)] = Field(default_factory=list)
+    env_from: Annotated[list[dict[str, Any]], Field(max_length=16)] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _owned_fields(self) -> PodSettings:
+        taken = sorted(
+            k
+            for k in self.labels
+            if k in naming.RESERVED_LABELS or k.startswith(naming.RESERVED_LABEL_PREFIX)
+        )
+        if taken:
+            raise ValueError(
+                f"pod.labels may not set {', '.join(taken)}: the operator selects pods by them"
+            )
+        names = [e.name for e in self.env]
+        owned = sorted(set(names) & naming.OPERATOR_ENV)
+        if owned:
+            raise ValueError(
+                f"pod.env may not set {', '.join(owned)}: the operator renders it from the spec "
+                "(change the spec field instead)"
+            )
+        if len(set(names)) != len(names):
+            raise ValueError("pod.env: each name at most once")
+        return self
+
+
+class Runtime(WireModel):
+    image: Annotated[str, Field(min_length=1, max_length=512)]
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
+    max_batch_size: Annotated[int, Field(ge=1, le=256)] = 8
+    max_new_tokens: Annotated[int, Field(ge=1, le=8192)] = 4096
+    redis_url_secret_ref: SecretKeyRef | None = None
+    startup_timeout_seconds: Annotated[int, Field(ge=60, le=86400)] = 1800
+
+
+class GatewayRef(WireModel):
+    name: Annotated[str, Field(min_length=1, max_length=253)]
+    namespace: Annotated[str, Field(min_length=1, max_length=63)] | None = None
+    section_name: Annotated[str, Field(min_length=1, max_length=253)] | None = None
+
+
+class Traffic(WireModel):
+    router: Literal["service", "gateway"] = "service"
+    gateway_ref: GatewayRef | None = None
+    hostnames: Annotated[
+        list[Annotated[str, Field(min_length=1, max_length=253)]], Field(max_length=16)
+    ] = Field(default_factory=list)
+    # NetworkPolicyPeer objects allowed to reach the runtime pods' HTTP port; None: no policy.
+    allow_from: Annotated[list[dict[str, Any]], Field(max_length=16)] | None = None
+
+    @model_validator(mode="after")
+    def _cel_rules(self) -> Traffic:
+        if self.router == "gateway" and self.gateway_ref is None:
+            raise ValueError("traffic.gatewayRef is required when traffic.router is gateway")
+        return self
+
+
+class RuntimeOverride(WireModel):
+    """What the canary's pods run differently from ``spec.runtime`` (None: the same)."""
+
+    image: Annotated[str, Field(min_length=1, max_length=512)] | None = None
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
+    max_batch_size: Annotated[int, Field(ge=1, le=256)] | None = None
+    max_new_tokens: Annotated[int, Field(ge=1, le=8192)] | None = None
+    startup_timeout_seconds: Annotated[int, Field(ge=60, le=86400)] | None = None
+
+    def applied_to(self, runtime: Runtime) -> Runtime:
+        return runtime.model_copy(update=self.model_dump(exclude_none=True))
+
+
+class AnalysisStep(WireModel):
+    weight: Annotated[int, Field(ge=1, le=99)]
+    pause: bool = False  # after this step passes, wait for a spec change
+
+
+DEFAULT_STEPS = (10, 25, 50)
+
+
+GOLDEN_URI_PATTERN = r"^(file|s3|gs|gcs|az|abfs|https?)://[^\s]+$"
+
+
+class GoldenSet(WireModel):
+    """Documents with their expected text the canary must read before it gets any traffic:
+    a ConfigMap (``<id>.png`` / ``<id>.pdf`` in binaryData, ``<id>.txt`` or ``<id>.md`` in
+    data) or a folder of the same files at ``uri`` (golden_source.py)."""
+
+    config_map_ref: SecretRef | None = None  # a name in the DocParser's namespace
+    uri: Annotated[str, Field(pattern=GOLDEN_URI_PATTERN, max_length=2048)] | None = None
+    max_cer: Annotated[float, Field(ge=0, le=1, alias="maxCER")] = 0.05
+    max_cer_increase: Annotated[float, Field(ge=0, le=1, alias="maxCERIncrease")] = 0.02
+    every_step: bool = False  # the gate again before each later step (analysis.py)
+
+    @model_validator(mode="after")
+    def _cel_rules(self) -> GoldenSet:
+        if (self.config_map_ref is None) == (self.uri is None):
+            raise ValueError("golden: give configMapRef or uri, exactly one")
+        return self
+
+
+PROMETHEUS_LABEL = r"^[a-zA-Z_][a-zA-Z0-9_]*$"
+
+
+class PrometheusSource(WireModel):
+    """Judge windows on PromQL over a Prometheus that scrapes the runtime pods, instead of
+    the operator reading the pods' /metrics itself (prometheus.py)."""
+
+    url: Annotated[str, Field(pattern=r"^https?://[^\s]+$", max_length=2048)]
+    revision_label: Annotated[str, Field(pattern=PROMETHEUS_LABEL, max_length=128)] = (
+        "docparser_io_revision"
+    )
+    namespace_label: Annotated[str, Field(pattern=PROMETHEUS_LABEL, max_length=128)] = "namespace"
+
+
+class CanaryAnalysis(WireModel):
+    """Automated steps for the canary weight (analysis.py): ``steps``, or ``stepWeight`` up
+    to ``maxWeight``; without either 10, 25 and 50 %."""
+
+    steps: Annotated[list[AnalysisStep], Field(max_length=20)] = Field(default_factory=list)
+    step_weight: Annotated[int, Field(ge=1, le=99)] | None = None
+    max_weight: Annotated[int, Field(ge=1, le=99)] = 50
+    interval_seconds: Annotated[int, Field(ge=5, le=86400)] = 300
+    min_requests: Annotated[int, Field(ge=1, le=1000000)] = 50
+    failure_limit: Annotated[int, Field(ge=1, le=100)] = 2
+    max_error_rate_increase: Annotated[float, Field(ge=0, le=1)] = 0.01
+    max_latency_ratio: Annotated[float, Field(ge=1, le=100)] = 1.5
+    max_truncated_rate_increase: Annotated[float, Field(ge=0, le=1)] = 0.02
+    max_empty_rate_increase: Annotated[float, Field(ge=0, le=1)] = 0.02
+    max_repetition_rate_increase: Annotated[float, Field(ge=0, le=1)] = 0.05
+    retry: Annotated[str, Field(max_length=63)] | None = None
+    resume: Annotated[str, Field(max_length=63)] | None = None  # a new value ends a pause
+    golden: GoldenSet | None = None
+    prometheus: PrometheusSource | None = None
+
+    @model_validator(mode="after")
+    def _cel_rules(self) -> CanaryAnalysis:
+        if self.steps and self.step_weight is not None:
+            raise ValueError("analysis: give steps or stepWeight, not both")
+        return self
+
+    def schedule(self) -> list[AnalysisStep]:
+        if self.steps:
+            return list(self.steps)
+        if self.step_weight is not None:
+            top = max(self.max_weight, self.step_weight)
+            weights = list(range(self.step_weight, top + 1, self.step_weight))
+            return [AnalysisStep(weight=w) for w in weights]
+        return [AnalysisStep(weight=w) for w in DEFAULT_STEPS]
+
+
+class Canary(WireModel):
+    weights: Weights
+    runtime: RuntimeOverride | None = None
+    weight: Annotated[int, Field(ge=0, le=100)] = 0
+    analysis: CanaryAnalysis | None = None
+
+
+class Auth(WireModel):
+    api_key_secret_ref: SecretRef | None = None
+
+
+class DocParserSpec(WireModel):
+    engine: EngineName = "deepseek-ocr2"
+    weights: Weights | None = None
+    tier: Annotated[int, Field(ge=0, le=6)] = 6
+    replicas: Replicas = Field(default_factory=Replicas)
+    rollout: Rollout = Field(default_factory=Rollout)
+    weights_cache: WeightsCache = Field(default_factory=WeightsCache)
+    autoscaling: Autoscaling = Field(default_factory=Autoscaling)
+    resources: Resources = Field(default_factory=Resources)
+    runtime: Runtime
+    traffic: Traffic = Field(default_factory=Traffic)
+    canary: Canary | None = None
+    auth: Auth | None = None
+    pod: PodSettings = Field(default_factory=PodSettings)
+
+    def for_canary(self) -> DocParserSpec:
+        """The spec the canary's pods are rendered from: spec.runtime with the canary's
+        runtime override applied (the same spec when there is none)."""
+        if self.canary is None or self.canary.runtime is None:
+            return self
+        return self.model_copy(update={"runtime": self.canary.runtime.applied_to(self.runtime)})
+
+    @model_validator(mode="after")
+    def _cel_rules(self) -> DocParserSpec:
+        if self.engine == "deepseek-ocr2" and self.weights is None:
+            raise ValueError("weights is required for engine deepseek-ocr2")
+        if self.canary is not None and self.weights is not None:
+            ours, theirs = self.weights, self.canary.weights
+            same_weights = (ours.uri, ours.version, ours.sha256) == (
+                theirs.uri,
+                theirs.version,
+                theirs.sha256,
+            )  # the CRD's rule compares these three only (credentials may differ)
+            if same_weights and self.for_canary().runtime == self.runtime:
+                raise ValueError(
+                    "canary must differ from stable: other weights (uri, version or sha256) or "
+                    "runtime settings"
+                )
+        return self
+
+    @property
+    def gpus(self) -> int:
+        """GPUs per pod: the explicit value, else 1 for deepseek-ocr2 and 0 for rapidocr."""
+        if self.resources.gpu is not None:
+            return self.resources.gpu
+        return 1 if self.engine == "deepseek-ocr2" else 0
+
+    @property
+    def autoscaled(self) -> bool:
+        """An HPA manages replicas exactly when the range is open (min < max)."""
+        return self.replicas.min < self.replicas.max
+
+
+class ObjectMeta(BaseModel):
+    """The few metadata fields rendering needs; everything else passes through untouched."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    name: str
+    namespace: str = "default"
+    uid: str | None = None
+    generation: int | None = None
+
+    @model_validator(mode="after")
+    def _cel_rules(self) -> ObjectMeta:
+        if not (re.fullmatch(NAME_PATTERN, self.name) and len(self.name) <= 56):
+            raise ValueError(
+                "metadata.name must be a DNS-1035 label of at most 56 characters "
+                "(child names append -canary)"
+            )
+        return self
+
+
+class DocParser(BaseModel):
+    """A whole DocParser resource as read from the API server or a manifest file."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    api_version: Literal["docparser.io/v1alpha1"] = Field(alias="apiVersion")
+    kind: Literal["DocParser"]
+    metadata: ObjectMeta
+    spec: DocParserSpec
+    status: DocParserStatus | None = None
+
+    @classmethod
+    def from_resource(cls, resource: dict[str, Any]) -> DocParser:
+        """Parse a resource dict (API object or manifest); raises pydantic.ValidationError."""
+        return cls.model_validate(resource)

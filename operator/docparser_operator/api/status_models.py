@@ -1,0 +1,85 @@
+"""Typed DocParser status (pydantic v2), mirroring the CRD's ``status`` schema.
+
+Written only by the operator (status.py builds it as plain dicts); these models read it back
+(``DocParser.status``) and let tests/operator/test_models.py hold the CRD and the code to the
+same fields.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from docparser_operator.api.wire import WireModel
+
+
+class Condition(WireModel):
+    type: Annotated[str, Field(max_length=316)]
+    status: Literal["True", "False", "Unknown"]
+    reason: Annotated[str, Field(max_length=1024)] | None = None
+    message: Annotated[str, Field(max_length=32768)] | None = None
+    last_transition_time: str | None = None
+    observed_generation: int | None = None
+
+
+class TrackStatus(WireModel):
+    version: str | None = None
+    revision: str | None = None
+    ready_replicas: int | None = None
+
+
+class AnalysisCheck(WireModel):
+    name: str | None = None
+    value: float | None = None
+    threshold: float | None = None
+    ok: bool | None = None
+    canary: float | None = None
+    stable: float | None = None
+    quantile: float | None = None
+
+
+class GoldenScore(WireModel):
+    document: str | None = None
+    canary: float | None = None
+    stable: float | None = None
+    ok: bool | None = None
+
+
+class AnalysisStatus(WireModel):
+    revision: str | None = None
+    reason: str | None = None
+    golden: list[GoldenScore] | None = None
+    step: int | None = None
+    steps: int | None = None
+    weight: int | None = None
+    phase: str | None = None
+    window_start: str | None = None
+    failures: int | None = None
+    paused_generation: int | None = None
+    retry: str | None = None
+    message: str | None = None
+    checks: list[AnalysisCheck] | None = None
+
+
+class CanaryStatus(TrackStatus):
+    weight: int | None = None
+    requested_weight: int | None = None
+    analysis: AnalysisStatus | None = None
+
+
+class RolloutStatus(WireModel):
+    size: int | None = None
+    pods: int | None = None
+    max_surge: int | None = None
+
+
+class DocParserStatus(WireModel):
+    observed_generation: int | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+    stable: TrackStatus | None = None
+    canary: CanaryStatus | None = None
+    rollout: RolloutStatus | None = None
+    endpoint: str | None = None
+    replicas: int | None = None
+    selector: str | None = None

@@ -1,0 +1,169 @@
+"""``docparser-operator`` command line: ``render`` (offline), ``run`` (the controller) and the
+rollout verbs ``promote`` / ``resume`` / ``abort`` / ``status`` (rollout_cli.py).
+
+``render -f FILE`` prints every child of every DocParser in FILE (a multi-document YAML
+stream; ``-`` reads stdin) as one YAML stream: GitOps users commit or diff it, and tests use
+it, without a cluster. Documents of other kinds are skipped with a note on stderr. A spec
+the CRD would reject prints the reason and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+import yaml
+from pydantic import ValidationError
+
+from docparser_operator import __version__
+from docparser_operator.api.naming import API_VERSION, KIND
+
+EXIT_INVALID = 2
+
+
+class _NoAliasDumper(yaml.SafeDumper):
+    """Never emit &anchors/*aliases: manifests must read the same in every tool."""
+
+    def ignore_aliases(self, data: object) -> bool:
+        return True
+
+
+def to_yaml_stream(objects: Sequence[dict[str, Any]]) -> str:
+    """The render output format: one ``---``-separated document per object, keys in order."""
+    return yaml.dump_all(objects, Dumper=_NoAliasDumper, sort_keys=False, explicit_start=True)
+
+
+def _read_documents(path: str) -> list[dict[str, Any]]:
+    if path == "-":
+        return [d for d in yaml.safe_load_all(sys.stdin) if d]
+    with open(path, encoding="utf-8") as handle:
+        return [d for d in yaml.safe_load_all(handle) if d]
+
+
+def _describe(err: ValidationError) -> str:
+    parts = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"])
+        msg = e["msg"].removeprefix("Value error, ")
+        parts.append(f"{loc}: {msg}" if loc else msg)
+    return "; ".join(parts)
+
+
+def render_documents(
+    documents: Sequence[dict[str, Any]], *, canary_ready: bool, err: TextIO
+) -> list[dict[str, Any]]:
+    """Children of every DocParser in ``documents``; raises ValueError naming a bad one."""
+    from docparser_operator.core.render import render_all
+
+    children: list[dict[str, Any]] = []
+    for index, doc in enumerate(documents):
+        if not isinstance(doc, dict) or doc.get("kind") != KIND:
+            kind = doc.get("kind") if isinstance(doc, dict) else type(doc).__name__
+            print(f"# skipped document {index}: kind {kind} is not {KIND}", file=err)
+            continue
+        if doc.get("apiVersion") != API_VERSION:
+            raise ValueError(f"document {index}: apiVersion must be {API_VERSION}")
+        name = (doc.get("metadata") or {}).get("name", f"#{index}")
+        try:
+            children.extend(render_all(doc, canary_ready=canary_ready))
+        except ValidationError as exc:
+            raise ValueError(f"DocParser {name}: {_describe(exc)}") from exc
+    return children
+
+
+def _cmd_render(args: argparse.Namespace) -> int:
+    try:
+        documents = _read_documents(args.file)
+        children = render_documents(
+            documents, canary_ready=not args.canary_not_ready, err=sys.stderr
+        )
+    except (OSError, yaml.YAMLError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    sys.stdout.write(to_yaml_stream(children))
+    return 0
+
+
+def _cmd_rollout(args: argparse.Namespace) -> int:
+    from docparser_operator.cli.rollout import RolloutCommandError, rewrite_file, run_live
+
+    try:
+        if getattr(args, "file", None):
+            with open(args.file, encoding="utf-8") as handle:
+                text, names = rewrite_file(args.command, handle.read(), args.name)
+            with open(args.file, "w", encoding="utf-8") as handle:
+                handle.write(text)
+            print(f"{args.command}d {', '.join(names)} in {args.file}: commit it", file=sys.stderr)
+            return 0
+        if not args.name:
+            print("error: NAME or -f FILE is required", file=sys.stderr)
+            return EXIT_INVALID
+        return run_live(args.command, args.name, args.namespace)
+    except (OSError, yaml.YAMLError, RolloutCommandError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from docparser_operator.controller import handlers
+
+    handlers.run(args.namespace or [])
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="docparser-operator",
+        description="Kubernetes operator for DocParser document-parsing services.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    render = sub.add_parser("render", help="print the child manifests of DocParsers (no cluster)")
+    render.add_argument("-f", "--file", required=True, help="DocParser YAML file, '-' for stdin")
+    render.add_argument(
+        "--canary-not-ready",
+        action="store_true",
+        help="render as while canary pods are not Ready (all traffic to stable)",
+    )
+    render.set_defaults(func=_cmd_render)
+
+    run = sub.add_parser("run", help="run the controller (in-cluster config or KUBECONFIG)")
+    run.add_argument(
+        "--namespace",
+        action="append",
+        metavar="NS",
+        help="watch only this namespace (repeatable; default all namespaces)",
+    )
+    run.set_defaults(func=_cmd_run)
+
+    verbs = {
+        "promote": "make the canary the stable revision (live, or -f FILE for a Git commit)",
+        "resume": "continue a canary analysis paused at a pause step (live, or -f FILE)",
+        "abort": "remove the canary: traffic back to stable as its Ready pods allow",
+        "status": "show revisions, pods, traffic, conditions and recent events",
+    }
+    for verb, text in verbs.items():
+        cmd = sub.add_parser(verb, help=text)
+        with_file = verb in ("promote", "resume")
+        cmd.add_argument("name", nargs="?" if with_file else None, help="DocParser name")
+        cmd.add_argument(
+            "-n", "--namespace", default="default", help="namespace (default: default)"
+        )
+        if with_file:
+            cmd.add_argument(
+                "-f", "--file", help="rewrite this manifest file instead of the cluster"
+            )
+        cmd.set_defaults(func=_cmd_rollout)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,220 @@
+"""``docparser-operator promote | resume | abort | status``: the rollout verbs for people.
+
+The operator never writes ``spec``; these commands are the user's hand, like ``kubectl argo
+rollouts promote``. ``promote NAME`` / ``abort NAME`` patch the live DocParser (for clusters
+driven by ``kubectl``); ``promote -f FILE`` rewrites a manifest file for a Git commit (for
+clusters driven by Argo CD or Flux, where a live patch would be reverted by the next sync).
+``resume NAME`` (or ``-f FILE``) gives ``analysis.resume`` a new value: a walk paused after a
+``pause`` step goes on (Argo's ``promote`` without ``--full``). ``status NAME`` prints the
+rollout as the operator sees it: revisions, pods, traffic,
+conditions and the last events.
+
+Promotion copies the canary's weights into ``spec.weights`` (and its runtime override into
+``spec.runtime``) and removes ``spec.canary``: the
+canary's revision becomes the stable one. When its pods are Ready that is instant; otherwise
+the operator moves capacity make-before-break. Abort removes ``spec.canary``: traffic returns
+to stable as fast as stable's Ready pods can carry it, then the canary's pods go.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import sys
+from typing import Any, TextIO
+
+import yaml
+
+from docparser_operator.api import labels, naming
+
+FIELD_MANAGER = "docparser-cli"
+
+
+class RolloutCommandError(ValueError):
+    """The DocParser cannot take this verb (no canary to promote, not found, ...)."""
+
+
+def promoted(resource: dict[str, Any]) -> dict[str, Any]:
+    """The DocParser with its canary promoted (pure)."""
+    spec = (resource.get("spec") or {}).copy()
+    canary = spec.get("canary")
+    if not canary:
+        name = (resource.get("metadata") or {}).get("name", "?")
+        raise RolloutCommandError(f"DocParser {name} has no canary to promote")
+    out = copy.deepcopy(resource)
+    out["spec"]["weights"] = copy.deepcopy(canary["weights"])
+    if canary.get("runtime"):  # the canary's runtime override becomes the runtime
+        out["spec"]["runtime"] = {**(spec.get("runtime") or {}), **canary["runtime"]}
+    del out["spec"]["canary"]
+    return out
+
+
+def promote_patch(resource: dict[str, Any]) -> dict[str, Any]:
+    """The merge patch that promotes the live object (``canary: null`` removes it)."""
+    after = promoted(resource)
+    patch = {"weights": after["spec"]["weights"], "canary": None}
+    if ((resource.get("spec") or {}).get("canary") or {}).get("runtime"):
+        patch["runtime"] = after["spec"]["runtime"]
+    return {"spec": patch}
+
+
+def abort_patch(resource: dict[str, Any]) -> dict[str, Any]:
+    if not (resource.get("spec") or {}).get("canary"):
+        name = (resource.get("metadata") or {}).get("name", "?")
+        raise RolloutCommandError(f"DocParser {name} has no canary to abort")
+    return {"spec": {"canary": None}}
+
+
+def resume_token(now: datetime.datetime | None = None) -> str:
+    """A new ``analysis.resume`` value: the time, readable in a Git diff."""
+    return (now or datetime.datetime.now(datetime.UTC)).strftime("%Y%m%dT%H%M%SZ")
+
+
+def resumed(resource: dict[str, Any], token: str) -> dict[str, Any]:
+    """The DocParser with a new ``analysis.resume`` (pure): the next generation ends a pause."""
+    analysis = ((resource.get("spec") or {}).get("canary") or {}).get("analysis")
+    if analysis is None:
+        name = (resource.get("metadata") or {}).get("name", "?")
+        raise RolloutCommandError(f"DocParser {name} has no canary analysis to resume")
+    out = copy.deepcopy(resource)
+    out["spec"]["canary"]["analysis"]["resume"] = token
+    return out
+
+
+def resume_patch(resource: dict[str, Any], token: str) -> dict[str, Any]:
+    """The merge patch that resumes the live object's paused walk; refused unless its status
+    says Paused (a resume of a running walk would only be a spec change to explain)."""
+    resumed(resource, token)  # the same refusal without an analysis
+    phase = (((resource.get("status") or {}).get("canary") or {}).get("analysis") or {}).get(
+        "phase"
+    )
+    if phase != "Paused":
+        name = resource["metadata"]["name"]
+        raise RolloutCommandError(
+            f"DocParser {name}'s analysis is {phase or 'not started'}, not Paused"
+        )
+    return {"spec": {"canary": {"analysis": {"resume": token}}}}
+
+
+def rewrite_file(verb: str, text: str, name: str | None = None) -> tuple[str, list[str]]:
+    """Rewrite a manifest stream: promote (or resume) every DocParser with a canary, or the
+    one named; returns the new text and the names changed. Other documents pass through."""
+    change = promoted if verb == "promote" else lambda doc: resumed(doc, resume_token())
+    documents = list(yaml.safe_load_all(text))
+    done = []
+    for index, doc in enumerate(documents):
+        if not isinstance(doc, dict) or doc.get("kind") != naming.KIND:
+            continue
+        doc_name = (doc.get("metadata") or {}).get("name")
+        if name is not None and doc_name != name:
+            continue
+        if not (doc.get("spec") or {}).get("canary"):
+            if name is not None:
+                raise RolloutCommandError(f"DocParser {doc_name} has no canary to {verb}")
+            continue
+        documents[index] = change(doc)
+        done.append(str(doc_name))
+    if not done:
+        raise RolloutCommandError("no DocParser with a canary in the file")
+    return yaml.safe_dump_all(documents, sort_keys=False), done
+
+
+def _condition_line(c: dict[str, Any]) -> str:
+    head = f"  {c.get('type', '?'):<12} {c.get('status', '?'):<6}"
+    return f"{head} {c.get('reason', '')}: {c.get('message', '')}"
+
+
+def render_status(
+    dp: dict[str, Any], deployments: list[dict[str, Any]], events: list[dict[str, Any]]
+) -> str:
+    """The readable rollout view (pure)."""
+    meta, spec, status = dp["metadata"], dp.get("spec") or {}, dp.get("status") or {}
+    stable, canary = status.get("stable") or {}, status.get("canary") or {}
+    rollout = status.get("rollout") or {}
+    lines = [
+        f"DocParser {meta.get('namespace')}/{meta['name']}  endpoint {status.get('endpoint', '-')}",
+        f"size {rollout.get('size', '-')}  pods {rollout.get('pods', '-')}  "
+        f"maxSurge {rollout.get('maxSurge', '-')}  ready {status.get('replicas', 0)}",
+        f"stable  {stable.get('version', '-'):<14} revision {stable.get('revision', '-')}  "
+        f"ready {stable.get('readyReplicas', 0)}",
+    ]
+    if spec.get("canary") or canary:
+        requested = canary.get("requestedWeight", (spec.get("canary") or {}).get("weight", 0))
+        lines.append(
+            f"canary  {canary.get('version', '-'):<14} revision {canary.get('revision', '-')}  "
+            f"ready {canary.get('readyReplicas', 0)}  weight {canary.get('weight', 0)}% "
+            f"(requested {requested}%)"
+        )
+    lines.append("revisions:")
+    for dep in sorted(deployments, key=lambda d: d["metadata"]["name"]):
+        dep_labels = dep["metadata"].get("labels") or {}
+        role = dep_labels.get(labels.LABEL_TRACK, "?")
+        if labels.LABEL_RETIRED in dep_labels:
+            role = "previous"
+        ready = (dep.get("status") or {}).get("readyReplicas") or 0
+        replicas = (dep.get("spec") or {}).get("replicas", 0)
+        lines.append(
+            f"  {dep_labels.get(labels.LABEL_REVISION, '?'):<8} {role:<9} "
+            f"{dep_labels.get(labels.LABEL_VERSION, 'embedded'):<14} "
+            f"pods {ready}/{replicas} ready"
+        )
+    lines.append("conditions:")
+    lines += [_condition_line(c) for c in status.get("conditions") or []]
+    if events:
+        lines.append("events:")
+        recent = sorted(events, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+        for ev in recent[-8:]:
+            lines.append(
+                f"  {ev.get('type', ''):<8} {ev.get('reason', ''):<20} {ev.get('message', '')}"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def run_live(verb: str, name: str, namespace: str, out: TextIO = sys.stdout) -> int:
+    """promote / abort / status against the cluster of KUBECONFIG (or in-cluster config)."""
+    from docparser_operator.controller.settings import OperatorSettings
+    from docparser_operator.kube.client import (
+        DOCPARSER,
+        KNOWN_KINDS,
+        ApiError,
+        KubeClient,
+        load_configuration,
+    )
+
+    cfg = load_configuration(OperatorSettings().kubeconfig)
+    client = KubeClient(cfg, user_agent="docparser-operator-cli")
+    try:
+        dp = client.get(DOCPARSER, namespace, name)
+        if dp is None:
+            raise RolloutCommandError(f"DocParser {namespace}/{name} not found")
+        if verb == "status":
+            selector = labels.selector_string(labels.owned_selector(name))
+            deployments = client.list(KNOWN_KINDS["Deployment"], namespace, selector=selector)
+            events = [
+                e
+                for e in client.list(KNOWN_KINDS["Event"], namespace)
+                if (e.get("involvedObject") or {}).get("uid") == dp["metadata"].get("uid")
+            ]
+            out.write(render_status(dp, deployments, events))
+            return 0
+        if verb == "promote":
+            patch = promote_patch(dp)
+        elif verb == "resume":
+            patch = resume_patch(dp, resume_token())
+        else:
+            patch = abort_patch(dp)
+        client.request(
+            "PATCH",
+            DOCPARSER.path(namespace, name),
+            query={"fieldManager": FIELD_MANAGER},
+            body=patch,
+            content_type="application/merge-patch+json",
+        )
+    except ApiError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(
+        f"docparser.io/{name} {verb}d" if verb != "abort" else f"docparser.io/{name} aborted",
+        file=out,
+    )
+    return 0

@@ -1,0 +1,433 @@
+"""kopf wiring: every trigger calls the one level-triggered ``reconcile``.
+
+Triggers: create / update / resume of a DocParser, a drift resync loop, events of the
+Deployments we own (rollout progress and canary readiness change the status and the routed
+weight), state changes of runtime pods (a Degraded reason or a model state shows at once),
+and the deletion of any other child (put back at once). kopf only delivers triggers and
+retries; desired state, apply and status live in ``reconcile``.
+
+Error policy:
+- a spec the API server accepted but the operator cannot serve (an invalid combination, a GPU
+  that cannot hold the batch) becomes a Degraded condition and a Warning Event; the create or
+  update handler then raises ``kopf.PermanentError`` so kopf does not crash-loop on it (the
+  timer still reconciles, and fixing the spec triggers the update handler);
+- transient API errors (5xx, 429, 409, connection trouble) raise ``kopf.TemporaryError`` so
+  kopf retries with a delay.
+
+State lives in the framework, not in module globals: settings are read and the API client,
+per-object locks and the resync loop's view of every DocParser are created at start-up in
+kopf's ``memo`` (one per operator run), so tests start operators against different clusters
+in one process without resetting anything.
+
+kopf's own writes are kept off the no-op path: it posts Events only for warnings, keeps its
+bookkeeping in annotations (not in ``status``, which the CRD schema owns), and registers no
+deletion handler and no kopf timer (so no finalizer: children go with their owner through
+garbage collection, and deleting a DocParser never waits for the operator).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import kopf
+
+from docparser_operator.analysis.run import AnalysisMemory
+from docparser_operator.api import labels
+from docparser_operator.api.naming import API_GROUP, KIND, PLURAL
+from docparser_operator.controller import events
+from docparser_operator.controller.metrics import OperatorMetrics
+from docparser_operator.controller.reconcile import Outcome, reconcile
+from docparser_operator.controller.settings import OperatorSettings
+from docparser_operator.controller.state import OperatorState
+from docparser_operator.core import triggers
+from docparser_operator.kube import leader, permissions
+from docparser_operator.kube import observer as cache
+from docparser_operator.kube.client import DOCPARSER, ApiError, KubeClient, load_configuration
+
+VERSION = DOCPARSER.api_version.split("/")[1]
+ANNOTATION_PREFIX = "docparser.io"
+log = logging.getLogger("docparser_operator")
+
+
+def _state(memo: Any) -> OperatorState:
+    return memo.state  # type: ignore[no-any-return]
+
+
+def _plain(body: Mapping[str, Any]) -> dict[str, Any]:
+    return copy.deepcopy({k: body[k] for k in body})
+
+
+def run_reconcile(state: OperatorState, resource: dict[str, Any], *, strict: bool) -> Outcome:
+    """Reconcile one DocParser, post its events, translate errors for kopf.
+
+    ``strict`` raises PermanentError for an unservable spec (create/update handlers); the
+    resync loop and the Deployment watcher pass False and just leave the Degraded status.
+    The freshness check is inside the per-object lock: a pass that waited for the lock while
+    a newer spec (or our own newer status) arrived works on the newer one, so an old spec is
+    never re-applied, ``observedGeneration`` never goes backwards, and the status a pass builds
+    on (was a rollout under way? what weight was routed?) is the latest one written."""
+    api = state.client
+    uid = resource["metadata"]["uid"]
+    namespace, name = resource["metadata"].get("namespace", ""), resource["metadata"]["name"]
+    with state.lock_for(uid):
+        resource = state.newest(resource)
+        started = time.monotonic()
+        try:
+            outcome = reconcile(api, resource, observer=state.observer, analysis=state.analysis)
+        except ApiError as exc:
+            if state.metrics is not None:
+                state.metrics.failed(namespace, name, exc.status, time.monotonic() - started)
+            failed = [events.Event("Warning", "ReconcileFailed", str(exc))]
+            events.post(api, resource, state.event_limiter.admit(uid, failed))
+            delay = state.settings.retry_delay_s * (1 if exc.transient else 6)
+            raise kopf.TemporaryError(str(exc), delay=delay) from exc
+        state.saw_write(outcome.body)
+        if outcome.wake_in_s is None:
+            state.wakeups.pop(uid, None)
+        else:
+            state.wakeups[uid] = time.monotonic() + outcome.wake_in_s
+        if state.metrics is not None:
+            state.metrics.reconciled(namespace, name, outcome.status, time.monotonic() - started)
+    events.post(api, resource, state.event_limiter.admit(uid, events.events_for(outcome)))
+    if strict and outcome.spec_invalid:
+        message = "; ".join(p.message for p in outcome.problems if p.reason == "SpecInvalid")
+        raise kopf.PermanentError(message)
+    return outcome
+
+
+@kopf.on.login()
+def login(**_: Any) -> kopf.ConnectionInfo:
+    """kopf and our client authenticate from the same source (in-cluster, else KUBECONFIG)."""
+    cfg = load_configuration(OperatorSettings().kubeconfig)
+    header: str | None = cfg.get_api_key_with_prefix("BearerToken") or cfg.get_api_key_with_prefix(
+        "authorization"
+    )
+    scheme, _sep, token = (header or "").rpartition(" ")
+    return kopf.ConnectionInfo(
+        server=cfg.host,
+        ca_path=cfg.ssl_ca_cert,
+        insecure=not cfg.verify_ssl,
+        scheme=scheme or None,
+        token=token or None,
+        certificate_path=cfg.cert_file,
+        private_key_path=cfg.key_file,
+    )
+
+
+# Watch-backed reads (cache.py): one kopf index per child kind and for runtime pods, keyed by
+# (namespace, DocParser). kopf runs no resource handler before each holds its initial list.
+INDEXED = {
+    "Deployment": ("apps", "v1", "deployments"),
+    "Service": ("", "v1", "services"),
+    "HorizontalPodAutoscaler": ("autoscaling", "v2", "horizontalpodautoscalers"),
+    "PodDisruptionBudget": ("policy", "v1", "poddisruptionbudgets"),
+    "HTTPRoute": ("gateway.networking.k8s.io", "v1", "httproutes"),
+    "NetworkPolicy": ("networking.k8s.io", "v1", "networkpolicies"),
+    "PersistentVolumeClaim": ("", "v1", "persistentvolumeclaims"),
+    "Job": ("batch", "v1", "jobs"),
+    "Pod": ("", "v1", "pods"),
+}
+
+
+def _index_id(kind: str) -> str:
+    return f"{kind.lower()}_index"
+
+
+def _by_owner(body: kopf.Body, **_: Any) -> dict[cache.IndexKey, dict[str, Any]]:
+    obj = _plain(body)
+    key = cache.index_key(obj)
+    if obj.get("kind") == "Pod":
+        obj["metadata"].pop("managedFields", None)  # never read for pods: keep the index small
+    return {key: obj} if key is not None else {}
+
+
+for _kind, (_group, _version, _plural) in INDEXED.items():
+    kopf.index(
+        _group,
+        _version,
+        _plural,
+        id=_index_id(_kind),
+        labels={labels.LABEL_MANAGED_BY: labels.MANAGED_BY},
+    )(_by_owner)
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -> None:
+    ours = OperatorSettings()  # read once per run, from the environment of that moment
+    client = KubeClient(load_configuration(ours.kubeconfig), timeout_s=ours.request_timeout_s)
+    metrics = memo.get("metrics") or OperatorMetrics.create()  # run() makes it before the election
+    metrics.attach(client)
+    if ours.metrics_port:
+        metrics.serve(ours.metrics_port)
+    indexes = {kind: kwargs[_index_id(kind)] for kind in INDEXED}  # kopf passes every index
+    memo.state = OperatorState(
+        settings=ours,
+        client=client,
+        event_limiter=events.EventLimiter(ours.event_interval_s),
+        metrics=metrics,
+        observer=cache.IndexedObserver(indexes),
+        analysis=AnalysisMemory(golden_sources=ours.golden_source_prefixes),
+    )
+    settings.posting.level = logging.WARNING
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
+        prefix=ANNOTATION_PREFIX
+    )
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=ANNOTATION_PREFIX, key="last-handled-configuration"
+    )
+    settings.networking.request_timeout = ours.request_timeout_s
+    settings.watching.server_timeout = 300
+    settings.queueing.error_delays = [1, 2, 5, 10, 30, 60]
+
+
+@kopf.on.create(API_GROUP, VERSION, PLURAL)
+@kopf.on.update(API_GROUP, VERSION, PLURAL)
+@kopf.on.resume(API_GROUP, VERSION, PLURAL)
+def on_change(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    if (body.get("metadata") or {}).get("deletionTimestamp"):
+        return
+    run_reconcile(_state(memo), _plain(body), strict=True)
+
+
+# Drift resync. Not a kopf.timer: kopf puts a finalizer on every object with a timer (to stop
+# it before deletion), which costs a write per DocParser and blocks `kubectl delete` (and
+# namespace deletion) whenever the operator is down. Instead an event handler (no finalizer)
+# keeps the latest body of every DocParser in scope, and one background task resyncs them.
+@kopf.on.event(API_GROUP, VERSION, PLURAL)
+def track(event: Mapping[str, Any], body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    state = _state(memo)
+    uid = (body.get("metadata") or {}).get("uid")
+    if not uid:
+        return
+    if event.get("type") == "DELETED" or (body.get("metadata") or {}).get("deletionTimestamp"):
+        state.known.pop(uid, None)
+    else:
+        state.known[uid] = _plain(body)
+
+
+def resync_all(state: OperatorState, uids: Iterable[str] | None = None) -> int:
+    """Drift correction over every known DocParser (or those of ``uids``); a pass with
+    nothing to do writes nothing."""
+    done = 0
+    wanted = None if uids is None else set(uids)
+    for uid, body in list(state.known.items()):
+        if wanted is not None and uid not in wanted:
+            continue
+        if state.known.get(uid) is not body:
+            continue  # changed or deleted meanwhile: the newer event's handlers cover it
+        try:
+            run_reconcile(state, body, strict=False)
+            done += 1
+        except (kopf.TemporaryError, kopf.PermanentError) as exc:
+            log.warning(
+                "resync of %s/%s failed: %s",
+                body["metadata"].get("namespace"),
+                body["metadata"].get("name"),
+                exc,
+            )
+        except Exception:  # never let one object stop the loop for the others
+            log.exception("resync of %s failed", body["metadata"].get("name"))
+    return done
+
+
+def due_wakeups(state: OperatorState, now: float) -> list[str]:
+    """The DocParsers whose requested pass (an analysis window's end) is due; forgotten."""
+    due = [uid for uid, at in list(state.wakeups.items()) if at <= now]
+    for uid in due:
+        state.wakeups.pop(uid, None)
+    return due
+
+
+async def _resync_loop(state: OperatorState) -> None:
+    """Every DocParser each ``resync_interval_s``; in between, within a second, the ones
+    that asked for a pass (an analysis window ends with no event to say so)."""
+    await asyncio.sleep(state.settings.resync_initial_delay_s)
+    while True:
+        await asyncio.to_thread(resync_all, state)
+        deadline = time.monotonic() + state.settings.resync_interval_s
+        while (now := time.monotonic()) < deadline:
+            await asyncio.sleep(min(1.0, deadline - now))
+            due = due_wakeups(state, time.monotonic())
+            if due:
+                await asyncio.to_thread(resync_all, state, due)
+
+
+@kopf.on.startup()
+async def start_resync(memo: kopf.Memo, **_: Any) -> None:
+    state = _state(memo)
+    state.resync_task = asyncio.get_running_loop().create_task(_resync_loop(state))
+
+
+@kopf.on.cleanup()
+async def stop_resync(memo: kopf.Memo, **_: Any) -> None:
+    state = _state(memo)
+    if state.resync_task is not None:
+        state.resync_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await state.resync_task
+    if state.metrics is not None and not memo.get("metrics"):
+        await asyncio.to_thread(state.metrics.close)  # this run started it, so it stops it
+
+
+@kopf.on.event("apps", "v1", "deployments", labels={labels.LABEL_MANAGED_BY: labels.MANAGED_BY})
+@kopf.on.event("batch", "v1", "jobs", labels={labels.LABEL_MANAGED_BY: labels.MANAGED_BY})
+def on_deployment(event: Mapping[str, Any], body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """A child Deployment moved (pods became ready, a rollout stalled), or a weights cache
+    fill Job finished or failed: refresh its owner."""
+    state = _state(memo)
+    meta = body.get("metadata") or {}
+    owner = _controller_owner(meta)
+    if owner is None:
+        return
+    key = meta.get("uid", "")
+    signature = triggers.deployment_signature(body)
+    if event.get("type") != "DELETED" and state.deployment_seen.get(key) == signature:
+        return  # our own no-op (or metadata-only) change: nothing new to report
+    state.deployment_seen[key] = signature
+    if event.get("type") == "DELETED":
+        state.deployment_seen.pop(key, None)
+        _forget(state, body)
+    _reconcile_owner(state, meta.get("namespace"), owner)
+
+
+@kopf.on.event("", "v1", "pods", labels={labels.LABEL_MANAGED_BY: labels.MANAGED_BY})
+def on_pod(event: Mapping[str, Any], body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """A runtime pod changed state (cannot be scheduled, a Secret is missing, the weights
+    failed, the model loads): the status says so now, not at the next resync. Reads are
+    served from the indexes, so a pass costs no request unless the status changes."""
+    state = _state(memo)
+    meta = body.get("metadata") or {}
+    key = meta.get("uid", "")
+    signature = triggers.pod_signature(body)
+    if event.get("type") == "DELETED":
+        state.pod_seen.pop(key, None)
+        return  # its ReplicaSet and Deployment report the loss
+    if state.pod_seen.get(key) == signature:
+        return
+    state.pod_seen[key] = signature
+    instance = (meta.get("labels") or {}).get(labels.LABEL_INSTANCE)
+    owner = next(
+        (
+            body
+            for body in state.known.values()
+            if body["metadata"].get("name") == instance
+            and body["metadata"].get("namespace") == meta.get("namespace")
+        ),
+        None,
+    )
+    if owner is not None:
+        run_reconcile(state, owner, strict=False)
+
+
+def _forget(state: OperatorState, body: Mapping[str, Any]) -> None:
+    """A child is gone: the observer must not keep showing our last write of it."""
+    key = cache.index_key(body)
+    if state.observer is not None and key is not None:
+        meta = body.get("metadata") or {}
+        child = (body.get("kind") or "", meta.get("name") or "")
+        state.observer.forget(key[0], key[1], child, meta.get("uid") or "")
+
+
+def _reconcile_owner(state: OperatorState, namespace: str | None, owner: Mapping[str, Any]) -> None:
+    """Reconcile the owner: its latest body from the watch (our writes included), else a GET."""
+    resource = state.known.get(owner.get("uid") or "") or state.client.get(
+        DOCPARSER, namespace, owner["name"]
+    )
+    if resource is None or resource["metadata"].get("uid") != owner.get("uid"):
+        return
+    if resource["metadata"].get("deletionTimestamp"):
+        return
+    run_reconcile(state, resource, strict=False)
+
+
+def _controller_owner(meta: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    return next(
+        (
+            r
+            for r in meta.get("ownerReferences") or []
+            if r.get("kind") == KIND and r.get("controller")
+        ),
+        None,
+    )
+
+
+# The other children: only their deletion matters (a person or a tool removed one; its owner
+# puts it back now, not at the next resync). Their changes are ours, or drift the resync fixes.
+CHILD_KINDS = (
+    ("", "v1", "services"),
+    ("", "v1", "persistentvolumeclaims"),
+    ("autoscaling", "v2", "horizontalpodautoscalers"),
+    ("policy", "v1", "poddisruptionbudgets"),
+    ("gateway.networking.k8s.io", "v1", "httproutes"),
+    ("networking.k8s.io", "v1", "networkpolicies"),
+)
+
+
+def on_child_deleted(event: Mapping[str, Any], body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    if event.get("type") != "DELETED":
+        return
+    meta = body.get("metadata") or {}
+    owner = _controller_owner(meta)
+    _forget(_state(memo), body)
+    if owner is not None:
+        _reconcile_owner(_state(memo), meta.get("namespace"), owner)
+
+
+for _group, _version, _plural in CHILD_KINDS:
+    kopf.on.event(_group, _version, _plural, labels={labels.LABEL_MANAGED_BY: labels.MANAGED_BY})(
+        on_child_deleted
+    )
+
+
+def run(namespaces: list[str]) -> None:
+    """Entry point of ``docparser-operator run``: all namespaces unless some are named."""
+    settings = OperatorSettings()
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+
+    metrics = OperatorMetrics.create()
+    if settings.metrics_port:
+        metrics.serve(settings.metrics_port)
+
+    def run_kopf() -> None:
+        kopf.run(
+            standalone=True,
+            clusterwide=not namespaces,
+            namespaces=namespaces,
+            liveness_endpoint=settings.liveness_endpoint,
+            memo=kopf.Memo(metrics=metrics),
+        )
+
+    permissions.require_watches(settings, [(g, p) for g, _v, p in INDEXED.values()], namespaces)
+    if not settings.leader_elect:
+        run_kopf()
+        return
+    lease = leader.LeaseSettings(
+        name=settings.lease_name,
+        namespace=settings.pod_namespace or _service_account_namespace(),
+        identity=leader.LeaseSettings.identity_for(settings.pod_name),
+    )
+    leader.lead_then(
+        run_kopf,
+        lease,
+        load_configuration(settings.kubeconfig),
+        liveness_endpoint=settings.liveness_endpoint,
+    )
+
+
+def _service_account_namespace() -> str:
+    path = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError as err:
+        raise SystemExit(
+            "leader election needs POD_NAMESPACE (or to run in a pod) to place its Lease"
+        ) from err

@@ -1,0 +1,66 @@
+"""What one operator run keeps between handler calls (kopf's ``memo.state``): settings read
+at start-up, the API client, per-object locks, the latest body of every DocParser, the
+analysis windows and the passes DocParsers asked for. No module globals: two operator runs in
+one process (tests) share nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from docparser_operator.analysis.run import AnalysisMemory
+from docparser_operator.controller import events
+from docparser_operator.controller.metrics import OperatorMetrics
+from docparser_operator.controller.settings import OperatorSettings
+from docparser_operator.kube import observer as cache
+from docparser_operator.kube.client import KubeClient
+
+
+def _generation(body: Mapping[str, Any]) -> int:
+    return int((body.get("metadata") or {}).get("generation") or 0)
+
+
+def _age(body: Mapping[str, Any]) -> tuple[int, int]:
+    return _generation(body), cache.resource_version(body) or 0
+
+
+@dataclass
+class OperatorState:
+    """Everything one operator run keeps between handler calls (kept in ``memo.state``)."""
+
+    settings: OperatorSettings
+    client: KubeClient
+    locks: dict[str, threading.Lock] = field(default_factory=dict[str, Any])
+    locks_guard: threading.Lock = field(default_factory=threading.Lock)
+    deployment_seen: dict[str, tuple[Any, ...]] = field(default_factory=dict[str, Any])
+    pod_seen: dict[str, tuple[Any, ...]] = field(default_factory=dict[str, Any])
+    known: dict[str, dict[str, Any]] = field(default_factory=dict[str, Any])  # uid -> latest body
+    resync_task: asyncio.Task[None] | None = None
+    event_limiter: events.EventLimiter = field(default_factory=lambda: events.EventLimiter(300.0))
+    metrics: OperatorMetrics | None = None
+    observer: cache.IndexedObserver | None = None  # None: list on every pass
+    analysis: AnalysisMemory = field(default_factory=AnalysisMemory)  # canary window starts
+    wakeups: dict[str, float] = field(default_factory=dict[str, float])  # uid -> monotonic due
+
+    def lock_for(self, uid: str) -> threading.Lock:
+        with self.locks_guard:
+            return self.locks.setdefault(uid, threading.Lock())
+
+    def newest(self, resource: dict[str, Any]) -> dict[str, Any]:
+        """``resource`` or the newer body we know of (by generation, then resourceVersion)."""
+        known = self.known.get(resource["metadata"]["uid"])
+        return known if known is not None and _age(known) > _age(resource) else resource
+
+    def saw_write(self, body: dict[str, Any] | None) -> None:
+        """Our status write returned ``body``: later passes start from it (their ``previous``
+        status), not from an older event's copy. A deleted DocParser is not brought back."""
+        if body is None:
+            return
+        uid = body["metadata"]["uid"]
+        with self.locks_guard:
+            known = self.known.get(uid)
+            if known is not None and _age(body) > _age(known):
+                self.known[uid] = body

@@ -1,0 +1,191 @@
+"""The children of a DocParser as the reconciler sees them: ownership, the desired-hash,
+"does the live object already carry what we would apply", and the observed state (live
+children, pods, one ``RevisionState`` per revision Deployment). Pure except ``observe``.
+
+Ownership is decided by the ownerReferences uid, never by labels alone: a same-named or
+same-labelled object without our controller reference is reported (ChildConflict) and left
+alone. Quantities are compared canonically (``0.5`` equals ``500m``), so a no-op resync stays
+a no-op.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes.utils.quantity import parse_quantity
+
+from docparser_operator.api import labels, naming
+from docparser_operator.core import rollout
+from docparser_operator.kube.client import FIELD_MANAGER, ApiError, KubeClient, ref_for
+
+CHILD_KINDS = (
+    "Deployment",
+    "Service",
+    "HorizontalPodAutoscaler",
+    "PodDisruptionBudget",
+    "HTTPRoute",
+    "NetworkPolicy",
+    "PersistentVolumeClaim",
+    "Job",
+)
+HASH_ANNOTATION = "docparser.io/desired-hash"
+
+Key = tuple[str, str]  # (kind, name)
+
+
+def owner_reference(resource: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": naming.API_VERSION,
+        "kind": naming.KIND,
+        "name": resource["metadata"]["name"],
+        "uid": resource["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def owned_by(obj: dict[str, Any], uid: str) -> bool:
+    """True only when ``obj`` names the DocParser with this uid as its controller."""
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return any(r.get("uid") == uid and r.get("controller") for r in refs)
+
+
+def desired_hash(obj: dict[str, Any]) -> str:
+    body = json.dumps(obj, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+
+def prepare(children: list[dict[str, Any]], resource: dict[str, Any]) -> list[dict[str, Any]]:
+    """Stamp ownership, labels and the desired-hash on every child."""
+    name = resource["metadata"]["name"]
+    out = []
+    for child in children:
+        obj = copy.deepcopy(child)
+        meta = obj.setdefault("metadata", {})
+        meta["namespace"] = resource["metadata"]["namespace"]
+        meta.setdefault("labels", {}).update(labels.owned_selector(name))
+        meta["ownerReferences"] = [owner_reference(resource)]
+        meta.setdefault("annotations", {})[HASH_ANNOTATION] = desired_hash(obj)
+        out.append(obj)
+    return out
+
+
+def _covers(live: Any, want: Any) -> bool:
+    """Whether ``live`` holds every value of ``want`` (server defaults may add more)."""
+    if isinstance(want, dict):
+        return isinstance(live, dict) and all(_covers(live.get(k), v) for k, v in want.items())
+    if isinstance(want, list):
+        return (
+            isinstance(live, list)
+            and len(live) == len(want)
+            and all(_covers(a, b) for a, b in zip(live, want, strict=True))
+        )
+    if live == want:
+        return True
+    if isinstance(want, bool) or not isinstance(want, int | float | str):
+        return False
+    # the API server returns quantities in canonical form ("1" for 1, "500m" for "0.5")
+    if not isinstance(want, str) and isinstance(live, str) and live == str(want):
+        return True
+    return _same_quantity(live, want)
+
+
+def _same_quantity(live: Any, want: Any) -> bool:
+    if not isinstance(live, str | int) or isinstance(live, bool):
+        return False
+    try:
+        return bool(parse_quantity(live) == parse_quantity(want))
+    except (ValueError, TypeError, ArithmeticError):
+        return False
+
+
+def needs_apply(want: dict[str, Any], live: dict[str, Any] | None) -> bool:
+    """Apply unless the live object already carries exactly what we would apply."""
+    if live is None:
+        return True
+    meta = live.get("metadata") or {}
+    managers = {
+        m.get("manager") for m in meta.get("managedFields") or [] if m.get("operation") == "Apply"
+    }
+    if FIELD_MANAGER not in managers:
+        return True
+    if (meta.get("annotations") or {}).get(HASH_ANNOTATION) != want["metadata"]["annotations"][
+        HASH_ANNOTATION
+    ]:
+        return True
+    return not _covers(live, want)
+
+
+@dataclass(frozen=True)
+class Observed:
+    """The live children of one DocParser and the pods of its revisions."""
+
+    children: dict[Key, dict[str, Any]]
+    pods: list[dict[str, Any]]
+    forbidden: tuple[str, ...] = ()  # kinds the operator may not list (RBAC)
+
+
+def observe(client: KubeClient, namespace: str, name: str) -> Observed:
+    """Every live object labelled as a child of this DocParser (owned or not), and its pods.
+    A kind the operator may not list (403) is reported, not fatal: the pass goes on with
+    what it can see and status says which permission is missing."""
+    selector = labels.selector_string(labels.owned_selector(name))
+    live: dict[Key, dict[str, Any]] = {}
+    forbidden: list[str] = []
+    for kind in CHILD_KINDS:
+        try:
+            items = client.list(ref_for(kind), namespace, selector=selector)
+        except ApiError as exc:
+            if exc.status != 403:
+                raise
+            forbidden.append(kind)
+            continue
+        for obj in items:
+            live[(kind, obj["metadata"]["name"])] = obj
+    pods = client.list(
+        ref_for("Pod"), namespace, selector=labels.selector_string(labels.pod_selector(name))
+    )
+    return Observed(live, pods, tuple(forbidden))
+
+
+def revision_states(observed: Observed, uid: str) -> list[rollout.RevisionState]:
+    """Our Deployments, one per revision, as the planner sees them."""
+    states = []
+    for (kind, _), obj in observed.children.items():
+        meta = obj["metadata"]
+        revision = (meta.get("labels") or {}).get(labels.LABEL_REVISION)
+        if kind != "Deployment" or not revision or not owned_by(obj, uid):
+            continue
+        role = (meta.get("labels") or {}).get(labels.LABEL_TRACK)
+        status = obj.get("status") or {}
+        retired = (meta.get("labels") or {}).get(labels.LABEL_RETIRED, "")
+        states.append(
+            rollout.RevisionState(
+                revision=revision,
+                role="canary" if role == "canary" else "stable",
+                replicas=(obj.get("spec") or {}).get("replicas", 1) or 0,
+                ready=status.get("readyReplicas") or 0,
+                created=meta.get("creationTimestamp") or "",
+                retired=int(retired) if retired.isdigit() else None,
+            )
+        )
+    return states
+
+
+# Children created once and never re-applied: a claim's class and access mode cannot change,
+# a Job's pod template is immutable (the weights cache, render/weights_cache.py).
+CREATE_ONCE = frozenset({"PersistentVolumeClaim", "Job"})
+
+
+def stays_mounted(deployment: dict[str, Any]) -> set[str]:
+    """The claims a Deployment's pods mount (its weights cache claim, a pvc:// source)."""
+    pod = ((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}
+    return {
+        v["persistentVolumeClaim"]["claimName"]
+        for v in pod.get("volumes") or []
+        if v.get("persistentVolumeClaim")
+    }

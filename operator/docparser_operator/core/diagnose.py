@@ -1,0 +1,149 @@
+"""Precise Degraded reasons from what the cluster already says (pure: objects in, problems out).
+
+A platform engineer should read *why* in ``kubectl get dp`` and Argo CD, not "Pending":
+
+- ``Unschedulable``: the scheduler's own message ("0/3 nodes are available: 3 Insufficient
+  nvidia.com/gpu") from a pod's ``PodScheduled=False`` condition;
+- ``CredentialsSecretMissing`` / ``SecretMissing``: the kubelet cannot build a container's
+  environment (``CreateContainerConfigError``) because a Secret is absent;
+- ``WeightsChecksumMismatch`` / ``WeightsFetchFailed``: the fetch-weights init container
+  exited non-zero; its termination message (the last log lines, see the Deployment's
+  ``terminationMessagePolicy``) says which;
+- ``FailedToLoad``: the runtime container exited; the runtime's own message;
+- ``RouteNotAccepted``: the Gateway did not accept the HTTPRoute (``status.parents``);
+- ``MetricsUnavailable``: the HPA cannot read its metric (``ScalingActive=False``).
+
+Only pods of the spec's revisions count: a previous revision failing as it leaves is not the
+DocParser's problem.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from docparser_operator.api import labels
+from docparser_operator.api.models import DocParserSpec
+from docparser_operator.core.status import FETCH_CONTAINER, RUNTIME_CONTAINER, Problem
+
+Key = tuple[str, str]
+MESSAGE_LIMIT = 300
+
+
+def _short(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= MESSAGE_LIMIT else text[: MESSAGE_LIMIT - 3] + "..."
+
+
+def _terminated(ctr: dict[str, Any]) -> dict[str, Any] | None:
+    """The container's failed termination: now, or in its last restart while it is not Ready
+    again. A container that failed once (OOM-killed under a burst, say) and serves again is no
+    standing problem: its ``lastState`` stays until the next restart and would otherwise hold
+    Degraded, and stop a rollout, for as long."""
+    wheres = ("state",) if ctr.get("ready") else ("state", "lastState")
+    for where in wheres:
+        term = (ctr.get(where) or {}).get("terminated")
+        if isinstance(term, dict) and term.get("exitCode", 0) != 0:
+            return term
+    return None
+
+
+def _memory_limit(pod: dict[str, Any], container: str) -> str:
+    for ctr in (pod.get("spec") or {}).get("containers") or []:
+        if ctr.get("name") == container:
+            return str(((ctr.get("resources") or {}).get("limits") or {}).get("memory", "none"))
+    return "none"
+
+
+def _pod_problems(pod: dict[str, Any], spec: DocParserSpec) -> list[Problem]:
+    name = pod["metadata"].get("name", "?")
+    status = pod.get("status") or {}
+    found: list[Problem] = []
+    for cond in status.get("conditions") or []:
+        if (
+            cond.get("type") == "PodScheduled"
+            and cond.get("status") == "False"
+            and cond.get("reason") == "Unschedulable"
+        ):
+            found.append(Problem("Unschedulable", _short(f"pod {name}: {cond.get('message', '')}")))
+    credentials = {
+        ref.name
+        for ref in (
+            spec.weights.credentials_secret_ref if spec.weights else None,
+            spec.canary.weights.credentials_secret_ref if spec.canary else None,
+        )
+        if ref is not None
+    }
+    containers = (status.get("initContainerStatuses") or []) + (
+        status.get("containerStatuses") or []
+    )
+    for ctr in containers:
+        waiting = (ctr.get("state") or {}).get("waiting") or {}
+        message = waiting.get("message") or ""
+        if waiting.get("reason") == "CreateContainerConfigError" and "secret" in message.lower():
+            named = any(f'"{secret}"' in message for secret in credentials)
+            reason = "CredentialsSecretMissing" if named else "SecretMissing"
+            found.append(Problem(reason, _short(f"pod {name}: {message}")))
+        term = _terminated(ctr)
+        if term is None:
+            continue
+        said = term.get("message") or term.get("reason") or f"exit {term.get('exitCode')}"
+        if term.get("reason") == "OOMKilled":  # its message is only the log's last lines
+            limit = _memory_limit(pod, str(ctr.get("name")))
+            said = f"OOMKilled at its memory limit ({limit}): raise spec.resources.memory"
+        if ctr.get("name") == FETCH_CONTAINER:
+            reason = (
+                "WeightsChecksumMismatch" if "sha256 mismatch" in said else "WeightsFetchFailed"
+            )
+            found.append(Problem(reason, _short(f"pod {name}: {said}")))
+        elif ctr.get("name") == RUNTIME_CONTAINER:
+            # serve verifies mounted weights itself (pvc://, the weights cache): a digest
+            # mismatch there is the same finding as the fetcher's.
+            mismatch = "weights_error" in said and "sha256" in said
+            reason = "WeightsChecksumMismatch" if mismatch else "FailedToLoad"
+            found.append(Problem(reason, _short(f"pod {name}: {said}")))
+    return found
+
+
+def _route_problems(route: dict[str, Any]) -> list[Problem]:
+    found = []
+    for parent in (route.get("status") or {}).get("parents") or []:
+        for cond in parent.get("conditions") or []:
+            if cond.get("type") == "Accepted" and cond.get("status") == "False":
+                gateway = (parent.get("parentRef") or {}).get("name", "?")
+                text = f"Gateway {gateway}: {cond.get('reason', '')}: {cond.get('message', '')}"
+                found.append(Problem("RouteNotAccepted", _short(text)))
+    return found
+
+
+def _hpa_problems(hpa: dict[str, Any]) -> list[Problem]:
+    return [
+        Problem(
+            "MetricsUnavailable", _short(f"{cond.get('reason', '')}: {cond.get('message', '')}")
+        )
+        for cond in (hpa.get("status") or {}).get("conditions") or []
+        if cond.get("type") == "ScalingActive" and cond.get("status") == "False"
+    ]
+
+
+def diagnose(
+    spec: DocParserSpec,
+    revisions: set[str],
+    children: dict[Key, dict[str, Any]],
+    pods: list[dict[str, Any]],
+) -> list[Problem]:
+    """Problems the cluster reports for the spec's revisions and traffic objects, one per
+    reason (the first pod's message stands for the others)."""
+    found: list[Problem] = []
+    for pod in pods:
+        revision = (pod["metadata"].get("labels") or {}).get(labels.LABEL_REVISION)
+        if revision in revisions and not pod["metadata"].get("deletionTimestamp"):
+            found += _pod_problems(pod, spec)
+    for (kind, _), obj in sorted(children.items()):
+        if kind == "HTTPRoute":
+            found += _route_problems(obj)
+        elif kind == "HorizontalPodAutoscaler":
+            found += _hpa_problems(obj)
+    unique: dict[str, Problem] = {}
+    for problem in found:
+        unique.setdefault(problem.reason, problem)
+    return list(unique.values())

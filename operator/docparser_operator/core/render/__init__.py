@@ -1,0 +1,72 @@
+"""Pure renderers: DocParser resource dict -> desired child objects (no cluster access).
+
+``render_all`` is what ``docparser-operator render`` calls (the plan at rest); the reconciler
+renders ``render_plan`` of the step its rollout planner chose. The order is stable (the weights
+cache claims and fill Jobs; per spec revision: Deployment, revision Service; then the canary
+Service, the endpoint Service, the HPA, the PDB, the HTTPRoute and the NetworkPolicy) so golden
+files and apply batches never reorder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from docparser_operator.api.models import DocParser
+from docparser_operator.core.render.deployment import pod_template, render_deployment
+from docparser_operator.core.render.hpa import render_hpa
+from docparser_operator.core.render.httproute import backend_weights, render_httproute
+from docparser_operator.core.render.networkpolicy import render_network_policy
+from docparser_operator.core.render.pdb import render_pdb
+from docparser_operator.core.render.plan import (
+    Plan,
+    TrackPlan,
+    plan_at_rest,
+    revision_of,
+    spec_tracks,
+)
+from docparser_operator.core.render.service import (
+    render_canary_service,
+    render_endpoint_service,
+    render_revision_service,
+)
+from docparser_operator.core.render.weights_cache import render_weights_cache
+
+__all__ = ["Plan", "TrackPlan", "render_all", "render_plan", "tracks_of"]
+
+
+def tracks_of(resource: DocParser) -> tuple[TrackPlan, ...]:
+    """The spec's tracks with their revisions (the hash of each rendered pod template)."""
+    return tuple(
+        replace(tp, revision=revision_of(pod_template(resource, tp)))
+        for tp in spec_tracks(resource)
+    )
+
+
+def render_plan(plan: Plan) -> list[dict[str, Any]]:
+    gateway = plan.resource.spec.traffic.router == "gateway"
+    children: list[dict[str, Any]] = render_weights_cache(plan)
+    for tp in plan.tracks:
+        children.append(render_deployment(plan, tp))
+    if gateway:
+        for revision in backend_weights(plan):
+            children.append(render_revision_service(plan, revision))
+    canary = plan.track("canary")
+    if canary is not None:
+        children.append(render_canary_service(plan, canary.revision))
+    children.append(render_endpoint_service(plan))
+    if plan.resource.spec.autoscaled:
+        children.append(render_hpa(plan))
+    children.append(render_pdb(plan))
+    if gateway:
+        children.append(render_httproute(plan))
+    if plan.resource.spec.traffic.allow_from is not None:
+        children.append(render_network_policy(plan))
+    return children
+
+
+def render_all(resource: dict[str, Any], *, canary_ready: bool = True) -> list[dict[str, Any]]:
+    """Every child of ``resource`` once settled; ``canary_ready=False``: before the canary's
+    pods are Ready (all traffic on stable). Raises pydantic.ValidationError on a bad spec."""
+    model = DocParser.from_resource(resource)
+    return render_plan(plan_at_rest(model, tracks_of(model), canary_ready=canary_ready))

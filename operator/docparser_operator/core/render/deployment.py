@@ -1,0 +1,428 @@
+"""Deployment of one revision: the GPU runtime pod, its weights init container and probes.
+
+A revision's pod template never changes (any change is a new revision, see rollout.py), so
+the Deployment's own rolling update never runs: the operator moves capacity between
+revisions by their replicas. Choices a GPU OCR service needs (and generic charts get wrong):
+- replicas always set by the operator (the one HPA scales the DocParser, not a Deployment).
+- The init container runs ``docparser-runtime fetch-weights`` into an emptyDir and exits
+  non-zero on a sha256 mismatch, so unverified weights are never served. A pvc://CLAIM/PATH
+  source is mounted read-only and copied (verified) from there.
+- The startup probe budget is runtime.startupTimeoutSeconds (30 min by default): loading
+  large weights is slow and a short deadline kills pods in a restart loop. The download
+  happens before it, in the init container, and is bounded by progressDeadlineSeconds.
+- preStop sleeps while endpoints drop the pod, then the runtime drains in-flight requests;
+  terminationGracePeriodSeconds covers both (longest decode: maxNewTokens at a slow rate).
+- Non-root, no capabilities, read-only root filesystem; /tmp is an emptyDir.
+- Containers set ``args`` only, never ``command``: a command would replace the image's
+  ENTRYPOINT ``tini -- docparser-runtime`` (Dockerfile.runtime). Without tini the server is
+  PID 1, where the kernel drops signals that have no handler yet (a SIGTERM during startup
+  does nothing) and orphaned processes are never reaped.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from docparser_operator.api import naming
+from docparser_operator.api.labels import LABEL_REVISION, pod_labels, pod_selector
+from docparser_operator.api.models import DocParser, DocParserSpec, ObjectMeta, Weights
+from docparser_operator.core import sizing
+from docparser_operator.core.render.meta import object_meta
+from docparser_operator.core.render.plan import Plan, TrackPlan, uses_cache
+
+RUNTIME_UID = 10001
+API_KEYS_DIR = "/var/run/secrets/docparser/api-keys"
+PRESTOP_SLEEP_S = 10
+INIT_CPU_MILLIS = 500  # the weights fetcher: download and sha256, one core is plenty
+RUNTIME_DRAIN_GRACE_S = 5  # runtime keeps serving with /readyz 503 after SIGTERM
+STARTUP_PERIOD_S = 10
+MIN_DECODE_TOKENS_PER_S = 20  # a slow GPU decoding one long page; bounds the drain time
+DOWNLOAD_ALLOWANCE_S = 3600  # extra progress deadline for the init container's download
+WAIT_WEIGHTS_TIMEOUT_S = 4 * 3600  # a pod waiting on the cache fill Job (its own deadline)
+GPU_RESOURCE = "nvidia.com/gpu"
+# What the runtime image runs before a container's args (its ENTRYPOINT, Dockerfile.runtime).
+RUNTIME_ENTRYPOINT = ("/usr/bin/tini", "--", "docparser-runtime")
+
+
+def drain_seconds(spec: DocParserSpec) -> int:
+    """Time the runtime gets to finish in-flight work after SIGTERM."""
+    if spec.engine == "rapidocr":
+        return 120
+    return min(3600, max(60, math.ceil(spec.runtime.max_new_tokens / MIN_DECODE_TOKENS_PER_S) + 30))
+
+
+def termination_grace_seconds(spec: DocParserSpec) -> int:
+    return PRESTOP_SLEEP_S + RUNTIME_DRAIN_GRACE_S + drain_seconds(spec) + 15
+
+
+def _pod_security() -> dict[str, Any]:
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": RUNTIME_UID,
+        "runAsGroup": RUNTIME_UID,
+        "fsGroup": RUNTIME_UID,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def _container_security() -> dict[str, Any]:
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": RUNTIME_UID,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+
+
+def _env(spec: DocParserSpec, tp: TrackPlan, meta: ObjectMeta) -> list[dict[str, Any]]:
+    env = {
+        "DOCPARSER_MAX_BATCH_SIZE": str(spec.runtime.max_batch_size),
+        "DOCPARSER_DEFAULT_MAX_NEW_TOKENS": str(spec.runtime.max_new_tokens),
+        "DOCPARSER_MAX_NEW_TOKENS_LIMIT": str(spec.runtime.max_new_tokens),
+        "DOCPARSER_DEFAULT_TIER": str(spec.tier),
+        "DOCPARSER_MAX_TIER": str(spec.tier),
+        "DOCPARSER_MODEL_VERSION": tp.version or "embedded",
+        "DOCPARSER_DEVICE": "cuda" if spec.gpus else "cpu",
+        "DOCPARSER_DRAIN_GRACE_S": str(RUNTIME_DRAIN_GRACE_S),
+        "DOCPARSER_DRAIN_TIMEOUT_S": str(drain_seconds(spec)),
+        # Writable homes on a read-only root; never reach a model hub from a pod.
+        "HOME": "/tmp",
+        "HF_HOME": "/tmp/hf-home",
+        "HF_HUB_OFFLINE": "1",
+    }
+    if tp.weights is not None and tp.weights.sha256:
+        # serve re-checks the fetched files against the digest the DocParser pins.
+        env["DOCPARSER_WEIGHTS_SHA256"] = tp.weights.sha256
+    if spec.auth and spec.auth.api_key_secret_ref:
+        env["DOCPARSER_API_KEYS_FILE"] = API_KEYS_DIR
+    rendered: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in env.items()]
+    # The pod's own revision, read from its label (the template stays the same text for
+    # every revision): jobs a revision accepts run on that revision only.
+    label = f"metadata.labels['{LABEL_REVISION}']"
+    rendered.append({"name": "DOCPARSER_REVISION", "valueFrom": {"fieldRef": {"fieldPath": label}}})
+    redis = spec.runtime.redis_url_secret_ref
+    if redis is not None:
+        # Jobs and the result cache in Redis: any replica answers for any job.
+        ref = {"name": redis.name, "key": redis.key}
+        rendered.append({"name": "DOCPARSER_REDIS_URL", "valueFrom": {"secretKeyRef": ref}})
+        # Every key of this DocParser (both tracks) under its own prefix: DocParsers that
+        # share one Redis never run or read each other's jobs or cached results.
+        prefix = naming.redis_prefix(meta.namespace, meta.name)
+        rendered.append({"name": "DOCPARSER_REDIS_PREFIX", "value": prefix})
+    return rendered
+
+
+def _probe(path: str, *, period: int, failures: int, timeout: int) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": path, "port": naming.HTTP_PORT_NAME},
+        "periodSeconds": period,
+        "failureThreshold": failures,
+        "timeoutSeconds": timeout,
+    }
+
+
+def _pod_cpu(spec: DocParserSpec) -> str:
+    return spec.resources.cpu or ("2" if spec.gpus else "1")
+
+
+def _init_cpu(spec: DocParserSpec) -> str:
+    """Half a core for fetching and hashing, never more than the pod's own request: a pod's
+    scheduling size is the larger of its init and regular containers, so a bigger init request
+    would make a small CPU pod unschedulable where its spec fits."""
+    pod = _pod_cpu(spec)
+    return pod if sizing.parse_cpu_millis(pod) < INIT_CPU_MILLIS else f"{INIT_CPU_MILLIS}m"
+
+
+def _fetched_into_pod(spec: DocParserSpec, tp: TrackPlan) -> bool:
+    """The weights are downloaded into this pod's own emptyDir (no cache, no pvc:// source)."""
+    return tp.weights is not None and tp.weights.pvc is None and not uses_cache(spec, tp.weights)
+
+
+def _resources(spec: DocParserSpec, *, weights_in_pod: bool) -> dict[str, Any]:
+    memory = sizing.host_memory_request(spec)
+    requests = {
+        "cpu": _pod_cpu(spec),
+        "memory": memory,
+        "ephemeral-storage": sizing.ephemeral_storage_request(spec, weights_in_pod=weights_in_pod),
+    }
+    limits = {"memory": memory}
+    if spec.gpus:
+        requests[GPU_RESOURCE] = str(spec.gpus)
+        limits[GPU_RESOURCE] = str(spec.gpus)
+    return {"requests": requests, "limits": limits}
+
+
+def _runtime_container(spec: DocParserSpec, tp: TrackPlan, meta: ObjectMeta) -> dict[str, Any]:
+    args = ["serve", "--engine", spec.engine, "--host", "0.0.0.0", "--port", str(naming.HTTP_PORT)]
+    mounts: list[dict[str, Any]] = [{"name": "tmp", "mountPath": "/tmp"}]
+    if tp.weights is not None:
+        model_path = naming.model_path(tp.weights.version)
+        args += ["--model-path", model_path]
+        if tp.weights.pvc is not None:
+            # The source claim itself, read-only, at the model path: serve verifies in place.
+            _, path = tp.weights.pvc
+            mounts.append(
+                {"name": "weights", "mountPath": model_path, "subPath": path, "readOnly": True}
+            )
+        else:
+            mounts.append({"name": "weights", "mountPath": naming.WEIGHTS_MOUNT, "readOnly": True})
+    if spec.auth and spec.auth.api_key_secret_ref:
+        mounts.append({"name": "api-keys", "mountPath": API_KEYS_DIR, "readOnly": True})
+    startup_failures = math.ceil(spec.runtime.startup_timeout_seconds / STARTUP_PERIOD_S)
+    return {
+        "name": "runtime",
+        "image": spec.runtime.image,
+        "imagePullPolicy": spec.runtime.image_pull_policy,
+        "args": args,
+        "env": _env(spec, tp, meta) + [e.model_dump() for e in spec.pod.env],
+        **({"envFrom": [dict(e) for e in spec.pod.env_from]} if spec.pod.env_from else {}),
+        "ports": [
+            {"name": naming.HTTP_PORT_NAME, "containerPort": naming.HTTP_PORT, "protocol": "TCP"}
+        ],
+        "resources": _resources(spec, weights_in_pod=_fetched_into_pod(spec, tp)),
+        "startupProbe": _probe(
+            "/readyz", period=STARTUP_PERIOD_S, failures=startup_failures, timeout=5
+        ),
+        "readinessProbe": _probe("/readyz", period=5, failures=3, timeout=3),
+        "livenessProbe": _probe("/livez", period=10, failures=6, timeout=5),
+        "lifecycle": {"preStop": {"sleep": {"seconds": PRESTOP_SLEEP_S}}},
+        "securityContext": _container_security(),
+        # The last log lines become the termination message when the process wrote none, so
+        # the operator can say why (a sha256 mismatch, a model that cannot load).
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "volumeMounts": mounts,
+    }
+
+
+def _fetch_container(spec: DocParserSpec, weights: Weights) -> dict[str, Any]:
+    """Download and verify ``weights`` into the weights volume (the pod's emptyDir, or the
+    cache claim in the fill Job); exits non-zero on a sha256 mismatch."""
+    mounts: list[dict[str, Any]] = [
+        {"name": "tmp", "mountPath": "/tmp"},
+        {"name": "weights", "mountPath": naming.WEIGHTS_MOUNT},
+    ]
+    source = weights.uri
+    return {
+        "name": "fetch-weights",
+        "image": spec.runtime.image,
+        "imagePullPolicy": spec.runtime.image_pull_policy,
+        "args": [
+            "fetch-weights",
+            "--source",
+            source,
+            "--dest",
+            naming.model_path(weights.version),
+            "--sha256",
+            weights.sha256,
+        ],
+        "env": [{"name": "HOME", "value": "/tmp"}],
+        # Object-store credentials reach the init container only, never the server.
+        **(
+            {"envFrom": [{"secretRef": {"name": weights.credentials_secret_ref.name}}]}
+            if weights.credentials_secret_ref is not None
+            else {}
+        ),
+        "resources": {
+            "requests": {"cpu": _init_cpu(spec), "memory": "1Gi"},
+            "limits": {"memory": "2Gi"},
+        },
+        "securityContext": _container_security(),
+        # The last log lines become the termination message when the process wrote none, so
+        # the operator can say why (a sha256 mismatch, a model that cannot load).
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "volumeMounts": mounts,
+    }
+
+
+def _wait_container(spec: DocParserSpec, weights: Weights) -> dict[str, Any]:
+    """Hold the pod until the fill Job has put the verified copy into the cache claim (its
+    rename is atomic: the manifest appears last). Bounded by the fill Job's own deadline."""
+    return {
+        "name": "wait-weights",
+        "image": spec.runtime.image,
+        "imagePullPolicy": spec.runtime.image_pull_policy,
+        "args": [
+            "wait-weights",
+            "--dir",
+            naming.model_path(weights.version),
+            "--timeout",
+            str(WAIT_WEIGHTS_TIMEOUT_S),
+        ],
+        "resources": {
+            "requests": {"cpu": "50m", "memory": "64Mi"},
+            "limits": {"memory": "256Mi"},
+        },
+        "securityContext": _container_security(),
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "volumeMounts": [{"name": "weights", "mountPath": naming.WEIGHTS_MOUNT, "readOnly": True}],
+    }
+
+
+def _claim(name: str) -> dict[str, Any]:
+    return {"claimName": name, "readOnly": True}
+
+
+def _volumes(spec: DocParserSpec, tp: TrackPlan, name: str) -> list[dict[str, Any]]:
+    volumes: list[dict[str, Any]] = [
+        {"name": "tmp", "emptyDir": {"sizeLimit": sizing.TMP_VOLUME_LIMIT}}
+    ]
+    weights = tp.weights
+    if weights is not None and weights.pvc is not None:
+        volumes.append({"name": "weights", "persistentVolumeClaim": _claim(weights.pvc[0])})
+    elif weights is not None and uses_cache(spec, weights):
+        claim = naming.weights_cache(name, weights.sha256)
+        volumes.append({"name": "weights", "persistentVolumeClaim": _claim(claim)})
+    elif weights is not None:
+        volumes.append(
+            {"name": "weights", "emptyDir": {"sizeLimit": sizing.weights_volume_limit(spec)}}
+        )
+    if spec.auth and spec.auth.api_key_secret_ref:
+        volumes.append(
+            {
+                "name": "api-keys",
+                "secret": {"secretName": spec.auth.api_key_secret_ref.name, "defaultMode": 0o440},
+            }
+        )
+    return volumes
+
+
+def _pod_annotations(spec: DocParserSpec, tp: TrackPlan) -> dict[str, str]:
+    annotations = {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(naming.HTTP_PORT),
+        "prometheus.io/path": "/metrics",
+    }
+    if tp.weights is not None:
+        annotations["docparser.io/weights-sha256"] = tp.weights.sha256
+    estimate = sizing.estimate_for_spec(spec)
+    if estimate.total:
+        annotations["docparser.io/gpu-memory-estimate"] = sizing.format_gib(estimate.total)
+    return annotations
+
+
+def pod_template(resource: DocParser, tp: TrackPlan) -> dict[str, Any]:
+    """The pod template of one track's revision, without its revision label (the hash input)."""
+    spec = _track_spec(resource, tp)
+    pod_spec: dict[str, Any] = {
+        "automountServiceAccountToken": False,
+        "securityContext": _pod_security(),
+        "terminationGracePeriodSeconds": termination_grace_seconds(spec),
+        "containers": [_runtime_container(spec, tp, resource.metadata)],
+        "volumes": _volumes(spec, tp, resource.metadata.name),
+    }
+    if tp.weights is not None and uses_cache(spec, tp.weights):
+        pod_spec["initContainers"] = [_wait_container(spec, tp.weights)]
+    elif _fetched_into_pod(spec, tp):
+        assert tp.weights is not None
+        pod_spec["initContainers"] = [_fetch_container(spec, tp.weights)]
+    if spec.resources.node_selector:
+        pod_spec["nodeSelector"] = dict(spec.resources.node_selector)
+    pod_spec.update(_placement(spec, resource.metadata.name))
+    labels = {**spec.pod.labels, **pod_labels(resource.metadata.name, "", tp.version)}
+    del labels[LABEL_REVISION]
+    return {
+        "metadata": {
+            "labels": labels,
+            "annotations": {**spec.pod.annotations, **_pod_annotations(spec, tp)},
+        },
+        "spec": pod_spec,
+    }
+
+
+def fill_pod_spec(spec: DocParserSpec, weights: Weights, claim: str) -> dict[str, Any]:
+    """The pod of a weights cache fill Job: the fetch container writing into the claim, as
+    the runtime's user, with the runtime pods' identity (IRSA / Workload Identity for s3://
+    and gs://) and pull secrets; no GPU, so no GPU toleration or node selector."""
+    pod = spec.pod
+    out: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "securityContext": _pod_security(),
+        "containers": [_fetch_container(spec, weights)],
+        "volumes": [
+            {"name": "tmp", "emptyDir": {"sizeLimit": sizing.TMP_VOLUME_LIMIT}},
+            {"name": "weights", "persistentVolumeClaim": {"claimName": claim}},
+        ],
+    }
+    if pod.service_account_name:
+        out["serviceAccountName"] = pod.service_account_name
+    if pod.image_pull_secrets:
+        out["imagePullSecrets"] = [{"name": ref.name} for ref in pod.image_pull_secrets]
+    if pod.tolerations:
+        out["tolerations"] = [dict(t) for t in pod.tolerations]
+    return out
+
+
+def _placement(spec: DocParserSpec, name: str) -> dict[str, Any]:
+    """Tolerations, affinity, spreading, priority, runtime class and identity (spec.pod).
+
+    Without constraints of their own the pods spread across nodes (ScheduleAnyway: a
+    single GPU node still takes them all), so one node's loss is not the whole service."""
+    pod = spec.pod
+    out: dict[str, Any] = {}
+    tolerations = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
+    tolerations = (tolerations if spec.gpus else []) + [
+        dict(t) for t in pod.tolerations if dict(t) not in tolerations
+    ]
+    if tolerations:
+        out["tolerations"] = tolerations
+    if pod.affinity:
+        out["affinity"] = dict(pod.affinity)
+    spread = pod.topology_spread_constraints
+    out["topologySpreadConstraints"] = (
+        [dict(c) for c in spread]
+        if spread is not None
+        else [
+            {
+                "maxSkew": 1,
+                "topologyKey": "kubernetes.io/hostname",
+                "whenUnsatisfiable": "ScheduleAnyway",
+                "labelSelector": {"matchLabels": pod_selector(name)},
+            }
+        ]
+    )
+    if not out["topologySpreadConstraints"]:
+        del out["topologySpreadConstraints"]  # [] turns the default off
+    for key, value in (
+        ("priorityClassName", pod.priority_class_name),
+        ("runtimeClassName", pod.runtime_class_name),
+        ("serviceAccountName", pod.service_account_name),
+    ):
+        if value:
+            out[key] = value
+    if pod.image_pull_secrets:
+        out["imagePullSecrets"] = [{"name": ref.name} for ref in pod.image_pull_secrets]
+    return out
+
+
+def _track_spec(resource: DocParser, tp: TrackPlan) -> DocParserSpec:
+    """The canary renders from the spec with its runtime override; stable from the spec."""
+    return resource.spec.for_canary() if tp.track == "canary" else resource.spec
+
+
+def render_deployment(plan: Plan, tp: TrackPlan) -> dict[str, Any]:
+    spec = _track_spec(plan.resource, tp)
+    name = naming.revision_name(plan.name, tp.revision)
+    template = pod_template(plan.resource, tp)
+    template["metadata"]["labels"].update(pod_labels(plan.name, tp.revision, tp.version))
+    meta = object_meta(plan, name, tp.track, version=tp.version)
+    meta["labels"][LABEL_REVISION] = tp.revision
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": meta,
+        "spec": {
+            "replicas": plan.replicas(tp),
+            "selector": {"matchLabels": pod_selector(plan.name, tp.revision)},
+            # Never used in practice (the template of a revision is fixed); kept GPU-safe.
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
+            },
+            "revisionHistoryLimit": 1,
+            "progressDeadlineSeconds": spec.runtime.startup_timeout_seconds + DOWNLOAD_ALLOWANCE_S,
+            "template": template,
+        },
+    }

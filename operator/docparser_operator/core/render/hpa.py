@@ -1,0 +1,81 @@
+"""The one HorizontalPodAutoscaler (autoscaling/v2) of a DocParser, present when min < max.
+
+It scales the DocParser itself through its scale subresource (``spec.replicas.desired``), over
+the pods of every revision (``status.selector``); the operator splits that size between the
+stable and canary revisions by the weight. So one autoscaler decides the size and the split
+never drifts with load, as Argo Rollouts sizes a canary from the Rollout's replicas.
+
+Metrics: ``queue`` scales on the runtime gauge ``docparser_outstanding_pages`` (decoded pages
+queued or being inferred: a 300-page PDF is 300 units, not one request), ``backlog`` on
+``docparser_backlog_pages`` (those pages plus the pod's share of its revision's queued job
+pages, so queued async jobs scale out too) and ``inflight`` on
+``docparser_outstanding_requests``, all as Pods metrics averaged per pod (they need a
+custom-metrics adapter such as prometheus-adapter); ``cpu`` is Resource CPU utilization.
+Behaviour: scale up at once (a queue of GPU work only grows), scale down slowly, one pod per
+five minutes after ``scaleDownStabilizationSeconds`` of low load: GPU pods are slow to start.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from docparser_operator.api import naming
+from docparser_operator.api.models import Autoscaling
+from docparser_operator.api.naming import API_VERSION, KIND
+from docparser_operator.core.render.meta import object_meta
+from docparser_operator.core.render.plan import Plan
+
+POD_METRICS = {
+    "queue": "docparser_outstanding_pages",
+    "backlog": "docparser_backlog_pages",
+    "inflight": "docparser_outstanding_requests",
+}
+
+
+def _metric(autoscaling: Autoscaling) -> dict[str, Any]:
+    if autoscaling.metric == "cpu":
+        return {
+            "type": "Resource",
+            "resource": {
+                "name": "cpu",
+                "target": {"type": "Utilization", "averageUtilization": autoscaling.target},
+            },
+        }
+    return {
+        "type": "Pods",
+        "pods": {
+            "metric": {"name": POD_METRICS[autoscaling.metric]},
+            "target": {"type": "AverageValue", "averageValue": str(autoscaling.target)},
+        },
+    }
+
+
+def render_hpa(plan: Plan) -> dict[str, Any]:
+    autoscaling = plan.resource.spec.autoscaling
+    replicas = plan.resource.spec.replicas
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": object_meta(plan, naming.hpa(plan.name), "shared"),
+        "spec": {
+            "scaleTargetRef": {"apiVersion": API_VERSION, "kind": KIND, "name": plan.name},
+            "minReplicas": replicas.min,
+            "maxReplicas": replicas.max,
+            "metrics": [_metric(autoscaling)],
+            "behavior": {
+                "scaleUp": {
+                    "stabilizationWindowSeconds": 0,
+                    "selectPolicy": "Max",
+                    "policies": [
+                        {"type": "Pods", "value": 2, "periodSeconds": 60},
+                        {"type": "Percent", "value": 100, "periodSeconds": 60},
+                    ],
+                },
+                "scaleDown": {
+                    "stabilizationWindowSeconds": autoscaling.scale_down_stabilization_seconds,
+                    "selectPolicy": "Min",
+                    "policies": [{"type": "Pods", "value": 1, "periodSeconds": 300}],
+                },
+            },
+        },
+    }

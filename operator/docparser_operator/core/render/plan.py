@@ -1,0 +1,116 @@
+"""What the renderers read: the spec's revisions and the rollout step planned for them.
+
+A *track* here is one revision the spec asks for (the stable role from ``spec.weights``, the
+canary role from ``spec.canary``), with the pod template it renders to and that template's
+hash, the revision. Previous revisions (no longer in the spec) appear only in the rollout:
+the reconciler scales them through their live object, never re-rendering them.
+
+``plan_at_rest`` is the plan of ``docparser-operator render``: every revision at its target
+size, Ready (the canary optionally not), as a cluster would look once the rollout settled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from docparser_operator.api.models import DocParser, DocParserSpec, Weights
+from docparser_operator.api.naming import REVISION_CHARS, Track
+from docparser_operator.core import rollout
+
+
+@dataclass(frozen=True)
+class TrackPlan:
+    track: Track  # the role
+    weights: Weights | None
+    revision: str = ""  # filled once the template is rendered (see with_revisions)
+
+    @property
+    def version(self) -> str | None:
+        return self.weights.version if self.weights else None
+
+
+@dataclass(frozen=True)
+class Plan:
+    resource: DocParser
+    tracks: tuple[TrackPlan, ...]
+    rollout: rollout.Rollout
+
+    @property
+    def name(self) -> str:
+        return self.resource.metadata.name
+
+    @property
+    def namespace(self) -> str:
+        return self.resource.metadata.namespace
+
+    @property
+    def canary_weight(self) -> int:
+        return self.rollout.canary_weight
+
+    def track(self, track: Track) -> TrackPlan | None:
+        return next((t for t in self.tracks if t.track == track), None)
+
+    def replicas(self, tp: TrackPlan) -> int:
+        step = self.rollout.get(tp.revision)
+        return step.replicas if step is not None else 0
+
+
+def uses_cache(spec: DocParserSpec, weights: Weights | None) -> bool:
+    """Whether these weights live in a cache claim (render/weights_cache.py), rather than in
+    each pod's emptyDir or their own pvc:// claim."""
+    return (
+        weights is not None
+        and weights.pvc is None
+        and spec.weights_cache.mode == "PersistentVolume"
+    )
+
+
+def spec_tracks(resource: DocParser) -> tuple[TrackPlan, ...]:
+    spec = resource.spec
+    stable = TrackPlan("stable", spec.weights)
+    if spec.canary is None:
+        return (stable,)
+    return (stable, TrackPlan("canary", spec.canary.weights))
+
+
+def revision_of(template: dict[str, Any]) -> str:
+    """Content hash of a pod template: equal templates are one revision."""
+    body = json.dumps(template, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(body.encode()).hexdigest()[:REVISION_CHARS]
+
+
+def desired(
+    resource: DocParser, tracks: tuple[TrackPlan, ...], *, weight: int | None = None
+) -> rollout.Desired:
+    """``weight``: the canary analysis' effective weight, instead of spec.canary.weight."""
+    spec = resource.spec
+    by_role = {t.track: t.revision for t in tracks}
+    if weight is None:
+        weight = spec.canary.weight if spec.canary else 0
+    return rollout.Desired(
+        stable=by_role.get("stable"),
+        canary=by_role.get("canary"),
+        weight=weight if spec.canary else 0,
+        size=spec.replicas.size,
+        max_surge=spec.rollout.max_surge,
+        router=spec.traffic.router,
+    )
+
+
+def plan_at_rest(
+    resource: DocParser, tracks: tuple[TrackPlan, ...], *, canary_ready: bool = True
+) -> Plan:
+    """The settled plan: every spec revision at its target size (canary Ready or not)."""
+    want = desired(resource, tracks)
+    t_stable, t_canary = rollout.split(want.size, want.weight, has_canary=want.canary is not None)
+    observed = (
+        [rollout.RevisionState(want.stable, "stable", t_stable, t_stable)] if want.stable else []
+    )
+    if want.canary is not None:
+        ready = t_canary if canary_ready else 0
+        observed.append(rollout.RevisionState(want.canary, "canary", t_canary, ready))
+    previous = want.weight if canary_ready else 0
+    return Plan(resource, tracks, rollout.plan(want, observed, previous_weight=previous))

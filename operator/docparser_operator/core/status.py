@@ -1,0 +1,308 @@
+"""DocParser status from observed children (pure: no I/O, the clock is an argument).
+
+Conditions follow the Kubernetes/kstatus conventions so GitOps tools need no custom scripts:
+
+- ``Ready``, ``Progressing``, ``Degraded`` (what the issue and `kubectl get dp` show), each with
+  reason, message, lastTransitionTime (changed only when ``status`` flips) and
+  observedGeneration;
+- ``Reconciling`` and ``Stalled``: the "abnormal-true" pair kstatus (Flux's health checks, and
+  `kubectl wait`-style tooling built on cli-utils) reads. They mirror Progressing and Degraded,
+  so a finished rollout is Current/Healthy and a failed one Failed/Degraded, never
+  "Progressing forever" (the KServe complaint): every rollout ends in Progressing=False.
+- ``observedGeneration`` equals ``metadata.generation`` only once the operator has acted on the
+  spec, which is how kstatus tells a stale status from a current one.
+
+Model states come from the pods of the spec's revisions: the ``fetch-weights`` init
+container running -> WeightsDownloading, the runtime container up but not ready -> Loading,
+ready -> Loaded, a failed init or runtime container (bad sha256, CUDA OOM, crash loop) or a
+Deployment past its progress deadline -> FailedToLoad.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from docparser_operator.api import naming
+
+FETCH_CONTAINER = "fetch-weights"
+WAIT_CONTAINER = "wait-weights"  # the weights cache: waits for the fill Job
+RUNTIME_CONTAINER = "runtime"
+CRASH_REASONS = {"CrashLoopBackOff", "Error", "OOMKilled", "ImagePullBackOff", "ErrImagePull"}
+
+# Model states, ordered from worst to best (a track reports its least advanced pod).
+FAILED = "FailedToLoad"
+PENDING = "Pending"
+DOWNLOADING = "WeightsDownloading"
+LOADING = "Loading"
+LOADED = "Loaded"
+_ORDER = [FAILED, PENDING, DOWNLOADING, LOADING, LOADED]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Something the operator found wrong with the spec or the cluster (-> Degraded)."""
+
+    reason: str
+    message: str
+
+
+@dataclass
+class TrackObservation:
+    """What the cluster shows for one revision: its Deployment and its pods."""
+
+    version: str | None
+    deployment: dict[str, Any] | None
+    pods: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class DeploymentFacts:
+    exists: bool = False
+    ready: int = 0
+    want: int = 0
+    done: bool = False  # observed its generation, every pod updated and Ready, none extra
+    deadline: bool = False  # ProgressDeadlineExceeded
+
+
+@dataclass(frozen=True)
+class TrackState:
+    """The model state of one revision (the least advanced of its pods) and why."""
+
+    state: str
+    message: str
+    facts: DeploymentFacts
+
+
+def _container_state(status: dict[str, Any]) -> tuple[str, str]:
+    """(kind, reason) of a containerStatus: kind is running/waiting/terminated/unknown."""
+    state = status.get("state") or {}
+    for kind in ("terminated", "waiting", "running"):
+        if kind in state:
+            return kind, (state[kind] or {}).get("reason", "")
+    return "unknown", ""
+
+
+def pod_model_state(pod: dict[str, Any]) -> tuple[str, str]:
+    """(state, detail) of one runtime pod, from init container and container statuses."""
+    status = pod.get("status") or {}
+    name = (pod.get("metadata") or {}).get("name", "?")
+    for init in status.get("initContainerStatuses") or []:
+        if init.get("name") not in (FETCH_CONTAINER, WAIT_CONTAINER):
+            continue
+        what = "weights fetch" if init.get("name") == FETCH_CONTAINER else "weights cache wait"
+        kind, reason = _container_state(init)
+        exit_code = ((init.get("state") or {}).get("terminated") or {}).get("exitCode", 0)
+        if kind == "terminated" and exit_code != 0:
+            return (
+                FAILED,
+                f"pod {name}: {what} failed ({reason or 'exit ' + str(exit_code)})",
+            )
+        if kind == "waiting" and reason in CRASH_REASONS:
+            return FAILED, f"pod {name}: {what} failing ({reason})"
+        if kind in ("running", "waiting"):
+            doing = (
+                "downloading and verifying weights"
+                if init.get("name") == FETCH_CONTAINER
+                else "waiting for the weights cache to fill"
+            )
+            return DOWNLOADING, f"pod {name}: {doing}"
+    for ctr in status.get("containerStatuses") or []:
+        if ctr.get("name") != RUNTIME_CONTAINER:
+            continue
+        kind, reason = _container_state(ctr)
+        if reason in CRASH_REASONS or (kind == "terminated" and reason != "Completed"):
+            return FAILED, f"pod {name}: runtime container {reason or kind}"
+        if kind == "running":
+            if ctr.get("ready"):
+                return LOADED, f"pod {name}: model loaded"
+            return LOADING, f"pod {name}: loading the model"
+    return PENDING, f"pod {name}: {status.get('phase', 'Pending')}"
+
+
+def deployment_facts(dep: dict[str, Any] | None) -> DeploymentFacts:
+    if dep is None:
+        return DeploymentFacts()
+    spec, st = dep.get("spec") or {}, dep.get("status") or {}
+    want = spec.get("replicas", 1)
+    ready = st.get("readyReplicas") or 0
+    current = (st.get("observedGeneration") or 0) >= dep["metadata"].get("generation", 1)
+    done = (
+        current
+        and (st.get("updatedReplicas") or 0) >= want
+        and ready >= want
+        and (st.get("replicas") or 0) <= want
+    )
+    deadline = any(
+        c.get("type") == "Progressing" and c.get("reason") == "ProgressDeadlineExceeded"
+        for c in st.get("conditions") or []
+    )
+    return DeploymentFacts(exists=True, ready=ready, want=want, done=done, deadline=deadline)
+
+
+def track_state(obs: TrackObservation) -> TrackState:
+    """Model state, message and deployment facts of one revision."""
+    facts = deployment_facts(obs.deployment)
+    if facts.deadline:
+        return TrackState(FAILED, "rollout exceeded its progress deadline", facts)
+    states = [pod_model_state(p) for p in obs.pods]
+    if states:
+        worst = min(states, key=lambda s: _ORDER.index(s[0]))
+        if worst[0] != LOADED or facts.done:
+            return TrackState(worst[0], worst[1], facts)
+    if facts.done and facts.ready > 0:
+        return TrackState(LOADED, f"{facts.ready} replica(s) ready", facts)
+    if facts.done and facts.want == 0:
+        return TrackState(LOADED, "scaled to 0", facts)
+    if facts.done:
+        return TrackState(PENDING, "no replicas ready", facts)
+    return TrackState(PENDING, f"{facts.ready}/{facts.want} replicas ready", facts)
+
+
+def _condition(
+    ctype: str,
+    ok: bool,
+    reason: str,
+    message: str,
+    generation: int,
+    previous: dict[str, Any],
+    now: str,
+) -> dict[str, Any]:
+    status = "True" if ok else "False"
+    old = previous.get(ctype)
+    since = old["lastTransitionTime"] if old and old.get("status") == status else now
+    return {
+        "type": ctype,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": since,
+        "observedGeneration": generation,
+    }
+
+
+@dataclass(frozen=True)
+class RoleView:
+    """One role of the rollout as status reports it."""
+
+    revision: str | None
+    version: str | None  # weights version actually serving this role
+    ready: int
+    observation: TrackObservation | None  # of the spec's revision for this role
+
+
+def build_status(
+    *,
+    name: str,
+    namespace: str,
+    generation: int,
+    stable: RoleView | None,
+    canary: RoleView | None,
+    routed_weight: int,
+    requested_weight: int,
+    ready_serving: int,
+    min_ready: int,
+    rolling: list[str],
+    problems: list[Problem],
+    previous: dict[str, Any] | None,
+    now: str,
+    selector: str,
+    rollout: dict[str, int] | None = None,
+    weights_cached: tuple[bool, str, str] | None = None,
+) -> dict[str, Any]:
+    """The whole ``status`` of a DocParser (a dict in the CRD's camelCase shape).
+
+    ``Ready``: the endpoint serves with at least ``min_ready`` Ready pods behind traffic (an
+    autoscaler adding pods or a dark canary loading never flips it). ``Progressing``: a
+    spec-driven change is under way (``rolling`` says what: revisions leaving, a new one not
+    serving yet, traffic not yet at its target split); it ends False in every case, Complete
+    or Failed, so GitOps tools never see "Progressing forever"."""
+    prev_conditions = {c["type"]: c for c in (previous or {}).get("conditions") or []}
+    roles = [("stable", stable), ("canary", canary)]
+    states = {
+        role: track_state(view.observation)
+        for role, view in roles
+        if view is not None and view.observation is not None
+    }
+    failed = [(r, s) for r, s in states.items() if s.state == FAILED]
+    degraded_reasons = [p.reason for p in problems] + [FAILED for _ in failed]
+    degraded_msgs = [p.message for p in problems] + [f"{r}: {s.message}" for r, s in failed]
+    degraded = bool(degraded_reasons)
+    spec_broken = any(p.reason == "SpecInvalid" for p in problems)
+
+    progressing = bool(rolling) and not spec_broken and not failed
+    if progressing:
+        loading = [s for s in states.values() if s.state != LOADED]
+        p_reason = loading[0].state if loading else "RollingOut"
+        p_msg = "; ".join(rolling)
+    elif degraded:
+        p_reason, p_msg = "Failed", "rollout stopped: " + "; ".join(degraded_msgs)
+    else:
+        p_reason, p_msg = "Complete", "all revisions rolled out"
+
+    ready = not spec_broken and ready_serving >= max(1, min_ready)
+    if ready:
+        r_reason = LOADED
+        r_msg = f"serving at {endpoint(name, namespace)} with {ready_serving} ready pod(s)"
+    elif spec_broken:
+        r_reason, r_msg = "SpecInvalid", "; ".join(degraded_msgs)
+    elif stable is None:
+        r_reason, r_msg = PENDING, "stable revision not created yet"
+    else:
+        worst = failed[0][1] if failed else states.get("stable")
+        r_reason = worst.state if worst and worst.state != LOADED else PENDING
+        detail = worst.message if worst else "no pods yet"
+        r_msg = f"{ready_serving}/{max(1, min_ready)} ready pods behind traffic ({detail})"
+
+    d_reason = degraded_reasons[0] if degraded else "AsExpected"
+    d_msg = "; ".join(degraded_msgs) if degraded else "no problems found"
+    conds = [
+        _condition("Ready", ready, r_reason, r_msg, generation, prev_conditions, now),
+        _condition("Progressing", progressing, p_reason, p_msg, generation, prev_conditions, now),
+        _condition("Degraded", degraded, d_reason, d_msg, generation, prev_conditions, now),
+        _condition("Reconciling", progressing, p_reason, p_msg, generation, prev_conditions, now),
+        _condition("Stalled", degraded, d_reason, d_msg, generation, prev_conditions, now),
+    ]
+    if weights_cached is not None:  # (cached, reason, message): cache_status.py
+        ok, reason, message = weights_cached
+        conds.append(
+            _condition("WeightsCached", ok, reason, message, generation, prev_conditions, now)
+        )
+    status: dict[str, Any] = {
+        "observedGeneration": generation,
+        "conditions": conds,
+        "endpoint": endpoint(name, namespace),
+        "selector": selector,
+        "replicas": (stable.ready if stable else 0) + (canary.ready if canary else 0),
+    }
+    # null is not a string to the CRD's structural schema: leave unknown versions out
+    if stable is not None:
+        status["stable"] = _track(stable.version, stable.revision, readyReplicas=stable.ready)
+    if canary is not None:
+        status["canary"] = _track(
+            canary.version,
+            canary.revision,
+            weight=routed_weight,
+            requestedWeight=requested_weight,
+            readyReplicas=canary.ready,
+        )
+    if rollout is not None:
+        status["rollout"] = dict(rollout)
+    return status
+
+
+def _track(version: str | None, revision: str | None, **fields: int) -> dict[str, Any]:
+    known = {"version": version, "revision": revision}
+    return {**{k: v for k, v in known.items() if v}, **fields}
+
+
+def endpoint(name: str, namespace: str) -> str:
+    return naming.endpoint_url(name, namespace)
+
+
+def status_changed(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
+    """Whether writing ``new`` would change anything (the no-op resync must not write)."""
+    old = old or {}
+    return any(old.get(k) != v for k, v in new.items()) or any(
+        k not in new for k in ("stable", "canary", "rollout") if k in old
+    )
