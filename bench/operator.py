@@ -106,7 +106,7 @@ def at_rest(cluster: Any, window: float) -> str:
 def run_one(
     make_cluster: Callable[[Path, str], Iterator[Any]], n: int, timeout: float, window: float
 ) -> tuple[int, float, float, float, int, str]:
-    from docparser_operator.kube.client import DOCPARSER, KNOWN_KINDS
+    from docparser_operator.api.kinds import DOCPARSER, KNOWN_KINDS
     from dp_helpers import GATEWAY, docparser, quiet
     from kube_cluster import wait_for
     from operator_runner import running_operator

@@ -11,9 +11,9 @@ import time
 from typing import Any
 
 import pydantic
+from docparser_operator.api.kinds import DOCPARSER, KNOWN_KINDS
 from docparser_operator.api.models import DocParser
 from docparser_operator.core.render import render_all, tracks_of
-from docparser_operator.kube.client import DOCPARSER, KNOWN_KINDS
 from kube_cluster import Cluster
 
 DEPLOY = KNOWN_KINDS["Deployment"]

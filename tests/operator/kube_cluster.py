@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-from docparser_operator.kube.client import KubeClient, ResourceRef, load_configuration
+from docparser_operator.api.kinds import ResourceRef
+from docparser_operator.kube.client import KubeClient, load_configuration
 
 T = TypeVar("T")
 TEST_AGENT = "docparser-tests/0.1"
@@ -131,7 +132,7 @@ class Cluster:
         """
         if not self.has_controllers:
             return
-        from docparser_operator.kube.client import KNOWN_KINDS, ResourceRef
+        from docparser_operator.api.kinds import KNOWN_KINDS, ResourceRef
 
         rs_ref = ResourceRef("apps/v1", "ReplicaSet", "replicasets")
         refs = (KNOWN_KINDS["Deployment"], rs_ref, KNOWN_KINDS["Pod"])
@@ -336,7 +337,7 @@ def simulate_pods(
     cluster: Cluster, deployment: str, state: str = "ready", *, timeout: float = 30
 ) -> None:
     """Make the pods of ``deployment`` report ``state`` (and, on the emulator, its status)."""
-    from docparser_operator.kube.client import KNOWN_KINDS
+    from docparser_operator.api.kinds import KNOWN_KINDS
 
     dep_ref, pod_ref = KNOWN_KINDS["Deployment"], KNOWN_KINDS["Pod"]
     dep = wait_for(f"deployment {deployment}", lambda: cluster.get(dep_ref, deployment))

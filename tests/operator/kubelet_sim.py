@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Any
 
-from docparser_operator.kube.client import KNOWN_KINDS
+from docparser_operator.api.kinds import KNOWN_KINDS
 from kube_cluster import Cluster, pod_status
 
 DEPLOY, POD = KNOWN_KINDS["Deployment"], KNOWN_KINDS["Pod"]

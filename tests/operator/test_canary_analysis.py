@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 import pytest
 from docparser_operator.api import naming
-from docparser_operator.kube.client import KNOWN_KINDS
+from docparser_operator.api.kinds import KNOWN_KINDS
 from dp_helpers import CANARY_WEIGHTS, GATEWAY, condition, create, docparser, revision, set_spec
 from kube_cluster import Cluster, wait_for
 from kubelet_sim import Kubelet

@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from docparser_operator.api.kinds import KNOWN_KINDS
 from docparser_operator.api.models import DocParser
+from docparser_operator.api.naming import FETCH_CONTAINER, RUNTIME_CONTAINER
 from docparser_operator.core.diagnose import diagnose
-from docparser_operator.core.status import FETCH_CONTAINER, RUNTIME_CONTAINER
-from docparser_operator.kube.client import KNOWN_KINDS
 from dp_helpers import (
     CANARY_WEIGHTS,
     GATEWAY,

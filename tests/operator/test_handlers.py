@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from docparser_operator.kube.client import KNOWN_KINDS
+from docparser_operator.api.kinds import KNOWN_KINDS
 from dp_helpers import condition, create, docparser, revision_in, role_deployment
 from kube_cluster import Cluster, wait_for
 

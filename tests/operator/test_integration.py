@@ -6,7 +6,7 @@ import copy
 from typing import Any
 
 import pytest
-from docparser_operator.kube.client import DOCPARSER, KNOWN_KINDS
+from docparser_operator.api.kinds import DOCPARSER, KNOWN_KINDS
 from dp_helpers import (
     CANARY_WEIGHTS,
     DEPLOY,

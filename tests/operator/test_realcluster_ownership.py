@@ -17,8 +17,10 @@ from typing import Any
 import pytest
 from controlplane.harness import ControlPlane
 from controlplane.kubeapi import KubeApi, KubeApiError
+from docparser_operator.api.kinds import DOCPARSER, ref_for
+from docparser_operator.api.naming import FIELD_MANAGER
 from docparser_operator.core.render import render_all
-from docparser_operator.kube.client import DOCPARSER, FIELD_MANAGER, KubeClient, ref_for
+from docparser_operator.kube.client import KubeClient
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from test_realcluster_crd import BASE_SPEC, SHA_B, docparser, path, with_changes
@@ -299,11 +301,11 @@ def test_the_operator_names_watches_rbac_denies_before_it_starts(
     """kopf waits for every index's first list before running any handler, and retries a
     forbidden watch for ever: a trimmed ClusterRole would leave the operator silent. The
     start-up check asks the API server (SelfSubjectAccessReview) and names what is denied."""
-    from docparser_operator.controller.handlers import INDEXED
+    from docparser_operator.api.kinds import INDEXED
     from docparser_operator.kube import permissions
 
     user = user_client(real_apiserver)
-    kinds = [(group, plural) for group, _version, plural in INDEXED.values()]
+    kinds = [(r.group, r.plural) for r in INDEXED]
     denied = permissions.missing(user, kinds, [real_namespace])
     assert {d.resource for d in denied} == {plural for _, plural in kinds}  # not bound yet
     watch_all = [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["list", "watch"]}]

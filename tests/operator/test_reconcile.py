@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from docparser_operator.controller import events
+from docparser_operator.api.kinds import DOCPARSER, KNOWN_KINDS
+from docparser_operator.api.naming import FIELD_MANAGER
 from docparser_operator.controller.reconcile import reconcile
 from docparser_operator.core.children import (
     HASH_ANNOTATION,
@@ -16,8 +17,9 @@ from docparser_operator.core.children import (
     owned_by,
     prepare,
 )
+from docparser_operator.core.events import events_for
 from docparser_operator.core.render import render_all
-from docparser_operator.kube.client import DOCPARSER, FIELD_MANAGER, KNOWN_KINDS, KubeClient
+from docparser_operator.kube.client import KubeClient
 from dp_helpers import CANARY_WEIGHTS, GATEWAY, docparser, revision_in
 from kube_cluster import Cluster, client_for
 
@@ -150,7 +152,7 @@ def assert_quiescent_passes(cluster: Cluster, api: KubeClient, name: str) -> Non
     again = reconcile(api, cluster.get(DOCPARSER, name))
     assert again.applied == [] and again.pruned == [] and not again.status_written
     assert cluster.writes_since(mark) == []
-    assert events.events_for(again) == []
+    assert events_for(again) == []
 
 
 def test_prune_only_owned_children(cluster: Cluster) -> None:
@@ -185,7 +187,7 @@ def test_prune_only_owned_children(cluster: Cluster) -> None:
     )
     assert cluster.get(DEPLOY, canary) is None and cluster.get(ROUTE, "inv") is None
     assert cluster.get(SERVICE, "inv-old")["metadata"]["uid"] == stray["metadata"]["uid"]
-    assert {e.reason for e in events.events_for(outcome)} >= {"Pruned"}
+    assert {e.reason for e in events_for(outcome)} >= {"Pruned"}
 
 
 def test_a_squatter_the_watch_has_not_delivered_is_never_taken_over(cluster: Cluster) -> None:
@@ -236,11 +238,11 @@ def test_delete_precondition_spares_a_same_named_newcomer(cluster: Cluster) -> N
 
 
 def test_weight_change_event() -> None:
-    from docparser_operator.controller.reconcile import Outcome
+    from docparser_operator.core.outcome import Outcome
 
     old = {"canary": {"version": "v2", "weight": 10, "readyReplicas": 1}}
     new = {"canary": {"version": "v2", "weight": 30, "readyReplicas": 1}}
-    (event,) = events.events_for(Outcome(name="inv", previous_status=old, status=new))
+    (event,) = events_for(Outcome(name="inv", previous_status=old, status=new))
     assert (event.type, event.reason, event.message) == (
         "Normal",
         "CanaryWeightChanged",
@@ -277,8 +279,8 @@ def test_switch_to_the_gateway_routes_there_before_the_service_narrows() -> None
     """Pure: `router: service` with a live 50 % canary, then `router: gateway`. The endpoint
     Service narrows to the stable revision in the same pass that creates the HTTPRoute; the
     route is written first, so the canary's pods never stand outside every entry point."""
-    from docparser_operator.controller.reconcile import decide
     from docparser_operator.core.children import Observed
+    from docparser_operator.core.decide import decide
 
     spec = {"replicas": {"min": 2, "max": 2}, "canary": {"weights": CANARY_WEIGHTS, "weight": 50}}
     before = live_resource(**spec)

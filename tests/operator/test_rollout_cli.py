@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
+from docparser_operator.api.kinds import DOCPARSER
 from docparser_operator.cli.rollout import (
     RolloutCommandError,
     promote_patch,
@@ -17,7 +18,6 @@ from docparser_operator.cli.rollout import (
     resume_patch,
     resume_token,
 )
-from docparser_operator.kube.client import DOCPARSER
 from dp_helpers import CANARY_WEIGHTS, GATEWAY, create, docparser, spec_of
 from kube_cluster import Cluster, wait_for
 

@@ -15,7 +15,7 @@ import copy
 import sys
 from typing import Any
 
-from docparser_operator.kube.client import DOCPARSER
+from docparser_operator.api.kinds import DOCPARSER
 from dp_helpers import (
     CANARY_WEIGHTS,
     DEPLOY,
@@ -256,8 +256,8 @@ def test_canary_that_never_becomes_ready_gets_no_traffic(cluster: Cluster, opera
 
 def test_sampler_catches_a_backend_without_ready_pods(cluster: Cluster) -> None:
     """The sampler itself can fail: weight a backend that has no Ready pod behind it."""
+    from docparser_operator.api.kinds import KNOWN_KINDS
     from docparser_operator.controller.reconcile import reconcile
-    from docparser_operator.kube.client import KNOWN_KINDS
     from kube_cluster import client_for
 
     api = client_for(cluster.kubeconfig, user_agent="docparser-operator/test")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 from docparser_operator.api.models import DocParser, DocParserSpec
-from docparser_operator.controller.reconcile import decide
 from docparser_operator.core import sizing
 from docparser_operator.core.children import Observed
+from docparser_operator.core.decide import decide
 from dp_helpers import CANARY_WEIGHTS, docparser
 from golden import Case
 

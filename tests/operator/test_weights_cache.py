@@ -8,9 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from docparser_operator.api.kinds import KNOWN_KINDS
 from docparser_operator.api.models import DocParserSpec
 from docparser_operator.core.weights_cache_status import weights_cache_verdict
-from docparser_operator.kube.client import KNOWN_KINDS
 from dp_helpers import SHA_A, SHA_B, SHA_C, condition, create, docparser, set_spec, spec_of
 from kube_cluster import Cluster, wait_for
 from kubelet_sim import Kubelet
@@ -177,8 +177,8 @@ def test_a_deleted_claim_takes_its_fill_job_along() -> None:
     """Pure: a claim deleted (to refill it, or by mistake) leaves a Job whose success speaks
     of a volume that is gone: the pass recreates the claim and deletes that Job, so the next
     pass fills the new claim instead of pods waiting on an empty one."""
-    from docparser_operator.controller.reconcile import decide
     from docparser_operator.core.children import Observed, prepare
+    from docparser_operator.core.decide import decide
     from docparser_operator.core.render import render_all
 
     resource = docparser("wc", weights=weights("v1", SHA_A), weightsCache=CACHE)

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from docparser_operator.kube.client import KNOWN_KINDS
+from docparser_operator.api.kinds import KNOWN_KINDS
 from kube_cluster import Cluster
 
 ROUTE, SERVICE, POD = KNOWN_KINDS["HTTPRoute"], KNOWN_KINDS["Service"], KNOWN_KINDS["Pod"]

@@ -106,7 +106,8 @@ def finish(
 ) -> analysis.AnalysisState:
     """Measure what is due and advance the walk. ``serving``: this pass's plan has the
     canary's Ready pods carrying the weight the step asks for (as near as the router can).
-    ``documents``: (namespace, ConfigMap name) -> the golden documents (golden.load)."""
+    ``documents``: (namespace, ConfigMap name) -> the golden documents (read by the
+    controller: reconcile.golden_documents)."""
     assert model.spec.canary is not None and model.spec.canary.analysis is not None
     config = model.spec.canary.analysis
     where = (model.metadata.namespace, model.metadata.name)

@@ -14,7 +14,8 @@ Track = Literal["stable", "canary"]  # the roles a revision plays
 TRACKS: tuple[Track, ...] = ("stable", "canary")
 REVISION_CHARS = 6
 
-FIELD_MANAGER = "docparser-operator"
+FIELD_MANAGER = "docparser-operator"  # the operator's server-side applies (children, status)
+CLI_FIELD_MANAGER = "docparser-cli"  # the person's spec edits through promote / abort / resume
 API_GROUP = "docparser.io"
 API_VERSION = "docparser.io/v1alpha1"
 KIND = "DocParser"
@@ -57,6 +58,11 @@ RESERVED_LABELS = frozenset(
         "app.kubernetes.io/component",
     }
 )
+
+# Container names: the renderers name them, status and diagnosis find them by these names.
+RUNTIME_CONTAINER = "runtime"
+FETCH_CONTAINER = "fetch-weights"  # init: fetches and verifies the weights into the pod
+WAIT_CONTAINER = "wait-weights"  # init, with the weights cache: waits for the fill Job
 
 HTTP_PORT = 8000
 HTTP_PORT_NAME = "http"

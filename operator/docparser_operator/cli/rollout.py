@@ -27,7 +27,7 @@ import yaml
 
 from docparser_operator.api import labels, naming
 
-FIELD_MANAGER = "docparser-cli"
+FIELD_MANAGER = naming.CLI_FIELD_MANAGER
 
 
 class RolloutCommandError(ValueError):
@@ -172,14 +172,9 @@ def render_status(
 
 def run_live(verb: str, name: str, namespace: str, out: TextIO = sys.stdout) -> int:
     """promote / abort / status against the cluster of KUBECONFIG (or in-cluster config)."""
+    from docparser_operator.api.kinds import DOCPARSER, KNOWN_KINDS
     from docparser_operator.controller.settings import OperatorSettings
-    from docparser_operator.kube.client import (
-        DOCPARSER,
-        KNOWN_KINDS,
-        ApiError,
-        KubeClient,
-        load_configuration,
-    )
+    from docparser_operator.kube.client import ApiError, KubeClient, load_configuration
 
     cfg = load_configuration(OperatorSettings().kubeconfig)
     client = KubeClient(cfg, user_agent="docparser-operator-cli")

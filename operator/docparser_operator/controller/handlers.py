@@ -39,16 +39,19 @@ import kopf
 
 from docparser_operator.analysis.run import AnalysisMemory
 from docparser_operator.api import labels
+from docparser_operator.api.kinds import DOCPARSER, INDEXED, KINDS
 from docparser_operator.api.naming import API_GROUP, KIND, PLURAL
 from docparser_operator.controller import events
 from docparser_operator.controller.metrics import OperatorMetrics
-from docparser_operator.controller.reconcile import Outcome, reconcile
+from docparser_operator.controller.reconcile import reconcile
 from docparser_operator.controller.settings import OperatorSettings
 from docparser_operator.controller.state import OperatorState
 from docparser_operator.core import triggers
+from docparser_operator.core.events import Event, events_for
+from docparser_operator.core.outcome import Outcome
 from docparser_operator.kube import leader, permissions
 from docparser_operator.kube import observer as cache
-from docparser_operator.kube.client import DOCPARSER, ApiError, KubeClient, load_configuration
+from docparser_operator.kube.client import ApiError, KubeClient, load_configuration
 
 VERSION = DOCPARSER.api_version.split("/")[1]
 ANNOTATION_PREFIX = "docparser.io"
@@ -83,7 +86,7 @@ def run_reconcile(state: OperatorState, resource: dict[str, Any], *, strict: boo
         except ApiError as exc:
             if state.metrics is not None:
                 state.metrics.failed(namespace, name, exc.status, time.monotonic() - started)
-            failed = [events.Event("Warning", "ReconcileFailed", str(exc))]
+            failed = [Event("Warning", "ReconcileFailed", str(exc))]
             events.post(api, resource, state.event_limiter.admit(uid, failed))
             delay = state.settings.retry_delay_s * (1 if exc.transient else 6)
             raise kopf.TemporaryError(str(exc), delay=delay) from exc
@@ -94,7 +97,7 @@ def run_reconcile(state: OperatorState, resource: dict[str, Any], *, strict: boo
             state.wakeups[uid] = time.monotonic() + outcome.wake_in_s
         if state.metrics is not None:
             state.metrics.reconciled(namespace, name, outcome.status, time.monotonic() - started)
-    events.post(api, resource, state.event_limiter.admit(uid, events.events_for(outcome)))
+    events.post(api, resource, state.event_limiter.admit(uid, events_for(outcome)))
     if strict and outcome.spec_invalid:
         message = "; ".join(p.message for p in outcome.problems if p.reason == "SpecInvalid")
         raise kopf.PermanentError(message)
@@ -120,21 +123,9 @@ def login(**_: Any) -> kopf.ConnectionInfo:
     )
 
 
-# Watch-backed reads (cache.py): one kopf index per child kind and for runtime pods, keyed by
-# (namespace, DocParser). kopf runs no resource handler before each holds its initial list.
-INDEXED = {
-    "Deployment": ("apps", "v1", "deployments"),
-    "Service": ("", "v1", "services"),
-    "HorizontalPodAutoscaler": ("autoscaling", "v2", "horizontalpodautoscalers"),
-    "PodDisruptionBudget": ("policy", "v1", "poddisruptionbudgets"),
-    "HTTPRoute": ("gateway.networking.k8s.io", "v1", "httproutes"),
-    "NetworkPolicy": ("networking.k8s.io", "v1", "networkpolicies"),
-    "PersistentVolumeClaim": ("", "v1", "persistentvolumeclaims"),
-    "Job": ("batch", "v1", "jobs"),
-    "Pod": ("", "v1", "pods"),
-}
-
-
+# Watch-backed reads (kube/observer.py): one kopf index per indexed kind of api/kinds.py (the
+# children and the runtime pods), keyed by (namespace, DocParser). kopf runs no resource handler
+# before each holds its initial list.
 def _index_id(kind: str) -> str:
     return f"{kind.lower()}_index"
 
@@ -147,12 +138,12 @@ def _by_owner(body: kopf.Body, **_: Any) -> dict[cache.IndexKey, dict[str, Any]]
     return {key: obj} if key is not None else {}
 
 
-for _kind, (_group, _version, _plural) in INDEXED.items():
+for _ref in INDEXED:
     kopf.index(
-        _group,
-        _version,
-        _plural,
-        id=_index_id(_kind),
+        _ref.group,
+        _ref.version,
+        _ref.plural,
+        id=_index_id(_ref.kind),
         labels={labels.LABEL_MANAGED_BY: labels.MANAGED_BY},
     )(_by_owner)
 
@@ -165,7 +156,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -
     metrics.attach(client)
     if ours.metrics_port:
         metrics.serve(ours.metrics_port)
-    indexes = {kind: kwargs[_index_id(kind)] for kind in INDEXED}  # kopf passes every index
+    indexes = {r.kind: kwargs[_index_id(r.kind)] for r in INDEXED}  # kopf passes every index
     memo.state = OperatorState(
         settings=ours,
         client=client,
@@ -275,8 +266,6 @@ async def stop_resync(memo: kopf.Memo, **_: Any) -> None:
         await asyncio.to_thread(state.metrics.close)  # this run started it, so it stops it
 
 
-@kopf.on.event("apps", "v1", "deployments", labels={labels.LABEL_MANAGED_BY: labels.MANAGED_BY})
-@kopf.on.event("batch", "v1", "jobs", labels={labels.LABEL_MANAGED_BY: labels.MANAGED_BY})
 def on_deployment(event: Mapping[str, Any], body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """A child Deployment moved (pods became ready, a rollout stalled), or a weights cache
     fill Job finished or failed: refresh its owner."""
@@ -296,7 +285,6 @@ def on_deployment(event: Mapping[str, Any], body: kopf.Body, memo: kopf.Memo, **
     _reconcile_owner(state, meta.get("namespace"), owner)
 
 
-@kopf.on.event("", "v1", "pods", labels={labels.LABEL_MANAGED_BY: labels.MANAGED_BY})
 def on_pod(event: Mapping[str, Any], body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """A runtime pod changed state (cannot be scheduled, a Secret is missing, the weights
     failed, the model loads): the status says so now, not at the next resync. Reads are
@@ -357,18 +345,6 @@ def _controller_owner(meta: Mapping[str, Any]) -> Mapping[str, Any] | None:
     )
 
 
-# The other children: only their deletion matters (a person or a tool removed one; its owner
-# puts it back now, not at the next resync). Their changes are ours, or drift the resync fixes.
-CHILD_KINDS = (
-    ("", "v1", "services"),
-    ("", "v1", "persistentvolumeclaims"),
-    ("autoscaling", "v2", "horizontalpodautoscalers"),
-    ("policy", "v1", "poddisruptionbudgets"),
-    ("gateway.networking.k8s.io", "v1", "httproutes"),
-    ("networking.k8s.io", "v1", "networkpolicies"),
-)
-
-
 def on_child_deleted(event: Mapping[str, Any], body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     if event.get("type") != "DELETED":
         return
@@ -379,10 +355,18 @@ def on_child_deleted(event: Mapping[str, Any], body: kopf.Body, memo: kopf.Memo,
         _reconcile_owner(_state(memo), meta.get("namespace"), owner)
 
 
-for _group, _version, _plural in CHILD_KINDS:
-    kopf.on.event(_group, _version, _plural, labels={labels.LABEL_MANAGED_BY: labels.MANAGED_BY})(
-        on_child_deleted
-    )
+# How each kind's changes reach us is its ``watch`` in api/kinds.py: every change of a
+# Deployment or fill Job, a runtime pod's state, and only the deletion of the other children (a
+# person or a tool removed one; its owner puts it back now, not at the next resync).
+_ON_WATCH = {"changes": on_deployment, "pods": on_pod, "deletion": on_child_deleted}
+for _ref in KINDS:
+    if _ref.watch in _ON_WATCH:
+        kopf.on.event(
+            _ref.group,
+            _ref.version,
+            _ref.plural,
+            labels={labels.LABEL_MANAGED_BY: labels.MANAGED_BY},
+        )(_ON_WATCH[_ref.watch])
 
 
 def run(namespaces: list[str]) -> None:
@@ -405,7 +389,12 @@ def run(namespaces: list[str]) -> None:
             memo=kopf.Memo(metrics=metrics),
         )
 
-    permissions.require_watches(settings, [(g, p) for g, _v, p in INDEXED.values()], namespaces)
+    permissions.require_watches(
+        settings.kubeconfig,
+        settings.request_timeout_s,
+        [(r.group, r.plural) for r in INDEXED],
+        namespaces,
+    )
     if not settings.leader_elect:
         run_kopf()
         return

@@ -1,29 +1,22 @@
-"""Write a pass's status: what the executor left, as conditions and track views.
+"""Write a pass's status: the one place the status write happens.
 
-Kept apart from reconcile.py (which decides and acts) because it is the one place the status
-write happens; the status *content* is built by status.py (pure, never the API client).
-Written only when it differs from the live status: the no-op resync writes nothing.
+Kept apart from reconcile.py (which decides and acts); the status *content* is built by
+core/report.py (pure, never the API client). Written only when it differs from the live
+status: the no-op resync writes nothing.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from docparser_operator.api import labels, naming
-from docparser_operator.core import rollout
-from docparser_operator.core.children import Key, owned_by
+from docparser_operator.api.kinds import DOCPARSER
+from docparser_operator.core.children import Key
+from docparser_operator.core.outcome import Outcome
 from docparser_operator.core.render import Plan
-from docparser_operator.core.status import (
-    RoleView,
-    TrackObservation,
-    build_status,
-    status_changed,
-)
+from docparser_operator.core.report import pass_status
+from docparser_operator.core.status import status_changed
 from docparser_operator.core.weights_cache_status import CacheVerdict
-from docparser_operator.kube.client import DOCPARSER, KubeClient
-
-if TYPE_CHECKING:
-    from docparser_operator.controller.reconcile import Outcome
+from docparser_operator.kube.client import KubeClient
 
 
 def write_status(
@@ -36,120 +29,16 @@ def write_status(
     now: str,
     cache: CacheVerdict | None = None,
 ) -> dict[str, Any]:
-    meta = resource["metadata"]
-    name, namespace, uid = meta["name"], meta["namespace"], meta["uid"]
+    """Build the pass's status and patch it when it changed (a merge patch; ``None`` removes a
+    track view that is gone)."""
+    status = pass_status(resource, plan, live, pods, out, now, cache)
     previous = out.previous_status
-
-    def observation(revision: str, version: str | None) -> TrackObservation:
-        dep = live.get(("Deployment", naming.revision_name(name, revision)))
-        if dep is not None and not owned_by(dep, uid):
-            dep = None
-        mine = [
-            p
-            for p in pods
-            if (p["metadata"].get("labels") or {}).get(labels.LABEL_REVISION) == revision
-            and not p["metadata"].get("deletionTimestamp")
-        ]
-        return TrackObservation(version=version, deployment=dep, pods=mine)
-
-    stable = canary = None
-    rolling: list[str] = []
-    ready_serving = 0
-    routed, requested = (previous.get("canary") or {}).get("weight") or 0, 0
-    rollout_status = None
-    if plan is not None:
-        step = plan.rollout
-        versions = {t.revision: t.version for t in plan.tracks}
-        for dep in live.values():
-            labels_ = dep["metadata"].get("labels") or {}
-            if dep.get("kind") == "Deployment" and labels_.get(labels.LABEL_REVISION):
-                versions.setdefault(
-                    labels_[labels.LABEL_REVISION], labels_.get(labels.LABEL_VERSION)
-                )
-        stable_tp, canary_tp = plan.track("stable"), plan.track("canary")
-        stable_side = {r.revision: r.ready for r in step.role("stable") if r.serving}
-        serving_stable = max(
-            stable_side,
-            key=lambda r: (stable_side[r], stable_tp is not None and r == stable_tp.revision),
-            default=None,
-        )
-        if serving_stable is None and stable_tp is not None:
-            serving_stable = stable_tp.revision
-        if stable_tp is not None:
-            stable = RoleView(
-                revision=serving_stable,
-                version=versions.get(serving_stable) if serving_stable else None,
-                ready=sum(r.ready for r in step.role("stable")),
-                observation=observation(stable_tp.revision, stable_tp.version),
-            )
-        if canary_tp is not None:
-            c_step = step.get(canary_tp.revision)
-            canary = RoleView(
-                revision=canary_tp.revision,
-                version=canary_tp.version,
-                ready=c_step.ready if c_step else 0,
-                observation=observation(canary_tp.revision, canary_tp.version),
-            )
-        rolling = _rolling(step, was_rolling=_condition_true(previous, "Progressing"))
-        if out.analysis is not None and out.analysis.phase in ("Progressing", "Paused"):
-            rolling.append(f"canary analysis: {out.analysis.message}")
-        ready_serving = step.ready_serving
-        routed, requested = step.canary_weight, step.requested_weight
-        rollout_status = {"size": step.size, "pods": step.pods, "maxSurge": step.max_surge}
-    status = build_status(
-        name=name,
-        namespace=namespace,
-        generation=meta.get("generation", 1),
-        stable=stable,
-        canary=canary,
-        routed_weight=routed,
-        requested_weight=requested,
-        ready_serving=ready_serving,
-        min_ready=plan.resource.spec.replicas.min if plan is not None else 1,
-        rolling=rolling,
-        problems=out.problems,
-        previous=previous,
-        now=now,
-        selector=labels.selector_string(labels.pod_selector(name)),
-        rollout=rollout_status,
-        weights_cached=(cache.cached, cache.reason, cache.message) if cache else None,
-    )
-    if out.analysis is not None and "canary" in status:
-        status["canary"]["analysis"] = out.analysis.to_status()
     if status_changed(previous, status):
         patch = dict(status)
         for gone in ("stable", "canary", "rollout"):
             if gone in previous and gone not in status:
                 patch[gone] = None  # merge-patch null removes the field
-        out.body = client.patch_status(DOCPARSER, namespace, name, patch)
+        meta = resource["metadata"]
+        out.body = client.patch_status(DOCPARSER, meta["namespace"], meta["name"], patch)
         out.status_written = True
     return status
-
-
-def _condition_true(status: dict[str, Any], ctype: str) -> bool:
-    return any(
-        c.get("type") == ctype and c.get("status") == "True" for c in status.get("conditions") or []
-    )
-
-
-def _rolling(step: rollout.Rollout, *, was_rolling: bool) -> list[str]:
-    """What a spec-driven change still waits for (empty once settled). An autoscaler adding
-    pods to a serving revision is not a rollout, so it is not listed, unless a rollout is
-    under way: then it lasts until every spec revision has all its pods Ready."""
-    waits = []
-    if was_rolling:
-        waits = [
-            f"revision {r.revision} ({r.role}): {r.ready}/{r.target} ready"
-            for r in step.revisions
-            if r.desired and r.ready < r.target
-        ]
-    for r in step.revisions:
-        if not r.desired and r.replicas > 0:
-            waits.append(f"revision {r.revision} ({r.role}, leaving): {r.replicas} pod(s)")
-        elif r.desired and r.target > 0 and r.ready == 0 and not was_rolling:
-            waits.append(f"revision {r.revision} ({r.role}): 0/{r.target} ready")
-        elif r.desired and r.replicas > r.target:
-            waits.append(f"revision {r.revision} ({r.role}): {r.replicas} -> {r.target} pods")
-    if step.canary_weight != step.target_weight:
-        waits.append(f"canary traffic {step.canary_weight}% -> {step.target_weight}%")
-    return waits

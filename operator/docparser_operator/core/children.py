@@ -1,6 +1,7 @@
 """The children of a DocParser as the reconciler sees them: ownership, the desired-hash,
 "does the live object already carry what we would apply", and the observed state (live
-children, pods, one ``RevisionState`` per revision Deployment). Pure except ``observe``.
+children, pods, one ``RevisionState`` per revision Deployment). Pure: reading them from the
+cluster is kube/observer.py.
 
 Ownership is decided by the ownerReferences uid, never by labels alone: a same-named or
 same-labelled object without our controller reference is reported (ChildConflict) and left
@@ -16,22 +17,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes.utils.quantity import parse_quantity
-
 from docparser_operator.api import labels, naming
-from docparser_operator.core import rollout
-from docparser_operator.kube.client import FIELD_MANAGER, ApiError, KubeClient, ref_for
+from docparser_operator.core import quantity, rollout
 
-CHILD_KINDS = (
-    "Deployment",
-    "Service",
-    "HorizontalPodAutoscaler",
-    "PodDisruptionBudget",
-    "HTTPRoute",
-    "NetworkPolicy",
-    "PersistentVolumeClaim",
-    "Job",
-)
 HASH_ANNOTATION = "docparser.io/desired-hash"
 
 Key = tuple[str, str]  # (kind, name)
@@ -98,7 +86,7 @@ def _same_quantity(live: Any, want: Any) -> bool:
     if not isinstance(live, str | int) or isinstance(live, bool):
         return False
     try:
-        return bool(parse_quantity(live) == parse_quantity(want))
+        return quantity.parse(live) == quantity.parse(want)
     except (ValueError, TypeError, ArithmeticError):
         return False
 
@@ -111,7 +99,7 @@ def needs_apply(want: dict[str, Any], live: dict[str, Any] | None) -> bool:
     managers = {
         m.get("manager") for m in meta.get("managedFields") or [] if m.get("operation") == "Apply"
     }
-    if FIELD_MANAGER not in managers:
+    if naming.FIELD_MANAGER not in managers:
         return True
     if (meta.get("annotations") or {}).get(HASH_ANNOTATION) != want["metadata"]["annotations"][
         HASH_ANNOTATION
@@ -127,29 +115,6 @@ class Observed:
     children: dict[Key, dict[str, Any]]
     pods: list[dict[str, Any]]
     forbidden: tuple[str, ...] = ()  # kinds the operator may not list (RBAC)
-
-
-def observe(client: KubeClient, namespace: str, name: str) -> Observed:
-    """Every live object labelled as a child of this DocParser (owned or not), and its pods.
-    A kind the operator may not list (403) is reported, not fatal: the pass goes on with
-    what it can see and status says which permission is missing."""
-    selector = labels.selector_string(labels.owned_selector(name))
-    live: dict[Key, dict[str, Any]] = {}
-    forbidden: list[str] = []
-    for kind in CHILD_KINDS:
-        try:
-            items = client.list(ref_for(kind), namespace, selector=selector)
-        except ApiError as exc:
-            if exc.status != 403:
-                raise
-            forbidden.append(kind)
-            continue
-        for obj in items:
-            live[(kind, obj["metadata"]["name"])] = obj
-    pods = client.list(
-        ref_for("Pod"), namespace, selector=labels.selector_string(labels.pod_selector(name))
-    )
-    return Observed(live, pods, tuple(forbidden))
 
 
 def revision_states(observed: Observed, uid: str) -> list[rollout.RevisionState]:

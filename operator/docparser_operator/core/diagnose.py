@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from docparser_operator.api import labels
+from docparser_operator.api import labels, naming
 from docparser_operator.api.models import DocParserSpec
-from docparser_operator.core.status import FETCH_CONTAINER, RUNTIME_CONTAINER, Problem
+from docparser_operator.core.status import Problem
 
 Key = tuple[str, str]
 MESSAGE_LIMIT = 300
@@ -90,12 +90,12 @@ def _pod_problems(pod: dict[str, Any], spec: DocParserSpec) -> list[Problem]:
         if term.get("reason") == "OOMKilled":  # its message is only the log's last lines
             limit = _memory_limit(pod, str(ctr.get("name")))
             said = f"OOMKilled at its memory limit ({limit}): raise spec.resources.memory"
-        if ctr.get("name") == FETCH_CONTAINER:
+        if ctr.get("name") == naming.FETCH_CONTAINER:
             reason = (
                 "WeightsChecksumMismatch" if "sha256 mismatch" in said else "WeightsFetchFailed"
             )
             found.append(Problem(reason, _short(f"pod {name}: {said}")))
-        elif ctr.get("name") == RUNTIME_CONTAINER:
+        elif ctr.get("name") == naming.RUNTIME_CONTAINER:
             # serve verifies mounted weights itself (pvc://, the weights cache): a digest
             # mismatch there is the same finding as the fetcher's.
             mismatch = "weights_error" in said and "sha256" in said

@@ -25,9 +25,6 @@ from typing import Any
 
 from docparser_operator.api import naming
 
-FETCH_CONTAINER = "fetch-weights"
-WAIT_CONTAINER = "wait-weights"  # the weights cache: waits for the fill Job
-RUNTIME_CONTAINER = "runtime"
 CRASH_REASONS = {"CrashLoopBackOff", "Error", "OOMKilled", "ImagePullBackOff", "ErrImagePull"}
 
 # Model states, ordered from worst to best (a track reports its least advanced pod).
@@ -88,9 +85,11 @@ def pod_model_state(pod: dict[str, Any]) -> tuple[str, str]:
     status = pod.get("status") or {}
     name = (pod.get("metadata") or {}).get("name", "?")
     for init in status.get("initContainerStatuses") or []:
-        if init.get("name") not in (FETCH_CONTAINER, WAIT_CONTAINER):
+        if init.get("name") not in (naming.FETCH_CONTAINER, naming.WAIT_CONTAINER):
             continue
-        what = "weights fetch" if init.get("name") == FETCH_CONTAINER else "weights cache wait"
+        what = (
+            "weights fetch" if init.get("name") == naming.FETCH_CONTAINER else "weights cache wait"
+        )
         kind, reason = _container_state(init)
         exit_code = ((init.get("state") or {}).get("terminated") or {}).get("exitCode", 0)
         if kind == "terminated" and exit_code != 0:
@@ -103,12 +102,12 @@ def pod_model_state(pod: dict[str, Any]) -> tuple[str, str]:
         if kind in ("running", "waiting"):
             doing = (
                 "downloading and verifying weights"
-                if init.get("name") == FETCH_CONTAINER
+                if init.get("name") == naming.FETCH_CONTAINER
                 else "waiting for the weights cache to fill"
             )
             return DOWNLOADING, f"pod {name}: {doing}"
     for ctr in status.get("containerStatuses") or []:
-        if ctr.get("name") != RUNTIME_CONTAINER:
+        if ctr.get("name") != naming.RUNTIME_CONTAINER:
             continue
         kind, reason = _container_state(ctr)
         if reason in CRASH_REASONS or (kind == "terminated" and reason != "Completed"):

@@ -14,70 +14,17 @@ import json
 import threading
 import urllib.parse
 from collections import Counter
-from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes.config.config_exception import ConfigException
 
-FIELD_MANAGER = "docparser-operator"
+from docparser_operator.api.kinds import ResourceRef, ref_for
+from docparser_operator.api.naming import FIELD_MANAGER
+
 USER_AGENT = "docparser-operator/0.1"
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-
-
-@dataclass(frozen=True)
-class ResourceRef:
-    """Where a kind lives in the API: group/version prefix, plural, scope."""
-
-    api_version: str
-    kind: str
-    plural: str
-    namespaced: bool = True
-
-    def path(self, namespace: str | None = None, name: str | None = None, sub: str = "") -> str:
-        prefix = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
-        parts = [prefix]
-        if self.namespaced and namespace:
-            parts.append(f"namespaces/{namespace}")
-        parts.append(self.plural)
-        if name:
-            parts.append(name)
-        if sub:
-            parts.append(sub)
-        return "/".join(parts)
-
-
-DOCPARSER = ResourceRef("docparser.io/v1alpha1", "DocParser", "docparsers")
-KNOWN_KINDS: dict[str, ResourceRef] = {
-    r.kind: r
-    for r in (
-        DOCPARSER,
-        ResourceRef("apps/v1", "Deployment", "deployments"),
-        ResourceRef("v1", "Service", "services"),
-        ResourceRef("v1", "Pod", "pods"),
-        ResourceRef("v1", "Event", "events"),
-        ResourceRef("v1", "Namespace", "namespaces", namespaced=False),
-        ResourceRef("v1", "ConfigMap", "configmaps"),
-        ResourceRef("v1", "Secret", "secrets"),
-        ResourceRef("v1", "ServiceAccount", "serviceaccounts"),
-        ResourceRef("autoscaling/v2", "HorizontalPodAutoscaler", "horizontalpodautoscalers"),
-        ResourceRef("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets"),
-        ResourceRef("gateway.networking.k8s.io/v1", "HTTPRoute", "httproutes"),
-        ResourceRef("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies"),
-        ResourceRef("v1", "PersistentVolumeClaim", "persistentvolumeclaims"),
-        ResourceRef("batch/v1", "Job", "jobs"),
-    )
-}
-
-
-def ref_for(obj_or_kind: dict[str, Any] | str) -> ResourceRef:
-    """The ResourceRef of an object (by its kind) or of a kind name."""
-    kind = obj_or_kind if isinstance(obj_or_kind, str) else obj_or_kind["kind"]
-    try:
-        return KNOWN_KINDS[kind]
-    except KeyError:
-        raise ValueError(f"the operator does not know where kind {kind!r} lives") from None
 
 
 class ApiError(Exception):

@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from docparser_operator.api import labels
-from docparser_operator.core.children import CHILD_KINDS, Key, Observed, observe
-from docparser_operator.kube.client import KubeClient
+from docparser_operator.api.kinds import CHILD_KINDS, ref_for
+from docparser_operator.core.children import Key, Observed
+from docparser_operator.kube.client import ApiError, KubeClient
 
 IndexKey = tuple[str, str]  # (namespace, DocParser name)
 # What kopf hands over: per kind, an index of (namespace, instance) -> objects.
@@ -42,6 +43,29 @@ class Observer(Protocol):
     def remember(
         self, namespace: str, name: str, written: dict[Key, dict[str, Any]], deleted: dict[Key, str]
     ) -> None: ...
+
+
+def observe(client: KubeClient, namespace: str, name: str) -> Observed:
+    """Every live object labelled as a child of this DocParser (owned or not), and its pods.
+    A kind the operator may not list (403) is reported, not fatal: the pass goes on with
+    what it can see and status says which permission is missing."""
+    selector = labels.selector_string(labels.owned_selector(name))
+    live: dict[Key, dict[str, Any]] = {}
+    forbidden: list[str] = []
+    for kind in CHILD_KINDS:
+        try:
+            items = client.list(ref_for(kind), namespace, selector=selector)
+        except ApiError as exc:
+            if exc.status != 403:
+                raise
+            forbidden.append(kind)
+            continue
+        for obj in items:
+            live[(kind, obj["metadata"]["name"])] = obj
+    pods = client.list(
+        ref_for("Pod"), namespace, selector=labels.selector_string(labels.pod_selector(name))
+    )
+    return Observed(live, pods, tuple(forbidden))
 
 
 @dataclass(frozen=True)

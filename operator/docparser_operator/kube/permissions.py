@@ -14,7 +14,6 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from docparser_operator.controller.settings import OperatorSettings
 from docparser_operator.kube.client import ApiError, KubeClient, load_configuration
 
 log = logging.getLogger("docparser_operator")
@@ -68,13 +67,14 @@ def missing(
 
 
 def require_watches(
-    settings: OperatorSettings, kinds: list[tuple[str, str]], namespaces: list[str]
+    kubeconfig: str | None,
+    timeout_s: float,
+    kinds: list[tuple[str, str]],
+    namespaces: list[str],
 ) -> None:
     """Exit naming what RBAC denies, rather than wait for ever on a forbidden watch
     (the module doc says why)."""
-    client = KubeClient(
-        load_configuration(settings.kubeconfig), timeout_s=settings.request_timeout_s
-    )
+    client = KubeClient(load_configuration(kubeconfig), timeout_s=timeout_s)
     try:
         denied = missing(client, kinds, namespaces or [""])
     except ApiError as exc:  # no answer: kopf's own retries and logs take it from here

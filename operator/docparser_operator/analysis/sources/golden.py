@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from docparser_operator.api import naming
-from docparser_operator.kube.client import KubeClient, ref_for
 
 MAX_DOCUMENTS = 20
 PARSE_TIMEOUT_S = 120.0
@@ -74,13 +73,6 @@ def documents_of(config_map: Mapping[str, Any]) -> Documents:
             raise GoldenUnavailable(f"{stem}: the document goes in binaryData, its text in data")
         docs[stem] = (filename, base64.b64decode(binary[filename]), data[expected])
     return docs
-
-
-def load(client: KubeClient, namespace: str, name: str) -> Documents:
-    config_map = client.get(ref_for("ConfigMap"), namespace, name)
-    if config_map is None:
-        raise GoldenUnavailable(f"ConfigMap {name} not found")
-    return documents_of(config_map)
 
 
 def _post(url: str, filename: str, document: bytes) -> str:

@@ -172,7 +172,7 @@ def _runtime_container(spec: DocParserSpec, tp: TrackPlan, meta: ObjectMeta) -> 
         mounts.append({"name": "api-keys", "mountPath": API_KEYS_DIR, "readOnly": True})
     startup_failures = math.ceil(spec.runtime.startup_timeout_seconds / STARTUP_PERIOD_S)
     return {
-        "name": "runtime",
+        "name": naming.RUNTIME_CONTAINER,
         "image": spec.runtime.image,
         "imagePullPolicy": spec.runtime.image_pull_policy,
         "args": args,
@@ -205,7 +205,7 @@ def _fetch_container(spec: DocParserSpec, weights: Weights) -> dict[str, Any]:
     ]
     source = weights.uri
     return {
-        "name": "fetch-weights",
+        "name": naming.FETCH_CONTAINER,
         "image": spec.runtime.image,
         "imagePullPolicy": spec.runtime.image_pull_policy,
         "args": [
@@ -240,7 +240,7 @@ def _wait_container(spec: DocParserSpec, weights: Weights) -> dict[str, Any]:
     """Hold the pod until the fill Job has put the verified copy into the cache claim (its
     rename is atomic: the manifest appears last). Bounded by the fill Job's own deadline."""
     return {
-        "name": "wait-weights",
+        "name": naming.WAIT_CONTAINER,
         "image": spec.runtime.image,
         "imagePullPolicy": spec.runtime.image_pull_policy,
         "args": [

@@ -1,0 +1,195 @@
+"""Decide: observed + desired -> the ordered writes of one pass, without I/O.
+
+Pure, as KServe's reconcilers split it: ``decide`` takes the DocParser and the ``Observed``
+children and returns a ``Decision`` (the rollout step from rollout.py, the named ``Action``s
+in the order that keeps capacity behind traffic, the problems). controller/reconcile.py only
+performs the actions. Order: grow and create first, then traffic objects, then shrink, then
+prune, so no moment routes to a revision that has not got its pods.
+
+A child is applied only when it is missing, lacks our field manager, carries a different hash
+of the desired object or its live values differ on the fields we set (drift); ownership is
+decided by the ownerReferences uid, never by labels alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import pydantic
+
+from docparser_operator.api import labels
+from docparser_operator.api.models import DocParser, DocParserSpec
+from docparser_operator.core import rollout, sizing
+from docparser_operator.core.children import (
+    CREATE_ONCE,
+    Key,
+    Observed,
+    needs_apply,
+    owned_by,
+    prepare,
+    revision_states,
+    stays_mounted,
+)
+from docparser_operator.core.render import Plan, render_plan, tracks_of
+from docparser_operator.core.render.plan import desired as desired_rollout
+from docparser_operator.core.status import Problem
+
+
+def _pod_specs(spec: DocParserSpec) -> list[tuple[str, DocParserSpec]]:
+    """(message prefix, spec) for each distinct pod spec: stable's, and the canary's when its
+    runtime override changes what its pods run (a bigger batch may not fit the GPU)."""
+    canary = spec.for_canary()
+    return [("", spec)] + ([("canary: ", canary)] if canary is not spec else [])
+
+
+def _problem_from_validation(exc: pydantic.ValidationError) -> Problem:
+    parts = []
+    for err in exc.errors()[:5]:
+        where = ".".join(str(p) for p in err.get("loc", ()) if p not in ("spec",))
+        parts.append(f"{where}: {err.get('msg')}" if where else str(err.get("msg")))
+    return Problem("SpecInvalid", "invalid spec: " + "; ".join(parts))
+
+
+Phase = Literal["grow", "traffic", "shrink", "prune"]
+PHASES: tuple[Phase, ...] = ("grow", "traffic", "shrink", "prune")
+
+
+@dataclass(frozen=True)
+class Action:
+    """One write: ``apply`` a rendered child, ``scale`` a previous revision's Deployment (its
+    template is not ours to re-render), or ``prune`` a child no longer wanted."""
+
+    verb: Literal["apply", "scale", "prune"]
+    key: Key
+    phase: Phase
+    obj: dict[str, Any] | None = None  # apply: the object; scale: the merge patch
+    uid: str = ""  # prune: delete precondition
+
+
+@dataclass
+class Decision:
+    """What one pass must do, decided without I/O."""
+
+    plan: Plan | None
+    actions: list[Action] = field(default_factory=list)
+    conflicts: list[Key] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+
+
+def _phase(obj: dict[str, Any], live: dict[str, Any] | None) -> Phase:
+    if obj["kind"] in CREATE_ONCE:
+        return "grow"  # the weights cache comes before the pods that mount it
+    if obj["kind"] != "Deployment":
+        return "grow" if obj["kind"] == "Service" and live is None else "traffic"
+    want = obj["spec"].get("replicas", 1)
+    have = ((live or {}).get("spec") or {}).get("replicas", 0) if live is not None else 0
+    return "shrink" if want < have else "grow"
+
+
+def _order(action: Action) -> tuple[int, bool]:
+    """Phases in order; within ``traffic`` the HTTPRoute first. A switch to ``router:
+    gateway`` narrows the endpoint Service to one revision: the route must carry the split
+    before that, or for a moment nothing routes to the canary's pods and the stable side alone
+    stands behind the entry point."""
+    return PHASES.index(action.phase), action.key[0] != "HTTPRoute"
+
+
+def decide(
+    resource: dict[str, Any],
+    observed: Observed,
+    *,
+    previous_weight: int,
+    canary_weight: int | None = None,
+) -> Decision:
+    """observed + desired -> the ordered actions of this pass (pure). ``canary_weight``: the
+    canary analysis' effective weight (analysis.py), which replaces spec.canary.weight."""
+    meta = resource["metadata"]
+    uid = meta["uid"]
+    try:
+        model = DocParser.from_resource(resource)
+    except pydantic.ValidationError as exc:
+        return Decision(plan=None, problems=[_problem_from_validation(exc)])
+    tracks = tracks_of(model)
+    step = rollout.plan(
+        desired_rollout(model, tracks, weight=canary_weight),
+        revision_states(observed, uid),
+        previous_weight=previous_weight,
+    )
+    plan = Plan(model, tracks, step)
+    decision = Decision(plan=plan)
+    for prefix, track_spec in _pod_specs(model.spec):
+        gpu = sizing.gpu_memory_problem(track_spec)
+        if gpu is not None:
+            decision.problems.append(Problem(gpu[0], prefix + gpu[1]))
+    desired = prepare(render_plan(plan), resource)
+    wanted = {(c["kind"], c["metadata"]["name"]) for c in desired}
+    live = observed.children
+    for obj in desired:
+        key = (obj["kind"], obj["metadata"]["name"])
+        current = live.get(key)
+        if current is not None and not owned_by(current, uid):
+            decision.conflicts.append(key)
+            continue
+        if current is not None and key[0] in CREATE_ONCE:
+            claim = live.get(("PersistentVolumeClaim", key[1]))
+            if key[0] == "Job" and claim is None and owned_by(current, uid):
+                # The claim was deleted (to refill, or by mistake): its Job's success speaks
+                # of a volume that is gone. Delete it; the next pass fills the new claim.
+                uid_ = current["metadata"]["uid"]
+                decision.actions.append(Action("prune", key, "prune", uid=uid_))
+            continue  # otherwise immutable once created (render/weights_cache.py)
+        if needs_apply(obj, current):
+            decision.actions.append(Action("apply", key, _phase(obj, current), obj=obj))
+        if current is not None and labels.LABEL_RETIRED in (
+            current["metadata"].get("labels") or {}
+        ):
+            patch: dict[str, Any] = {"metadata": {"labels": {labels.LABEL_RETIRED: None}}}
+            decision.actions.append(Action("scale", key, "grow", obj=patch))
+    kept = set(step.keep)
+    generation = str(meta.get("generation", 1))
+    claims_in_use: set[str] = set()  # cache claims of the revisions that stay (below)
+    for key, obj in live.items():
+        if key in wanted or not owned_by(obj, uid) or key[0] in CREATE_ONCE:
+            continue
+        revision = (obj["metadata"].get("labels") or {}).get(labels.LABEL_REVISION)
+        revision_step = step.get(revision) if key[0] == "Deployment" else None
+        if revision_step is not None and (revision_step.replicas > 0 or revision in kept):
+            claims_in_use |= stays_mounted(obj)
+            have = (obj.get("spec") or {}).get("replicas", 1)
+            live_labels = obj["metadata"].get("labels") or {}
+            retired = live_labels.get(labels.LABEL_RETIRED) or generation
+            if (
+                have != revision_step.replicas
+                or live_labels.get(labels.LABEL_TRACK) != revision_step.role
+                or labels.LABEL_RETIRED not in live_labels
+            ):
+                patch = {
+                    "metadata": {
+                        "labels": {
+                            labels.LABEL_TRACK: revision_step.role,
+                            labels.LABEL_RETIRED: retired,
+                        }
+                    },
+                    "spec": {"replicas": revision_step.replicas},
+                }
+                phase: Phase = "shrink" if revision_step.replicas < have else "grow"
+                decision.actions.append(Action("scale", key, phase, obj=patch))
+            continue
+        decision.actions.append(Action("prune", key, "prune", uid=obj["metadata"]["uid"]))
+    # The weights cache follows the revisions: a version's claim and Job stay while a revision
+    # mounting it stays (the previous stable for a rollback, one still draining), else go.
+    for key, obj in live.items():
+        stale = key[0] in CREATE_ONCE and key not in wanted and key[1] not in claims_in_use
+        if stale and owned_by(obj, uid):
+            decision.actions.append(Action("prune", key, "prune", uid=obj["metadata"]["uid"]))
+    decision.actions.sort(key=_order)
+    decision.problems.extend(conflict_problem(key) for key in decision.conflicts)
+    return decision
+
+
+def conflict_problem(key: Key) -> Problem:
+    kind, child = key
+    return Problem(
+        "ChildConflict", f"{kind} {child} exists but is not owned by this DocParser; left untouched"
+    )

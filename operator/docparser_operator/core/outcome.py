@@ -1,0 +1,42 @@
+"""What one reconcile pass did: the record events, metrics, logs, tests and the benchmark
+read after the pass.
+
+A plain value in core (no client): the pure event builder (core/events.py) and the status
+builder (core/report.py) take it, so both can be tested without an API server.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from docparser_operator.analysis import walk as analysis_module
+from docparser_operator.core import rollout
+from docparser_operator.core.children import Key
+from docparser_operator.core.status import Problem
+
+
+@dataclass
+class Outcome:
+    """What one pass did (for events, logs, tests and the benchmark)."""
+
+    name: str = ""
+    applied: list[Key] = field(default_factory=list)
+    scaled: list[Key] = field(default_factory=list)
+    pruned: list[Key] = field(default_factory=list)
+    conflicts: list[Key] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    status: dict[str, Any] = field(default_factory=dict[str, Any])
+    previous_status: dict[str, Any] = field(default_factory=dict[str, Any])
+    status_written: bool = False
+    rollout: rollout.Rollout | None = None
+    created_revisions: list[str] = field(default_factory=list)
+    body: dict[str, Any] | None = None  # the DocParser as the status write returned it
+    analysis: analysis_module.AnalysisState | None = None  # the canary analysis after the pass
+    wake_in_s: float | None = None  # a pass is due then (the analysis window's end)
+    written: dict[Key, dict[str, Any]] = field(default_factory=dict[Key, Any])  # as returned
+    deleted: dict[Key, str] = field(default_factory=dict[Key, str])  # pruned: their uids
+
+    @property
+    def spec_invalid(self) -> bool:
+        return any(p.reason == "SpecInvalid" for p in self.problems)

@@ -1,0 +1,139 @@
+"""The status one pass leads to: what the executor left, as conditions and track views.
+
+Pure (no client): controller/reporting.py writes it, and only when it differs from the live
+status, so the no-op resync writes nothing. The conditions themselves are core/status.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from docparser_operator.api import labels, naming
+from docparser_operator.core import rollout
+from docparser_operator.core.children import Key, owned_by
+from docparser_operator.core.outcome import Outcome
+from docparser_operator.core.render import Plan
+from docparser_operator.core.status import RoleView, TrackObservation, build_status
+from docparser_operator.core.weights_cache_status import CacheVerdict
+
+
+def pass_status(
+    resource: dict[str, Any],
+    plan: Plan | None,
+    live: dict[Key, dict[str, Any]],
+    pods: list[dict[str, Any]],
+    out: Outcome,
+    now: str,
+    cache: CacheVerdict | None = None,
+) -> dict[str, Any]:
+    meta = resource["metadata"]
+    """The status this pass leads to (pure: the write is controller/reporting.py)."""
+    name, namespace, uid = meta["name"], meta["namespace"], meta["uid"]
+    previous = out.previous_status
+
+    def observation(revision: str, version: str | None) -> TrackObservation:
+        dep = live.get(("Deployment", naming.revision_name(name, revision)))
+        if dep is not None and not owned_by(dep, uid):
+            dep = None
+        mine = [
+            p
+            for p in pods
+            if (p["metadata"].get("labels") or {}).get(labels.LABEL_REVISION) == revision
+            and not p["metadata"].get("deletionTimestamp")
+        ]
+        return TrackObservation(version=version, deployment=dep, pods=mine)
+
+    stable = canary = None
+    rolling: list[str] = []
+    ready_serving = 0
+    routed, requested = (previous.get("canary") or {}).get("weight") or 0, 0
+    rollout_status = None
+    if plan is not None:
+        step = plan.rollout
+        versions = {t.revision: t.version for t in plan.tracks}
+        for dep in live.values():
+            labels_ = dep["metadata"].get("labels") or {}
+            if dep.get("kind") == "Deployment" and labels_.get(labels.LABEL_REVISION):
+                versions.setdefault(
+                    labels_[labels.LABEL_REVISION], labels_.get(labels.LABEL_VERSION)
+                )
+        stable_tp, canary_tp = plan.track("stable"), plan.track("canary")
+        stable_side = {r.revision: r.ready for r in step.role("stable") if r.serving}
+        serving_stable = max(
+            stable_side,
+            key=lambda r: (stable_side[r], stable_tp is not None and r == stable_tp.revision),
+            default=None,
+        )
+        if serving_stable is None and stable_tp is not None:
+            serving_stable = stable_tp.revision
+        if stable_tp is not None:
+            stable = RoleView(
+                revision=serving_stable,
+                version=versions.get(serving_stable) if serving_stable else None,
+                ready=sum(r.ready for r in step.role("stable")),
+                observation=observation(stable_tp.revision, stable_tp.version),
+            )
+        if canary_tp is not None:
+            c_step = step.get(canary_tp.revision)
+            canary = RoleView(
+                revision=canary_tp.revision,
+                version=canary_tp.version,
+                ready=c_step.ready if c_step else 0,
+                observation=observation(canary_tp.revision, canary_tp.version),
+            )
+        rolling = _rolling(step, was_rolling=_condition_true(previous, "Progressing"))
+        if out.analysis is not None and out.analysis.phase in ("Progressing", "Paused"):
+            rolling.append(f"canary analysis: {out.analysis.message}")
+        ready_serving = step.ready_serving
+        routed, requested = step.canary_weight, step.requested_weight
+        rollout_status = {"size": step.size, "pods": step.pods, "maxSurge": step.max_surge}
+    status = build_status(
+        name=name,
+        namespace=namespace,
+        generation=meta.get("generation", 1),
+        stable=stable,
+        canary=canary,
+        routed_weight=routed,
+        requested_weight=requested,
+        ready_serving=ready_serving,
+        min_ready=plan.resource.spec.replicas.min if plan is not None else 1,
+        rolling=rolling,
+        problems=out.problems,
+        previous=previous,
+        now=now,
+        selector=labels.selector_string(labels.pod_selector(name)),
+        rollout=rollout_status,
+        weights_cached=(cache.cached, cache.reason, cache.message) if cache else None,
+    )
+    if out.analysis is not None and "canary" in status:
+        status["canary"]["analysis"] = out.analysis.to_status()
+    return status
+
+
+def _condition_true(status: dict[str, Any], ctype: str) -> bool:
+    return any(
+        c.get("type") == ctype and c.get("status") == "True" for c in status.get("conditions") or []
+    )
+
+
+def _rolling(step: rollout.Rollout, *, was_rolling: bool) -> list[str]:
+    """What a spec-driven change still waits for (empty once settled). An autoscaler adding
+    pods to a serving revision is not a rollout, so it is not listed, unless a rollout is
+    under way: then it lasts until every spec revision has all its pods Ready."""
+    waits = []
+    if was_rolling:
+        waits = [
+            f"revision {r.revision} ({r.role}): {r.ready}/{r.target} ready"
+            for r in step.revisions
+            if r.desired and r.ready < r.target
+        ]
+    for r in step.revisions:
+        if not r.desired and r.replicas > 0:
+            waits.append(f"revision {r.revision} ({r.role}, leaving): {r.replicas} pod(s)")
+        elif r.desired and r.target > 0 and r.ready == 0 and not was_rolling:
+            waits.append(f"revision {r.revision} ({r.role}): 0/{r.target} ready")
+        elif r.desired and r.replicas > r.target:
+            waits.append(f"revision {r.revision} ({r.role}): {r.replicas} -> {r.target} pods")
+    if step.canary_weight != step.target_weight:
+        waits.append(f"canary traffic {step.canary_weight}% -> {step.target_weight}%")
+    return waits
