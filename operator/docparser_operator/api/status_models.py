@@ -1,8 +1,8 @@
 """Typed DocParser status (pydantic v2), mirroring the CRD's ``status`` schema.
 
-Written only by the operator (status.py builds it as plain dicts); these models read it back
-(``DocParser.status``) and let tests/operator/test_models.py hold the CRD and the code to the
-same fields.
+Written by the operator through these models (core/status.py builds them) and read back with
+them (``DocParser.status``), so writer and reader cannot drift apart;
+tests/operator/test_models.py holds the CRD and the code to the same fields.
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@ status (status_models.py) models share it without importing each other."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
@@ -13,3 +15,7 @@ class WireModel(BaseModel):
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
     )
+
+    def to_wire(self) -> dict[str, Any]:
+        """The object as the API server stores it: camelCase keys, unset (None) fields left out."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)

@@ -104,9 +104,8 @@ def pass_status(
         selector=labels.selector_string(labels.pod_selector(name)),
         rollout=rollout_status,
         weights_cached=(cache.cached, cache.reason, cache.message) if cache else None,
+        analysis=out.analysis.to_status() if out.analysis is not None else None,
     )
-    if out.analysis is not None and "canary" in status:
-        status["canary"]["analysis"] = out.analysis.to_status()
     return status
 
 

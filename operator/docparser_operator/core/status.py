@@ -24,6 +24,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from docparser_operator.api import naming
+from docparser_operator.api.status_models import (
+    AnalysisStatus,
+    CanaryStatus,
+    Condition,
+    DocParserStatus,
+    RolloutStatus,
+    TrackStatus,
+)
 
 CRASH_REASONS = {"CrashLoopBackOff", "Error", "OOMKilled", "ImagePullBackOff", "ErrImagePull"}
 
@@ -208,8 +216,12 @@ def build_status(
     selector: str,
     rollout: dict[str, int] | None = None,
     weights_cached: tuple[bool, str, str] | None = None,
+    analysis: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The whole ``status`` of a DocParser (a dict in the CRD's camelCase shape).
+    """The whole ``status`` of a DocParser, built through its typed model (api/status_models.py,
+    the one the reader uses: a field the writer adds and the reader lacks fails here, in the
+    pass that writes it) and returned in the CRD's camelCase shape. ``None`` is never written:
+    null is not a string to the CRD's structural schema, and a merge-patch null deletes.
 
     ``Ready``: the endpoint serves with at least ``min_ready`` Ready pods behind traffic (an
     autoscaler adding pods or a dark canary loading never flips it). ``Progressing``: a
@@ -267,32 +279,38 @@ def build_status(
         conds.append(
             _condition("WeightsCached", ok, reason, message, generation, prev_conditions, now)
         )
-    status: dict[str, Any] = {
-        "observedGeneration": generation,
-        "conditions": conds,
-        "endpoint": endpoint(name, namespace),
-        "selector": selector,
-        "replicas": (stable.ready if stable else 0) + (canary.ready if canary else 0),
-    }
-    # null is not a string to the CRD's structural schema: leave unknown versions out
-    if stable is not None:
-        status["stable"] = _track(stable.version, stable.revision, readyReplicas=stable.ready)
-    if canary is not None:
-        status["canary"] = _track(
-            canary.version,
-            canary.revision,
-            weight=routed_weight,
-            requestedWeight=requested_weight,
-            readyReplicas=canary.ready,
+    stable_view = (
+        TrackStatus(
+            version=stable.version or None,
+            revision=stable.revision or None,
+            ready_replicas=stable.ready,
         )
-    if rollout is not None:
-        status["rollout"] = dict(rollout)
-    return status
-
-
-def _track(version: str | None, revision: str | None, **fields: int) -> dict[str, Any]:
-    known = {"version": version, "revision": revision}
-    return {**{k: v for k, v in known.items() if v}, **fields}
+        if stable is not None
+        else None
+    )
+    canary_view = (
+        CanaryStatus(
+            version=canary.version or None,
+            revision=canary.revision or None,
+            weight=routed_weight,
+            requested_weight=requested_weight,
+            ready_replicas=canary.ready,
+            analysis=AnalysisStatus.model_validate(analysis) if analysis is not None else None,
+        )
+        if canary is not None
+        else None
+    )
+    status = DocParserStatus(
+        observed_generation=generation,
+        conditions=[Condition.model_validate(c) for c in conds],
+        endpoint=endpoint(name, namespace),
+        selector=selector,
+        replicas=(stable.ready if stable else 0) + (canary.ready if canary else 0),
+        stable=stable_view,
+        canary=canary_view,
+        rollout=RolloutStatus.model_validate(rollout) if rollout is not None else None,
+    )
+    return status.to_wire()
 
 
 def endpoint(name: str, namespace: str) -> str:
