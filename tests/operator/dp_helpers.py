@@ -13,7 +13,7 @@ from typing import Any
 import pydantic
 from docparser_operator.api.kinds import DOCPARSER, KNOWN_KINDS
 from docparser_operator.api.models import DocParser
-from docparser_operator.core.render import render_all, tracks_of
+from docparser_operator.core.render import render_all, roles_of
 from kube_cluster import Cluster
 
 DEPLOY = KNOWN_KINDS["Deployment"]
@@ -102,10 +102,10 @@ def revision_in(resource: dict[str, Any], role: str = "stable") -> str | None:
     """The revision (pod template hash) a DocParser manifest asks for in ``role`` (None for
     a spec the operator cannot serve)."""
     try:
-        tracks = tracks_of(DocParser.from_resource(resource))
+        tracks = roles_of(DocParser.from_resource(resource))
     except pydantic.ValidationError:
         return None
-    return next((t.revision for t in tracks if t.track == role), None)
+    return next((t.revision for t in tracks if t.role == role), None)
 
 
 def revision(cluster: Cluster, name: str, role: str = "stable") -> str | None:

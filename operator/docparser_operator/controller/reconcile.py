@@ -41,7 +41,7 @@ from docparser_operator.core.children import Key, Observed, owned_by
 from docparser_operator.core.decide import Decision, conflict_problem, decide
 from docparser_operator.core.diagnose import diagnose
 from docparser_operator.core.outcome import Outcome
-from docparser_operator.core.render import tracks_of
+from docparser_operator.core.render import roles_of
 from docparser_operator.core.render.weights_cache import cached_weights
 from docparser_operator.core.status import Problem
 from docparser_operator.core.weights_cache_status import CacheVerdict, weights_cache_verdict
@@ -154,13 +154,13 @@ def reconcile(
         canary_weight=walk.weight if walk is not None else None,
     )
     planned = walk
-    if walk is not None and decision.plan is not None:
-        step = decision.plan.rollout
+    if walk is not None and decision.target is not None:
+        step = decision.target.rollout
         walk = analysis_run.finish(
             analysis or AnalysisMemory(),
-            decision.plan.resource,
+            decision.target.resource,
             walk,
-            {str(t.track): t.revision for t in decision.plan.tracks},
+            {str(t.role): t.revision for t in decision.target.roles},
             observed.pods,
             serving=step.canary_weight == step.target_weight and step.target_weight > 0,
             now=now,
@@ -172,8 +172,8 @@ def reconcile(
     if walk is not None and planned is not None and walk.weight != planned.weight:
         out.wake_in_s = 0.0  # this pass planned the old weight: the next one routes the new
     elif walk is not None and walk.phase == "Progressing" and walk.window_start:
-        assert decision.plan is not None and decision.plan.resource.spec.canary is not None
-        config = decision.plan.resource.spec.canary.analysis
+        assert decision.target is not None and decision.target.resource.spec.canary is not None
+        config = decision.target.resource.spec.canary.analysis
         assert config is not None
         # Nothing else wakes the operator when a quiet window ends: ask for a pass then
         # (status times have whole seconds: one more so the window is surely due).
@@ -194,18 +194,20 @@ def reconcile(
     finally:  # even when a write failed half-way: the ones before it happened
         observer.remember(namespace, name, out.written, out.deleted)
     cache: CacheVerdict | None = None
-    if decision.plan is not None:
-        out.rollout = decision.plan.rollout
-        revisions = {t.revision for t in decision.plan.tracks}
-        out.problems.extend(diagnose(decision.plan.resource.spec, revisions, live, observed.pods))
+    if decision.target is not None:
+        out.rollout = decision.target.rollout
+        revisions = {t.revision for t in decision.target.roles}
+        out.problems.extend(diagnose(decision.target.resource.spec, revisions, live, observed.pods))
         jobs = {n: obj for (kind, n), obj in live.items() if kind == "Job"}
-        spec = decision.plan.resource.spec
+        spec = decision.target.resource.spec
         cache = weights_cache_verdict(
-            spec, name, cached_weights(decision.plan), jobs, observed.pods
+            spec, name, cached_weights(decision.target), jobs, observed.pods
         )
         if cache.problem is not None:
             out.problems.append(cache.problem)
-    out.status = write_status(client, resource, decision.plan, live, observed.pods, out, now, cache)
+    out.status = write_status(
+        client, resource, decision.target, live, observed.pods, out, now, cache
+    )
     return out
 
 
@@ -218,7 +220,7 @@ def _analysis_begin(
         model = DocParser.from_resource(resource)
     except pydantic.ValidationError:
         return None
-    revisions: dict[str, str] = {t.track: t.revision for t in tracks_of(model)}
+    revisions: dict[str, str] = {t.role: t.revision for t in roles_of(model)}
     return analysis_run.begin(model, revisions, previous)
 
 

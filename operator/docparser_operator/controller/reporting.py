@@ -12,7 +12,7 @@ from typing import Any
 from docparser_operator.api.kinds import DOCPARSER
 from docparser_operator.core.children import Key
 from docparser_operator.core.outcome import Outcome
-from docparser_operator.core.render import Plan
+from docparser_operator.core.render import Target
 from docparser_operator.core.report import pass_status
 from docparser_operator.core.status import status_changed
 from docparser_operator.core.weights_cache_status import CacheVerdict
@@ -22,7 +22,7 @@ from docparser_operator.kube.client import KubeClient
 def write_status(
     client: KubeClient,
     resource: dict[str, Any],
-    plan: Plan | None,
+    plan: Target | None,
     live: dict[Key, dict[str, Any]],
     pods: list[dict[str, Any]],
     out: Outcome,

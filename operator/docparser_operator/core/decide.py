@@ -31,8 +31,8 @@ from docparser_operator.core.children import (
     revision_states,
     stays_mounted,
 )
-from docparser_operator.core.render import Plan, render_plan, tracks_of
-from docparser_operator.core.render.plan import desired as desired_rollout
+from docparser_operator.core.render import Target, render_target, roles_of
+from docparser_operator.core.render.target import desired as desired_rollout
 from docparser_operator.core.status import Problem
 
 
@@ -71,7 +71,7 @@ class Action:
 class Decision:
     """What one pass must do, decided without I/O."""
 
-    plan: Plan | None
+    target: Target | None  # None: the spec is invalid (problems say why)
     actions: list[Action] = field(default_factory=list)
     conflicts: list[Key] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
@@ -109,20 +109,20 @@ def decide(
     try:
         model = DocParser.from_resource(resource)
     except pydantic.ValidationError as exc:
-        return Decision(plan=None, problems=[_problem_from_validation(exc)])
-    tracks = tracks_of(model)
+        return Decision(target=None, problems=[_problem_from_validation(exc)])
+    tracks = roles_of(model)
     step = rollout.plan(
         desired_rollout(model, tracks, weight=canary_weight),
         revision_states(observed, uid),
         previous_weight=previous_weight,
     )
-    plan = Plan(model, tracks, step)
-    decision = Decision(plan=plan)
+    plan = Target(model, tracks, step)
+    decision = Decision(target=plan)
     for prefix, track_spec in _pod_specs(model.spec):
         gpu = sizing.gpu_memory_problem(track_spec)
         if gpu is not None:
             decision.problems.append(Problem(gpu[0], prefix + gpu[1]))
-    desired = prepare(render_plan(plan), resource)
+    desired = prepare(render_target(plan), resource)
     wanted = {(c["kind"], c["metadata"]["name"]) for c in desired}
     live = observed.children
     for obj in desired:

@@ -12,14 +12,14 @@ from docparser_operator.api import labels, naming
 from docparser_operator.core import rollout
 from docparser_operator.core.children import Key, owned_by
 from docparser_operator.core.outcome import Outcome
-from docparser_operator.core.render import Plan
+from docparser_operator.core.render import Target
 from docparser_operator.core.status import RoleView, TrackObservation, build_status
 from docparser_operator.core.weights_cache_status import CacheVerdict
 
 
 def pass_status(
     resource: dict[str, Any],
-    plan: Plan | None,
+    plan: Target | None,
     live: dict[Key, dict[str, Any]],
     pods: list[dict[str, Any]],
     out: Outcome,
@@ -50,14 +50,14 @@ def pass_status(
     rollout_status = None
     if plan is not None:
         step = plan.rollout
-        versions = {t.revision: t.version for t in plan.tracks}
+        versions = {t.revision: t.version for t in plan.roles}
         for dep in live.values():
             labels_ = dep["metadata"].get("labels") or {}
             if dep.get("kind") == "Deployment" and labels_.get(labels.LABEL_REVISION):
                 versions.setdefault(
                     labels_[labels.LABEL_REVISION], labels_.get(labels.LABEL_VERSION)
                 )
-        stable_tp, canary_tp = plan.track("stable"), plan.track("canary")
+        stable_tp, canary_tp = plan.role("stable"), plan.role("canary")
         stable_side = {r.revision: r.ready for r in step.role("stable") if r.serving}
         serving_stable = max(
             stable_side,

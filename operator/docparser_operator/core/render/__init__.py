@@ -1,7 +1,7 @@
 """Pure renderers: DocParser resource dict -> desired child objects (no cluster access).
 
 ``render_all`` is what ``docparser-operator render`` calls (the plan at rest); the reconciler
-renders ``render_plan`` of the step its rollout planner chose. The order is stable (the weights
+renders ``render_target`` of the step its rollout planner chose. The order is stable (the weights
 cache claims and fill Jobs; per spec revision: Deployment, revision Service; then the canary
 Service, the endpoint Service, the HPA, the PDB, the HTTPRoute and the NetworkPolicy) so golden
 files and apply batches never reorder.
@@ -18,24 +18,24 @@ from docparser_operator.core.render.hpa import render_hpa
 from docparser_operator.core.render.httproute import backend_weights, render_httproute
 from docparser_operator.core.render.networkpolicy import render_network_policy
 from docparser_operator.core.render.pdb import render_pdb
-from docparser_operator.core.render.plan import (
-    Plan,
-    TrackPlan,
-    plan_at_rest,
-    revision_of,
-    spec_tracks,
-)
 from docparser_operator.core.render.service import (
     render_canary_service,
     render_endpoint_service,
     render_revision_service,
 )
+from docparser_operator.core.render.target import (
+    RoleRevision,
+    Target,
+    revision_of,
+    spec_tracks,
+    target_at_rest,
+)
 from docparser_operator.core.render.weights_cache import render_weights_cache
 
-__all__ = ["Plan", "TrackPlan", "render_all", "render_plan", "tracks_of"]
+__all__ = ["RoleRevision", "Target", "render_all", "render_target", "roles_of"]
 
 
-def tracks_of(resource: DocParser) -> tuple[TrackPlan, ...]:
+def roles_of(resource: DocParser) -> tuple[RoleRevision, ...]:
     """The spec's tracks with their revisions (the hash of each rendered pod template)."""
     return tuple(
         replace(tp, revision=revision_of(pod_template(resource, tp)))
@@ -43,15 +43,15 @@ def tracks_of(resource: DocParser) -> tuple[TrackPlan, ...]:
     )
 
 
-def render_plan(plan: Plan) -> list[dict[str, Any]]:
+def render_target(plan: Target) -> list[dict[str, Any]]:
     gateway = plan.resource.spec.traffic.router == "gateway"
     children: list[dict[str, Any]] = render_weights_cache(plan)
-    for tp in plan.tracks:
+    for tp in plan.roles:
         children.append(render_deployment(plan, tp))
     if gateway:
         for revision in backend_weights(plan):
             children.append(render_revision_service(plan, revision))
-    canary = plan.track("canary")
+    canary = plan.role("canary")
     if canary is not None:
         children.append(render_canary_service(plan, canary.revision))
     children.append(render_endpoint_service(plan))
@@ -69,4 +69,4 @@ def render_all(resource: dict[str, Any], *, canary_ready: bool = True) -> list[d
     """Every child of ``resource`` once settled; ``canary_ready=False``: before the canary's
     pods are Ready (all traffic on stable). Raises pydantic.ValidationError on a bad spec."""
     model = DocParser.from_resource(resource)
-    return render_plan(plan_at_rest(model, tracks_of(model), canary_ready=canary_ready))
+    return render_target(target_at_rest(model, roles_of(model), canary_ready=canary_ready))

@@ -29,7 +29,7 @@ from docparser_operator.api.labels import LABEL_REVISION, pod_labels, pod_select
 from docparser_operator.api.models import DocParser, DocParserSpec, ObjectMeta, Weights
 from docparser_operator.core import sizing
 from docparser_operator.core.render.meta import object_meta
-from docparser_operator.core.render.plan import Plan, TrackPlan, uses_cache
+from docparser_operator.core.render.target import RoleRevision, Target, uses_cache
 
 RUNTIME_UID = 10001
 API_KEYS_DIR = "/var/run/secrets/docparser/api-keys"
@@ -76,7 +76,7 @@ def _container_security() -> dict[str, Any]:
     }
 
 
-def _env(spec: DocParserSpec, tp: TrackPlan, meta: ObjectMeta) -> list[dict[str, Any]]:
+def _env(spec: DocParserSpec, tp: RoleRevision, meta: ObjectMeta) -> list[dict[str, Any]]:
     env = {
         "DOCPARSER_MAX_BATCH_SIZE": str(spec.runtime.max_batch_size),
         "DOCPARSER_DEFAULT_MAX_NEW_TOKENS": str(spec.runtime.max_new_tokens),
@@ -135,7 +135,7 @@ def _init_cpu(spec: DocParserSpec) -> str:
     return pod if sizing.parse_cpu_millis(pod) < INIT_CPU_MILLIS else f"{INIT_CPU_MILLIS}m"
 
 
-def _fetched_into_pod(spec: DocParserSpec, tp: TrackPlan) -> bool:
+def _fetched_into_pod(spec: DocParserSpec, tp: RoleRevision) -> bool:
     """The weights are downloaded into this pod's own emptyDir (no cache, no pvc:// source)."""
     return tp.weights is not None and tp.weights.pvc is None and not uses_cache(spec, tp.weights)
 
@@ -154,7 +154,7 @@ def _resources(spec: DocParserSpec, *, weights_in_pod: bool) -> dict[str, Any]:
     return {"requests": requests, "limits": limits}
 
 
-def _runtime_container(spec: DocParserSpec, tp: TrackPlan, meta: ObjectMeta) -> dict[str, Any]:
+def _runtime_container(spec: DocParserSpec, tp: RoleRevision, meta: ObjectMeta) -> dict[str, Any]:
     args = ["serve", "--engine", spec.engine, "--host", "0.0.0.0", "--port", str(naming.HTTP_PORT)]
     mounts: list[dict[str, Any]] = [{"name": "tmp", "mountPath": "/tmp"}]
     if tp.weights is not None:
@@ -264,7 +264,7 @@ def _claim(name: str) -> dict[str, Any]:
     return {"claimName": name, "readOnly": True}
 
 
-def _volumes(spec: DocParserSpec, tp: TrackPlan, name: str) -> list[dict[str, Any]]:
+def _volumes(spec: DocParserSpec, tp: RoleRevision, name: str) -> list[dict[str, Any]]:
     volumes: list[dict[str, Any]] = [
         {"name": "tmp", "emptyDir": {"sizeLimit": sizing.TMP_VOLUME_LIMIT}}
     ]
@@ -288,7 +288,7 @@ def _volumes(spec: DocParserSpec, tp: TrackPlan, name: str) -> list[dict[str, An
     return volumes
 
 
-def _pod_annotations(spec: DocParserSpec, tp: TrackPlan) -> dict[str, str]:
+def _pod_annotations(spec: DocParserSpec, tp: RoleRevision) -> dict[str, str]:
     annotations = {
         "prometheus.io/scrape": "true",
         "prometheus.io/port": str(naming.HTTP_PORT),
@@ -302,7 +302,7 @@ def _pod_annotations(spec: DocParserSpec, tp: TrackPlan) -> dict[str, str]:
     return annotations
 
 
-def pod_template(resource: DocParser, tp: TrackPlan) -> dict[str, Any]:
+def pod_template(resource: DocParser, tp: RoleRevision) -> dict[str, Any]:
     """The pod template of one track's revision, without its revision label (the hash input)."""
     spec = _track_spec(resource, tp)
     pod_spec: dict[str, Any] = {
@@ -397,17 +397,17 @@ def _placement(spec: DocParserSpec, name: str) -> dict[str, Any]:
     return out
 
 
-def _track_spec(resource: DocParser, tp: TrackPlan) -> DocParserSpec:
+def _track_spec(resource: DocParser, tp: RoleRevision) -> DocParserSpec:
     """The canary renders from the spec with its runtime override; stable from the spec."""
-    return resource.spec.for_canary() if tp.track == "canary" else resource.spec
+    return resource.spec.for_canary() if tp.role == "canary" else resource.spec
 
 
-def render_deployment(plan: Plan, tp: TrackPlan) -> dict[str, Any]:
+def render_deployment(plan: Target, tp: RoleRevision) -> dict[str, Any]:
     spec = _track_spec(plan.resource, tp)
     name = naming.revision_name(plan.name, tp.revision)
     template = pod_template(plan.resource, tp)
     template["metadata"]["labels"].update(pod_labels(plan.name, tp.revision, tp.version))
-    meta = object_meta(plan, name, tp.track, version=tp.version)
+    meta = object_meta(plan, name, tp.role, version=tp.version)
     meta["labels"][LABEL_REVISION] = tp.revision
     return {
         "apiVersion": "apps/v1",

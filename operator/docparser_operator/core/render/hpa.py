@@ -23,7 +23,7 @@ from docparser_operator.api import naming
 from docparser_operator.api.models import Autoscaling
 from docparser_operator.api.naming import API_VERSION, KIND
 from docparser_operator.core.render.meta import object_meta
-from docparser_operator.core.render.plan import Plan
+from docparser_operator.core.render.target import Target
 
 POD_METRICS = {
     "queue": "docparser_outstanding_pages",
@@ -50,7 +50,7 @@ def _metric(autoscaling: Autoscaling) -> dict[str, Any]:
     }
 
 
-def render_hpa(plan: Plan) -> dict[str, Any]:
+def render_hpa(plan: Target) -> dict[str, Any]:
     autoscaling = plan.resource.spec.autoscaling
     replicas = plan.resource.spec.replicas
     return {

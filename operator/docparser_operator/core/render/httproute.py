@@ -15,22 +15,22 @@ from typing import Any
 from docparser_operator.api import naming
 from docparser_operator.api.labels import TRACK_SHARED
 from docparser_operator.core.render.meta import object_meta
-from docparser_operator.core.render.plan import Plan
+from docparser_operator.core.render.target import Target
 
 REQUEST_TIMEOUT = "600s"
 
 
-def backend_weights(plan: Plan) -> dict[str, int]:
+def backend_weights(plan: Target) -> dict[str, int]:
     """revision -> weight of every backend the route lists (the spec's revisions always)."""
     weights = {r.revision: r.weight for r in plan.rollout.revisions if r.desired or r.weight > 0}
     if not any(weights.values()):
-        stable = plan.track("stable")
+        stable = plan.role("stable")
         if stable is not None:
             weights[stable.revision] = 100
     return weights
 
 
-def render_httproute(plan: Plan) -> dict[str, Any]:
+def render_httproute(plan: Target) -> dict[str, Any]:
     traffic = plan.resource.spec.traffic
     gateway = traffic.gateway_ref
     assert gateway is not None  # CRD rule: router gateway needs gatewayRef

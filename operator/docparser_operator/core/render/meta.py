@@ -6,11 +6,11 @@ from typing import Any
 
 from docparser_operator.api.labels import TrackLabel, child_labels
 from docparser_operator.api.naming import API_VERSION, KIND
-from docparser_operator.core.render.plan import Plan
+from docparser_operator.core.render.target import Target
 
 
 def object_meta(
-    plan: Plan,
+    plan: Target,
     name: str,
     track: TrackLabel,
     *,

@@ -14,10 +14,10 @@ from typing import Any
 from docparser_operator.api import naming
 from docparser_operator.api.labels import TRACK_SHARED, pod_selector
 from docparser_operator.core.render.meta import object_meta
-from docparser_operator.core.render.plan import Plan
+from docparser_operator.core.render.target import Target
 
 
-def render_network_policy(plan: Plan) -> dict[str, Any]:
+def render_network_policy(plan: Target) -> dict[str, Any]:
     peers = plan.resource.spec.traffic.allow_from or []
     ingress: dict[str, Any] = {"ports": [{"protocol": "TCP", "port": naming.HTTP_PORT}]}
     if peers:

@@ -15,10 +15,10 @@ from typing import Any
 from docparser_operator.api import naming
 from docparser_operator.api.labels import TRACK_SHARED, pod_selector
 from docparser_operator.core.render.meta import object_meta
-from docparser_operator.core.render.plan import Plan
+from docparser_operator.core.render.target import Target
 
 
-def render_pdb(plan: Plan) -> dict[str, Any]:
+def render_pdb(plan: Target) -> dict[str, Any]:
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",

@@ -16,10 +16,12 @@ from typing import Any
 from docparser_operator.api import naming
 from docparser_operator.api.labels import LABEL_REVISION, TRACK_SHARED, TrackLabel, pod_selector
 from docparser_operator.core.render.meta import object_meta
-from docparser_operator.core.render.plan import Plan
+from docparser_operator.core.render.target import Target
 
 
-def _service(plan: Plan, name: str, track: TrackLabel, selector: dict[str, str]) -> dict[str, Any]:
+def _service(
+    plan: Target, name: str, track: TrackLabel, selector: dict[str, str]
+) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -40,17 +42,17 @@ def _service(plan: Plan, name: str, track: TrackLabel, selector: dict[str, str])
     }
 
 
-def render_endpoint_service(plan: Plan) -> dict[str, Any]:
+def render_endpoint_service(plan: Target) -> dict[str, Any]:
     selector = pod_selector(plan.name, plan.rollout.endpoint_revision)
     return _service(plan, naming.endpoint_service(plan.name), TRACK_SHARED, selector)
 
 
-def render_canary_service(plan: Plan, revision: str) -> dict[str, Any]:
+def render_canary_service(plan: Target, revision: str) -> dict[str, Any]:
     selector = pod_selector(plan.name, revision)
     return _service(plan, naming.canary_service(plan.name), "canary", selector)
 
 
-def render_revision_service(plan: Plan, revision: str) -> dict[str, Any]:
+def render_revision_service(plan: Target, revision: str) -> dict[str, Any]:
     """The HTTPRoute backend of one revision (router gateway)."""
     step = plan.rollout.get(revision)
     service = _service(

@@ -25,7 +25,7 @@ from docparser_operator.api.models import Weights
 from docparser_operator.core import sizing
 from docparser_operator.core.render.deployment import fill_pod_spec
 from docparser_operator.core.render.meta import object_meta
-from docparser_operator.core.render.plan import Plan, uses_cache
+from docparser_operator.core.render.target import Target, uses_cache
 
 COMPONENT = "weights-cache"
 SHA_ANNOTATION = "docparser.io/weights-sha256"
@@ -33,18 +33,18 @@ FILL_BACKOFF_LIMIT = 3
 FILL_DEADLINE_S = 4 * 3600  # a slow object store: the Job's whole life, retries included
 
 
-def cached_weights(plan: Plan) -> list[Weights]:
+def cached_weights(plan: Target) -> list[Weights]:
     """The spec's weights that need a cache claim, one per sha256, stable first."""
     spec = plan.resource.spec
     out: dict[str, Weights] = {}
-    for tp in plan.tracks:
+    for tp in plan.roles:
         if uses_cache(spec, tp.weights):
             assert tp.weights is not None
             out.setdefault(tp.weights.sha256, tp.weights)
     return list(out.values())
 
 
-def _meta(plan: Plan, weights: Weights) -> dict[str, Any]:
+def _meta(plan: Target, weights: Weights) -> dict[str, Any]:
     meta = object_meta(
         plan,
         naming.weights_cache(plan.name, weights.sha256),
@@ -56,7 +56,7 @@ def _meta(plan: Plan, weights: Weights) -> dict[str, Any]:
     return meta
 
 
-def render_claim(plan: Plan, weights: Weights) -> dict[str, Any]:
+def render_claim(plan: Target, weights: Weights) -> dict[str, Any]:
     cache = plan.resource.spec.weights_cache
     spec: dict[str, Any] = {
         "accessModes": [cache.access_mode],
@@ -72,7 +72,7 @@ def render_claim(plan: Plan, weights: Weights) -> dict[str, Any]:
     }
 
 
-def render_fill_job(plan: Plan, weights: Weights) -> dict[str, Any]:
+def render_fill_job(plan: Target, weights: Weights) -> dict[str, Any]:
     """The Job that fetches and verifies one version into its claim (``fetch-weights``
     resumes a partial copy and is a no-op on a verified one, so a retry costs little)."""
     meta = _meta(plan, weights)
@@ -96,7 +96,7 @@ def render_fill_job(plan: Plan, weights: Weights) -> dict[str, Any]:
     }
 
 
-def render_weights_cache(plan: Plan) -> list[dict[str, Any]]:
+def render_weights_cache(plan: Target) -> list[dict[str, Any]]:
     children: list[dict[str, Any]] = []
     for weights in cached_weights(plan):
         children += [render_claim(plan, weights), render_fill_job(plan, weights)]

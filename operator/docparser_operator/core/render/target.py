@@ -1,11 +1,11 @@
-"""What the renderers read: the spec's revisions and the rollout step planned for them.
+"""What the renderers read (``Target``): the spec's revisions and the step planned for them.
 
-A *track* here is one revision the spec asks for (the stable role from ``spec.weights``, the
+A ``RoleRevision`` is one revision the spec asks for (the stable role from ``spec.weights``, the
 canary role from ``spec.canary``), with the pod template it renders to and that template's
 hash, the revision. Previous revisions (no longer in the spec) appear only in the rollout:
 the reconciler scales them through their live object, never re-rendering them.
 
-``plan_at_rest`` is the plan of ``docparser-operator render``: every revision at its target
+``target_at_rest`` is the plan of ``docparser-operator render``: every revision at its target
 size, Ready (the canary optionally not), as a cluster would look once the rollout settled.
 """
 
@@ -22,8 +22,10 @@ from docparser_operator.core import rollout
 
 
 @dataclass(frozen=True)
-class TrackPlan:
-    track: Track  # the role
+class RoleRevision:
+    """The revision the spec asks for in one role (stable or canary), with its weights."""
+
+    role: Track  # the value of the docparser.io/track label on its children
     weights: Weights | None
     revision: str = ""  # filled once the template is rendered (see with_revisions)
 
@@ -33,9 +35,12 @@ class TrackPlan:
 
 
 @dataclass(frozen=True)
-class Plan:
+class Target:
+    """What one pass aims at: the DocParser, its roles' revisions and the rollout step planned
+    for them (``rollout.plan``'s answer): what the renderers read."""
+
     resource: DocParser
-    tracks: tuple[TrackPlan, ...]
+    roles: tuple[RoleRevision, ...]
     rollout: rollout.Rollout
 
     @property
@@ -50,10 +55,10 @@ class Plan:
     def canary_weight(self) -> int:
         return self.rollout.canary_weight
 
-    def track(self, track: Track) -> TrackPlan | None:
-        return next((t for t in self.tracks if t.track == track), None)
+    def role(self, role: Track) -> RoleRevision | None:
+        return next((t for t in self.roles if t.role == role), None)
 
-    def replicas(self, tp: TrackPlan) -> int:
+    def replicas(self, tp: RoleRevision) -> int:
         step = self.rollout.get(tp.revision)
         return step.replicas if step is not None else 0
 
@@ -68,12 +73,12 @@ def uses_cache(spec: DocParserSpec, weights: Weights | None) -> bool:
     )
 
 
-def spec_tracks(resource: DocParser) -> tuple[TrackPlan, ...]:
+def spec_tracks(resource: DocParser) -> tuple[RoleRevision, ...]:
     spec = resource.spec
-    stable = TrackPlan("stable", spec.weights)
+    stable = RoleRevision("stable", spec.weights)
     if spec.canary is None:
         return (stable,)
-    return (stable, TrackPlan("canary", spec.canary.weights))
+    return (stable, RoleRevision("canary", spec.canary.weights))
 
 
 def revision_of(template: dict[str, Any]) -> str:
@@ -83,11 +88,11 @@ def revision_of(template: dict[str, Any]) -> str:
 
 
 def desired(
-    resource: DocParser, tracks: tuple[TrackPlan, ...], *, weight: int | None = None
+    resource: DocParser, tracks: tuple[RoleRevision, ...], *, weight: int | None = None
 ) -> rollout.Desired:
     """``weight``: the canary analysis' effective weight, instead of spec.canary.weight."""
     spec = resource.spec
-    by_role = {t.track: t.revision for t in tracks}
+    by_role = {t.role: t.revision for t in tracks}
     if weight is None:
         weight = spec.canary.weight if spec.canary else 0
     return rollout.Desired(
@@ -100,9 +105,9 @@ def desired(
     )
 
 
-def plan_at_rest(
-    resource: DocParser, tracks: tuple[TrackPlan, ...], *, canary_ready: bool = True
-) -> Plan:
+def target_at_rest(
+    resource: DocParser, tracks: tuple[RoleRevision, ...], *, canary_ready: bool = True
+) -> Target:
     """The settled plan: every spec revision at its target size (canary Ready or not)."""
     want = desired(resource, tracks)
     t_stable, t_canary = rollout.split(want.size, want.weight, has_canary=want.canary is not None)
@@ -113,4 +118,4 @@ def plan_at_rest(
         ready = t_canary if canary_ready else 0
         observed.append(rollout.RevisionState(want.canary, "canary", t_canary, ready))
     previous = want.weight if canary_ready else 0
-    return Plan(resource, tracks, rollout.plan(want, observed, previous_weight=previous))
+    return Target(resource, tracks, rollout.plan(want, observed, previous_weight=previous))
