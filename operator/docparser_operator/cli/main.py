@@ -107,9 +107,9 @@ def _cmd_rollout(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from docparser_operator.controller import handlers
+    from docparser_operator.controller import runner
 
-    handlers.run(args.namespace or [])
+    runner.run(args.namespace or [])
     return 0
 
 

@@ -49,7 +49,6 @@ from docparser_operator.controller.state import OperatorState
 from docparser_operator.core import triggers
 from docparser_operator.core.events import Event, events_for
 from docparser_operator.core.outcome import Outcome
-from docparser_operator.kube import leader, permissions
 from docparser_operator.kube import observer as cache
 from docparser_operator.kube.client import ApiError, KubeClient, load_configuration
 
@@ -367,56 +366,3 @@ for _ref in KINDS:
             _ref.plural,
             labels={labels.LABEL_MANAGED_BY: labels.MANAGED_BY},
         )(_ON_WATCH[_ref.watch])
-
-
-def run(namespaces: list[str]) -> None:
-    """Entry point of ``docparser-operator run``: all namespaces unless some are named."""
-    settings = OperatorSettings()
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-
-    metrics = OperatorMetrics.create()
-    if settings.metrics_port:
-        metrics.serve(settings.metrics_port)
-
-    def run_kopf() -> None:
-        kopf.run(
-            standalone=True,
-            clusterwide=not namespaces,
-            namespaces=namespaces,
-            liveness_endpoint=settings.liveness_endpoint,
-            memo=kopf.Memo(metrics=metrics),
-        )
-
-    permissions.require_watches(
-        settings.kubeconfig,
-        settings.request_timeout_s,
-        [(r.group, r.plural) for r in INDEXED],
-        namespaces,
-    )
-    if not settings.leader_elect:
-        run_kopf()
-        return
-    lease = leader.LeaseSettings(
-        name=settings.lease_name,
-        namespace=settings.pod_namespace or _service_account_namespace(),
-        identity=leader.LeaseSettings.identity_for(settings.pod_name),
-    )
-    leader.lead_then(
-        run_kopf,
-        lease,
-        load_configuration(settings.kubeconfig),
-        liveness_endpoint=settings.liveness_endpoint,
-    )
-
-
-def _service_account_namespace() -> str:
-    path = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except OSError as err:
-        raise SystemExit(
-            "leader election needs POD_NAMESPACE (or to run in a pod) to place its Lease"
-        ) from err

@@ -26,20 +26,19 @@ from typing import Any
 
 from docparser_operator.api import naming
 from docparser_operator.api.labels import LABEL_REVISION, pod_labels, pod_selector
-from docparser_operator.api.models import DocParser, DocParserSpec, ObjectMeta, Weights
+from docparser_operator.api.models import DocParser, DocParserSpec, ObjectMeta
 from docparser_operator.core import sizing
 from docparser_operator.core.render.meta import object_meta
+from docparser_operator.core.render.security import container_security, pod_security
 from docparser_operator.core.render.target import RoleRevision, Target, uses_cache
+from docparser_operator.core.render.weights_init import fetch_container, pod_cpu, wait_container
 
-RUNTIME_UID = 10001
 API_KEYS_DIR = "/var/run/secrets/docparser/api-keys"
 PRESTOP_SLEEP_S = 10
-INIT_CPU_MILLIS = 500  # the weights fetcher: download and sha256, one core is plenty
 RUNTIME_DRAIN_GRACE_S = 5  # runtime keeps serving with /readyz 503 after SIGTERM
 STARTUP_PERIOD_S = 10
 MIN_DECODE_TOKENS_PER_S = 20  # a slow GPU decoding one long page; bounds the drain time
 DOWNLOAD_ALLOWANCE_S = 3600  # extra progress deadline for the init container's download
-WAIT_WEIGHTS_TIMEOUT_S = 4 * 3600  # a pod waiting on the cache fill Job (its own deadline)
 GPU_RESOURCE = "nvidia.com/gpu"
 # What the runtime image runs before a container's args (its ENTRYPOINT, Dockerfile.runtime).
 RUNTIME_ENTRYPOINT = ("/usr/bin/tini", "--", "docparser-runtime")
@@ -54,26 +53,6 @@ def drain_seconds(spec: DocParserSpec) -> int:
 
 def termination_grace_seconds(spec: DocParserSpec) -> int:
     return PRESTOP_SLEEP_S + RUNTIME_DRAIN_GRACE_S + drain_seconds(spec) + 15
-
-
-def _pod_security() -> dict[str, Any]:
-    return {
-        "runAsNonRoot": True,
-        "runAsUser": RUNTIME_UID,
-        "runAsGroup": RUNTIME_UID,
-        "fsGroup": RUNTIME_UID,
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
-
-
-def _container_security() -> dict[str, Any]:
-    return {
-        "runAsNonRoot": True,
-        "runAsUser": RUNTIME_UID,
-        "allowPrivilegeEscalation": False,
-        "readOnlyRootFilesystem": True,
-        "capabilities": {"drop": ["ALL"]},
-    }
 
 
 def _env(spec: DocParserSpec, tp: RoleRevision, meta: ObjectMeta) -> list[dict[str, Any]]:
@@ -123,18 +102,6 @@ def _probe(path: str, *, period: int, failures: int, timeout: int) -> dict[str, 
     }
 
 
-def _pod_cpu(spec: DocParserSpec) -> str:
-    return spec.resources.cpu or ("2" if spec.gpus else "1")
-
-
-def _init_cpu(spec: DocParserSpec) -> str:
-    """Half a core for fetching and hashing, never more than the pod's own request: a pod's
-    scheduling size is the larger of its init and regular containers, so a bigger init request
-    would make a small CPU pod unschedulable where its spec fits."""
-    pod = _pod_cpu(spec)
-    return pod if sizing.parse_cpu_millis(pod) < INIT_CPU_MILLIS else f"{INIT_CPU_MILLIS}m"
-
-
 def _fetched_into_pod(spec: DocParserSpec, tp: RoleRevision) -> bool:
     """The weights are downloaded into this pod's own emptyDir (no cache, no pvc:// source)."""
     return tp.weights is not None and tp.weights.pvc is None and not uses_cache(spec, tp.weights)
@@ -143,7 +110,7 @@ def _fetched_into_pod(spec: DocParserSpec, tp: RoleRevision) -> bool:
 def _resources(spec: DocParserSpec, *, weights_in_pod: bool) -> dict[str, Any]:
     memory = sizing.host_memory_request(spec)
     requests = {
-        "cpu": _pod_cpu(spec),
+        "cpu": pod_cpu(spec),
         "memory": memory,
         "ephemeral-storage": sizing.ephemeral_storage_request(spec, weights_in_pod=weights_in_pod),
     }
@@ -188,75 +155,11 @@ def _runtime_container(spec: DocParserSpec, tp: RoleRevision, meta: ObjectMeta) 
         "readinessProbe": _probe("/readyz", period=5, failures=3, timeout=3),
         "livenessProbe": _probe("/livez", period=10, failures=6, timeout=5),
         "lifecycle": {"preStop": {"sleep": {"seconds": PRESTOP_SLEEP_S}}},
-        "securityContext": _container_security(),
+        "securityContext": container_security(),
         # The last log lines become the termination message when the process wrote none, so
         # the operator can say why (a sha256 mismatch, a model that cannot load).
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": mounts,
-    }
-
-
-def _fetch_container(spec: DocParserSpec, weights: Weights) -> dict[str, Any]:
-    """Download and verify ``weights`` into the weights volume (the pod's emptyDir, or the
-    cache claim in the fill Job); exits non-zero on a sha256 mismatch."""
-    mounts: list[dict[str, Any]] = [
-        {"name": "tmp", "mountPath": "/tmp"},
-        {"name": "weights", "mountPath": naming.WEIGHTS_MOUNT},
-    ]
-    source = weights.uri
-    return {
-        "name": naming.FETCH_CONTAINER,
-        "image": spec.runtime.image,
-        "imagePullPolicy": spec.runtime.image_pull_policy,
-        "args": [
-            "fetch-weights",
-            "--source",
-            source,
-            "--dest",
-            naming.model_path(weights.version),
-            "--sha256",
-            weights.sha256,
-        ],
-        "env": [{"name": "HOME", "value": "/tmp"}],
-        # Object-store credentials reach the init container only, never the server.
-        **(
-            {"envFrom": [{"secretRef": {"name": weights.credentials_secret_ref.name}}]}
-            if weights.credentials_secret_ref is not None
-            else {}
-        ),
-        "resources": {
-            "requests": {"cpu": _init_cpu(spec), "memory": "1Gi"},
-            "limits": {"memory": "2Gi"},
-        },
-        "securityContext": _container_security(),
-        # The last log lines become the termination message when the process wrote none, so
-        # the operator can say why (a sha256 mismatch, a model that cannot load).
-        "terminationMessagePolicy": "FallbackToLogsOnError",
-        "volumeMounts": mounts,
-    }
-
-
-def _wait_container(spec: DocParserSpec, weights: Weights) -> dict[str, Any]:
-    """Hold the pod until the fill Job has put the verified copy into the cache claim (its
-    rename is atomic: the manifest appears last). Bounded by the fill Job's own deadline."""
-    return {
-        "name": naming.WAIT_CONTAINER,
-        "image": spec.runtime.image,
-        "imagePullPolicy": spec.runtime.image_pull_policy,
-        "args": [
-            "wait-weights",
-            "--dir",
-            naming.model_path(weights.version),
-            "--timeout",
-            str(WAIT_WEIGHTS_TIMEOUT_S),
-        ],
-        "resources": {
-            "requests": {"cpu": "50m", "memory": "64Mi"},
-            "limits": {"memory": "256Mi"},
-        },
-        "securityContext": _container_security(),
-        "terminationMessagePolicy": "FallbackToLogsOnError",
-        "volumeMounts": [{"name": "weights", "mountPath": naming.WEIGHTS_MOUNT, "readOnly": True}],
     }
 
 
@@ -307,16 +210,16 @@ def pod_template(resource: DocParser, tp: RoleRevision) -> dict[str, Any]:
     spec = _track_spec(resource, tp)
     pod_spec: dict[str, Any] = {
         "automountServiceAccountToken": False,
-        "securityContext": _pod_security(),
+        "securityContext": pod_security(),
         "terminationGracePeriodSeconds": termination_grace_seconds(spec),
         "containers": [_runtime_container(spec, tp, resource.metadata)],
         "volumes": _volumes(spec, tp, resource.metadata.name),
     }
     if tp.weights is not None and uses_cache(spec, tp.weights):
-        pod_spec["initContainers"] = [_wait_container(spec, tp.weights)]
+        pod_spec["initContainers"] = [wait_container(spec, tp.weights)]
     elif _fetched_into_pod(spec, tp):
         assert tp.weights is not None
-        pod_spec["initContainers"] = [_fetch_container(spec, tp.weights)]
+        pod_spec["initContainers"] = [fetch_container(spec, tp.weights)]
     if spec.resources.node_selector:
         pod_spec["nodeSelector"] = dict(spec.resources.node_selector)
     pod_spec.update(_placement(spec, resource.metadata.name))
@@ -329,30 +232,6 @@ def pod_template(resource: DocParser, tp: RoleRevision) -> dict[str, Any]:
         },
         "spec": pod_spec,
     }
-
-
-def fill_pod_spec(spec: DocParserSpec, weights: Weights, claim: str) -> dict[str, Any]:
-    """The pod of a weights cache fill Job: the fetch container writing into the claim, as
-    the runtime's user, with the runtime pods' identity (IRSA / Workload Identity for s3://
-    and gs://) and pull secrets; no GPU, so no GPU toleration or node selector."""
-    pod = spec.pod
-    out: dict[str, Any] = {
-        "restartPolicy": "Never",
-        "automountServiceAccountToken": False,
-        "securityContext": _pod_security(),
-        "containers": [_fetch_container(spec, weights)],
-        "volumes": [
-            {"name": "tmp", "emptyDir": {"sizeLimit": sizing.TMP_VOLUME_LIMIT}},
-            {"name": "weights", "persistentVolumeClaim": {"claimName": claim}},
-        ],
-    }
-    if pod.service_account_name:
-        out["serviceAccountName"] = pod.service_account_name
-    if pod.image_pull_secrets:
-        out["imagePullSecrets"] = [{"name": ref.name} for ref in pod.image_pull_secrets]
-    if pod.tolerations:
-        out["tolerations"] = [dict(t) for t in pod.tolerations]
-    return out
 
 
 def _placement(spec: DocParserSpec, name: str) -> dict[str, Any]:
