@@ -28,6 +28,7 @@ import re
 from dataclasses import dataclass
 
 from docparser_operator.api.models import DocParserSpec
+from docparser_operator.core import quantity
 
 GIB = 1024**3
 # Kept equal to docparser_runtime.preprocess.tiling (tests/operator/test_sizing.py checks it).
@@ -52,19 +53,14 @@ FRAGMENTATION = 0.10  # caching allocator slack
 HOST_OVERHEAD = 3 * GIB
 HOST_MIN = 2 * GIB
 
-_UNITS = {
-    "": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
-    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40,
-}  # fmt: skip
-_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?$")
+_MEMORY = re.compile(r"^[0-9]+(?:\.[0-9]+)?(?:Ki|Mi|Gi|Ti|k|M|G|T)?$")  # the CRD's pattern
 
 
 def parse_quantity(text: str) -> int:
     """Bytes of a Kubernetes memory quantity such as ``40Gi`` or ``80G`` (CRD pattern)."""
-    match = _QUANTITY.match(text)
-    if not match:
+    if not _MEMORY.match(text):
         raise ValueError(f"not a memory quantity: {text!r}")
-    return int(float(match.group(1)) * _UNITS[match.group(2) or ""])
+    return int(quantity.parse(text))
 
 
 def parse_cpu_millis(text: str) -> int:
