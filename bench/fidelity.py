@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         corpus = [p for p in corpus if p.name in set(args.pages.split(","))]
     rows: list[Row] = []
     if "rapidocr" in wanted:
-        from docparser_runtime.engines.rapidocr_engine import RapidOcrEngine
+        from docparser_runtime.engines.rapidocr.engine import RapidOcrEngine
 
         engine = RapidOcrEngine()
         engine.load()
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  rapidocr {page.name} done", file=sys.stderr, flush=True)
         engine.close()
     if "tiny-deepseek" in wanted:
-        from docparser_runtime.engines.deepseek_ocr2 import DeepseekOcr2Engine
+        from docparser_runtime.engines.deepseek_ocr2.engine import DeepseekOcr2Engine
         from tiny_deepseek import build_tiny_model
 
         with tempfile.TemporaryDirectory(prefix="bench-tiny-") as tmp:

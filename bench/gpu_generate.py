@@ -37,7 +37,7 @@ sys.path.append(str(ROOT / "runtime"))
 
 import numpy as np  # noqa: E402
 from docparser_runtime.engines.base import PageImage, ParseOptions  # noqa: E402
-from docparser_runtime.engines.deepseek_ocr2 import DeepseekOcr2Engine  # noqa: E402
+from docparser_runtime.engines.deepseek_ocr2.engine import DeepseekOcr2Engine  # noqa: E402
 from docparser_runtime.preprocess.tiling import plan_tiles  # noqa: E402
 from PIL import Image, ImageDraw  # noqa: E402
 

@@ -235,7 +235,7 @@ def run_http(server: ProcessServer, pages, opts, concurrency, max_batch, name) -
 
 # -- engines --------------------------------------------------------------------------
 def rapidocr_engine() -> Engine:
-    from docparser_runtime.engines.rapidocr_engine import RapidOcrEngine
+    from docparser_runtime.engines.rapidocr.engine import RapidOcrEngine
 
     engine = RapidOcrEngine.from_settings(Settings(engine="rapidocr"))
     engine.load()
@@ -244,7 +244,7 @@ def rapidocr_engine() -> Engine:
 
 
 def tiny_deepseek_engine(model_dir: Path) -> Engine:
-    from docparser_runtime.engines.deepseek_ocr2 import DeepseekOcr2Engine
+    from docparser_runtime.engines.deepseek_ocr2.engine import DeepseekOcr2Engine
 
     engine = DeepseekOcr2Engine.from_settings(
         Settings(engine="deepseek-ocr2", model_path=model_dir, device="cpu")

@@ -19,7 +19,7 @@ from docparser_operator.analysis.walk import (
     window_due,
 )
 from docparser_operator.api.models import CanaryAnalysis
-from docparser_runtime.server.metrics import Metrics
+from docparser_runtime.server.ops.metrics import Metrics
 
 CONFIG = CanaryAnalysis(
     steps=[{"weight": 10}, {"weight": 25, "pause": True}, {"weight": 50}],

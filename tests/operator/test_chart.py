@@ -349,8 +349,8 @@ def _exposed_names() -> set[str]:
     """Every series name the runtime and the operator can expose (with the suffixes the
     exposition adds), from their own registries."""
     from docparser_operator.controller.metrics import OperatorMetrics
-    from docparser_runtime.server.jobs_runtime import JobMetrics
-    from docparser_runtime.server.metrics import Metrics
+    from docparser_runtime.server.endpoints.jobs.serving import JobMetrics
+    from docparser_runtime.server.ops.metrics import Metrics
 
     suffixes = {
         "counter": ("_total", "_created"),

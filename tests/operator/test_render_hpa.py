@@ -78,7 +78,7 @@ def test_metric_names_exist_in_the_runtime() -> None:
     """The HPA scales on gauges the runtime really exports (names are API)."""
     pytest.importorskip("prometheus_client")
     from docparser_operator.core.render.hpa import POD_METRICS
-    from docparser_runtime.server.metrics import Metrics
+    from docparser_runtime.server.ops.metrics import Metrics
 
     exported = {m.name for m in Metrics().registry.collect()}
     assert set(POD_METRICS.values()) <= exported

@@ -8,7 +8,7 @@ import os
 import pytest
 from app_for_tests import make_settings, serving
 from docparser_runtime.errors import PermissionDenied, Unauthenticated
-from docparser_runtime.server.auth import (
+from docparser_runtime.server.guards.auth import (
     ApiKeyStore,
     authenticate,
     bearer_token,

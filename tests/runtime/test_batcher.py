@@ -16,8 +16,8 @@ from docparser_runtime.errors import (
     PayloadTooLarge,
     Unavailable,
 )
-from docparser_runtime.server.batcher import MicroBatcher, SubmitTimings
-from docparser_runtime.server.metrics import Metrics
+from docparser_runtime.server.inference.batcher import MicroBatcher, SubmitTimings
+from docparser_runtime.server.ops.metrics import Metrics
 from engines_for_tests import GatedEngine, page
 
 OPTS = ParseOptions(tier=0, mode="markdown", max_new_tokens=16)

@@ -6,7 +6,7 @@ import asyncio
 import json
 from typing import Any
 
-from docparser_runtime.server.slow_clients import BodyDeadline
+from docparser_runtime.server.guards.slow_clients import BodyDeadline
 
 SCOPE = {"type": "http", "method": "POST", "path": "/", "headers": []}
 

@@ -18,7 +18,7 @@ from app_for_tests import make_settings, scrape, serving, value
 from docparser_runtime import audit
 from docparser_runtime.engines.base import Engine, PageImage, PageResult, ParseOptions
 from docparser_runtime.engines.coverage import audit_page, audit_results
-from docparser_runtime.engines.grounding import parse_output
+from docparser_runtime.engines.deepseek_ocr2.grounding import parse_output
 from PIL import Image, ImageDraw
 
 
@@ -123,7 +123,7 @@ def test_truncated_grounding_output_reports_the_regions_without_output():
 
 
 def test_tiny_deepseek_truncated_page_is_audited_in_markdown_not_in_text_mode(tiny_model_dir):
-    from docparser_runtime.engines.deepseek_ocr2 import DeepseekOcr2Engine
+    from docparser_runtime.engines.deepseek_ocr2.engine import DeepseekOcr2Engine
 
     engine = DeepseekOcr2Engine(tiny_model_dir, device="cpu")
     engine.load()
@@ -192,7 +192,7 @@ def short_page() -> tuple[Image.Image, list[tuple]]:
 
 @pytest.fixture(scope="module")
 def rapidocr_engine():
-    from docparser_runtime.engines.rapidocr_engine import RapidOcrEngine
+    from docparser_runtime.engines.rapidocr.engine import RapidOcrEngine
 
     engine = RapidOcrEngine(threads=1)
     engine.load()

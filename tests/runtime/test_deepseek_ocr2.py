@@ -12,9 +12,9 @@ import sys
 
 import pytest
 from docparser_runtime.engines.base import PageImage, ParseOptions
-from docparser_runtime.engines.deepseek_ocr2 import DeepseekOcr2Engine, resolve_device
-from docparser_runtime.engines.grounding import clean_content
-from docparser_runtime.engines.prompts import PROMPTS, prompt_for
+from docparser_runtime.engines.deepseek_ocr2.engine import DeepseekOcr2Engine, resolve_device
+from docparser_runtime.engines.deepseek_ocr2.grounding import clean_content
+from docparser_runtime.engines.deepseek_ocr2.prompts import PROMPTS, prompt_for
 from docparser_runtime.errors import Unavailable, WeightsError
 from docparser_runtime.preprocess.tiling import plan_tiles
 from docparser_runtime.settings import Settings
@@ -81,7 +81,7 @@ def test_resolve_device():
 
 def test_importing_the_engine_module_does_not_import_torch():
     code = (
-        "import sys, docparser_runtime.engines.deepseek_ocr2\n"
+        "import sys, docparser_runtime.engines.deepseek_ocr2.engine\n"
         "assert 'torch' not in sys.modules and 'transformers' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
@@ -282,7 +282,7 @@ def test_grounding_output_becomes_blocks_in_page_pixels(engine):
 def test_tiling_mismatch_is_logged(engine, caplog):
     page = make_page(0, 500, 400, 0)
     wrong = PageImage(page.index, page.image, tiles=2, vision_tokens=544)
-    with caplog.at_level("WARNING", logger="docparser_runtime.engines.deepseek_ocr2"):
+    with caplog.at_level("WARNING", logger="docparser_runtime.engines.deepseek_ocr2.engine"):
         result = engine.infer_batch([wrong], ParseOptions(tier=0, max_new_tokens=1))[0]
     assert "processor inserted 257" in caplog.text
     assert result.vision_tokens == 544  # reported as given; the log points at the bug

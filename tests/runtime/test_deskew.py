@@ -1,11 +1,11 @@
-"""Tests for engines.deskew: skew estimation on rendered pages and box mapping."""
+"""Tests for engines.rapidocr.deskew: skew estimation on rendered pages and box mapping."""
 
 from __future__ import annotations
 
 import documents
 import numpy as np
 import pytest
-from docparser_runtime.engines.deskew import Rotation, estimate_skew
+from docparser_runtime.engines.rapidocr.deskew import Rotation, estimate_skew
 from PIL import Image, ImageDraw
 
 

@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from docparser_runtime.engines.generation import (  # noqa: E402
+from docparser_runtime.engines.deepseek_ocr2.generation import (  # noqa: E402
     IncrementalDecoder,
     StopOnEvent,
     TokenQueueStreamer,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from docparser_runtime.server.gpu_metrics import DeviceMemory, GpuCollector, torch_memory
-from docparser_runtime.server.metrics import Metrics
+from docparser_runtime.server.ops.gpu_metrics import DeviceMemory, GpuCollector, torch_memory
+from docparser_runtime.server.ops.metrics import Metrics
 from prometheus_client import CollectorRegistry, generate_latest
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from docparser_runtime.engines.grounding import (
+from docparser_runtime.engines.deepseek_ocr2.grounding import (
     clean_content,
     parse_boxes,
     parse_output,

@@ -1,8 +1,8 @@
-"""Tests for engines.layout on hand-placed lines: reading order, headings, tables."""
+"""Tests for engines.rapidocr.layout on hand-placed lines: reading order, headings, tables."""
 
 from __future__ import annotations
 
-from docparser_runtime.engines.layout import (
+from docparser_runtime.engines.rapidocr.layout import (
     OcrLine,
     fill_table,
     layout_page,
@@ -10,7 +10,7 @@ from docparser_runtime.engines.layout import (
     render_text,
     to_blocks,
 )
-from docparser_runtime.engines.tables import TableGrid
+from docparser_runtime.engines.rapidocr.tables import TableGrid
 
 
 def line(text: str, x: float, y: float, w: float = 300, h: float = 30) -> OcrLine:

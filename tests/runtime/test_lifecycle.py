@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 from docparser_runtime.errors import Unavailable
-from docparser_runtime.server.lifecycle import Lifecycle, State
+from docparser_runtime.server.ops.lifecycle import Lifecycle, State
 
 
 def test_transitions_are_one_way():

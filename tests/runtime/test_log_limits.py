@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from docparser_runtime.server.log_limits import RepeatLimiter
+from docparser_runtime.server.ops.log_limits import RepeatLimiter
 
 
 def record(msg: str, exc: BaseException | None = None) -> logging.LogRecord:

@@ -6,7 +6,7 @@ import asyncio
 import io
 
 from app_for_tests import make_settings, scrape, serving, value
-from docparser_runtime.server.metrics import Metrics
+from docparser_runtime.server.ops.metrics import Metrics
 from engines_for_tests import png_bytes
 from PIL import Image
 

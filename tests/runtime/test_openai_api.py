@@ -11,7 +11,7 @@ import threading
 import openai
 import pytest
 from app_for_tests import make_settings, serving
-from docparser_runtime.server.routes_openai import mode_from_prompt
+from docparser_runtime.server.endpoints.openai.api_router import mode_from_prompt
 from engines_for_tests import png_bytes
 from live_server import LiveServer
 from PIL import Image, ImageDraw, ImageFont
@@ -169,7 +169,7 @@ async def test_remote_image_urls_only_from_the_allow_list_and_without_redirects(
 
 
 def test_image_url_as_a_bare_string_is_accepted_like_the_object_form():
-    from docparser_runtime.server.openai_schema import ChatCompletionRequest
+    from docparser_runtime.server.endpoints.openai.protocol import ChatCompletionRequest
 
     url = "data:image/png;base64,AAAA"
     bare = {"type": "image_url", "image_url": url}

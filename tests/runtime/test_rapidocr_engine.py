@@ -13,7 +13,7 @@ import documents
 import numpy as np
 import pytest
 from docparser_runtime.engines.base import PageImage, ParseOptions
-from docparser_runtime.engines.rapidocr_engine import (
+from docparser_runtime.engines.rapidocr.engine import (
     RapidOcrEngine,
     rough_token_count,
     usable_cpus,

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from app_for_tests import make_settings, serving
 from docparser_runtime.errors import Overloaded
-from docparser_runtime.server.ratelimit import RateLimiter, is_protected_path
+from docparser_runtime.server.guards.ratelimit import RateLimiter, is_protected_path
 from engines_for_tests import png_bytes
 
 PARSE = "/v1/document/parse"

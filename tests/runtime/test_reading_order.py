@@ -1,8 +1,8 @@
-"""Tests for engines.reading_order on bare boxes (the layout tests cover it with text)."""
+"""Tests for engines.rapidocr.reading_order on bare boxes (the layout tests cover it with text)."""
 
 from __future__ import annotations
 
-from docparser_runtime.engines.reading_order import Item, reading_order
+from docparser_runtime.engines.rapidocr.reading_order import Item, reading_order
 
 
 def refs(items, unit=10.0):

@@ -1,10 +1,14 @@
-"""Tests for engines.spacing: word gaps in the image put back into glued OCR text."""
+"""Tests for engines.rapidocr.spacing: word gaps in the image put back into glued OCR text."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from docparser_runtime.engines.spacing import blank_gaps, restore_spaces, word_gap_threshold
+from docparser_runtime.engines.rapidocr.spacing import (
+    blank_gaps,
+    restore_spaces,
+    word_gap_threshold,
+)
 from documents import font
 from PIL import Image, ImageDraw
 

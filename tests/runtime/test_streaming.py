@@ -12,7 +12,7 @@ import time
 import httpx
 import pytest
 from docparser_runtime.server.app import create_app
-from docparser_runtime.server.parse_service import PAGE_SEPARATOR
+from docparser_runtime.server.endpoints.parse.serving import PAGE_SEPARATOR
 from docparser_runtime.settings import Settings
 from documents import png_bytes, single_column
 from engines_for_tests import png_bytes as blank_png
@@ -74,7 +74,7 @@ def pdf(*images: Image.Image) -> bytes:
 # -- tiny DeepSeek-OCR-2: token-by-token streaming ----------------------------------------
 @pytest.fixture(scope="module")
 def deepseek_url(tiny_model_dir):
-    from docparser_runtime.engines.deepseek_ocr2 import DeepseekOcr2Engine
+    from docparser_runtime.engines.deepseek_ocr2.engine import DeepseekOcr2Engine
 
     engine = DeepseekOcr2Engine(tiny_model_dir, device="cpu", version="tiny")
     engine.load()
@@ -144,7 +144,7 @@ def test_client_disconnect_stops_the_generation(deepseek_url):
 # -- RapidOCR: an engine without token streaming (one delta per page) ---------------------
 @pytest.fixture(scope="module")
 def rapidocr_url():
-    from docparser_runtime.engines.rapidocr_engine import RapidOcrEngine
+    from docparser_runtime.engines.rapidocr.engine import RapidOcrEngine
 
     app = create_app(Settings(engine="rapidocr", **SETTINGS), RapidOcrEngine())
     with ThreadedServer(app, ready_timeout=180) as server:

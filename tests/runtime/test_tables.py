@@ -1,9 +1,9 @@
-"""Tests for engines.tables: rule detection on drawn pages, grids, Markdown tables."""
+"""Tests for engines.rapidocr.tables: rule detection on drawn pages, grids, Markdown tables."""
 
 from __future__ import annotations
 
 import numpy as np
-from docparser_runtime.engines.tables import (
+from docparser_runtime.engines.rapidocr.tables import (
     TableGrid,
     detect_tables,
     markdown_table,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from docparser_runtime.errors import InvalidInput
-from docparser_runtime.server.url_allowlist import check_url_allowed, is_url_allowed
+from docparser_runtime.server.guards.url_allowlist import check_url_allowed, is_url_allowed
 
 ALLOW = ["docs.example.com", "*.cdn.example.org", "https://secure.example.net", "10.0.0.5:8080"]
 

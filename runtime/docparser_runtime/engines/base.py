@@ -101,8 +101,8 @@ DeltaCallback = Callable[[str], bool | None]
 
 
 class Engine(abc.ABC):
-    """A loaded model. Subclasses: ``rapidocr_engine.RapidOcrEngine``,
-    ``deepseek_ocr2.DeepseekOcr2Engine``."""
+    """A loaded model. Subclasses: ``rapidocr.engine.RapidOcrEngine``,
+    ``deepseek_ocr2.engine.DeepseekOcr2Engine``."""
 
     name: str = "engine"
 

@@ -15,8 +15,8 @@ from docparser_runtime.settings import Settings
 
 # name -> "module:Class"; each class offers ``from_settings(settings)``.
 ENGINES: dict[str, str] = {
-    "rapidocr": "docparser_runtime.engines.rapidocr_engine:RapidOcrEngine",
-    "deepseek-ocr2": "docparser_runtime.engines.deepseek_ocr2:DeepseekOcr2Engine",
+    "rapidocr": "docparser_runtime.engines.rapidocr.engine:RapidOcrEngine",
+    "deepseek-ocr2": "docparser_runtime.engines.deepseek_ocr2.engine:DeepseekOcr2Engine",
 }
 
 

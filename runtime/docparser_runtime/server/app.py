@@ -21,26 +21,28 @@ from typing import Any
 from fastapi import Depends, FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from docparser_runtime.cache import with_result_cache
 from docparser_runtime.engines.base import Engine
 from docparser_runtime.engines.registry import create_engine
-from docparser_runtime.server import routes_health, routes_jobs, routes_openai, routes_parse
-from docparser_runtime.server.auth import create_key_store
-from docparser_runtime.server.batcher import MicroBatcher
-from docparser_runtime.server.decoding import DocumentLoader
+from docparser_runtime.result_cache import with_result_cache
+from docparser_runtime.server.endpoints.health import api_router as health_api
+from docparser_runtime.server.endpoints.jobs import api_router as jobs_api
+from docparser_runtime.server.endpoints.jobs.serving import start_jobs, stop_jobs
+from docparser_runtime.server.endpoints.openai import api_router as openai_api
+from docparser_runtime.server.endpoints.parse import api_router as parse_api
+from docparser_runtime.server.endpoints.parse.serving import ParseService
+from docparser_runtime.server.endpoints.parse.streaming import install_streaming
 from docparser_runtime.server.error_mapping import install_error_handlers
-from docparser_runtime.server.jobs_runtime import start_jobs, stop_jobs
-from docparser_runtime.server.lifecycle import Lifecycle
-from docparser_runtime.server.metrics import Metrics
-from docparser_runtime.server.parse_service import ParseService
-from docparser_runtime.server.ratelimit import RateLimiter, enforce_limits
-from docparser_runtime.server.request_log import RequestLogMiddleware
-from docparser_runtime.server.slow_clients import BodyDeadline
-from docparser_runtime.server.sse import install_streaming
+from docparser_runtime.server.guards.auth import create_key_store
+from docparser_runtime.server.guards.ratelimit import RateLimiter, enforce_limits
+from docparser_runtime.server.guards.slow_clients import BodyDeadline
+from docparser_runtime.server.inference.batcher import MicroBatcher
+from docparser_runtime.server.inference.document_loader import DocumentLoader
+from docparser_runtime.server.ops.lifecycle import Lifecycle
+from docparser_runtime.server.ops.metrics import Metrics
+from docparser_runtime.server.ops.request_log import RequestLogMiddleware
+from docparser_runtime.server.ops.tracing import install_tracing
+from docparser_runtime.server.state import RuntimeState, runtime_state
 from docparser_runtime.settings import Settings
-
-from .state import RuntimeState, runtime_state
-from .tracing import install_tracing
 
 log = logging.getLogger("docparser.server")
 
@@ -203,9 +205,9 @@ def create_app(
     )
     app.add_middleware(RequestMetricsMiddleware, metrics=state.metrics)
     app.add_middleware(RequestLogMiddleware)  # outermost: sees every reply, adds its id
-    app.include_router(routes_health.router)
-    app.include_router(routes_parse.router)
-    app.include_router(routes_jobs.router)
-    app.include_router(routes_openai.router)
+    app.include_router(health_api.router)
+    app.include_router(parse_api.router)
+    app.include_router(jobs_api.router)
+    app.include_router(openai_api.router)
     install_streaming(app)
     return app

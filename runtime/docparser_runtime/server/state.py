@@ -18,15 +18,15 @@ from typing import TYPE_CHECKING, Any
 from starlette.applications import Starlette
 
 if TYPE_CHECKING:
-    from ..engines.base import Engine
-    from ..jobs import JobStore, JobWorker
-    from ..settings import Settings
-    from .auth import ApiKeyStore
-    from .batcher import MicroBatcher
-    from .lifecycle import Lifecycle
-    from .metrics import Metrics
-    from .ratelimit import RateLimiter
-    from .tracing import Tracing
+    from docparser_runtime.engines.base import Engine
+    from docparser_runtime.jobs import JobStore, JobWorker
+    from docparser_runtime.server.guards.auth import ApiKeyStore
+    from docparser_runtime.server.guards.ratelimit import RateLimiter
+    from docparser_runtime.server.inference.batcher import MicroBatcher
+    from docparser_runtime.server.ops.lifecycle import Lifecycle
+    from docparser_runtime.server.ops.metrics import Metrics
+    from docparser_runtime.server.ops.tracing import Tracing
+    from docparser_runtime.settings import Settings
 
 
 @dataclass
@@ -41,10 +41,11 @@ class RuntimeState:
     owns_engine: bool = True  # False: the caller loaded it and closes it
     document_loader: Any = None  # tests replace the preprocessing pipeline
     batcher: MicroBatcher | None = None  # once the engine is warm
-    # ParseService, or CachedParseService around it (cache.py): the same parse interface.
+    # ParseService, or CachedParseService around it (result_cache.py): the same parse interface.
     parse_service: Any = None
-    stream_responder: Callable[..., Any] | None = None  # set by install_streaming (sse.py)
-    drain_deadline: float | None = None  # monotonic; set by server/drain.py on SIGTERM
+    # set by install_streaming (endpoints/parse/streaming.py)
+    stream_responder: Callable[..., Any] | None = None
+    drain_deadline: float | None = None  # monotonic; set by server/ops/drain.py on SIGTERM
     stop_on_load_failure: Callable[[], None] | None = None  # set by run_server
     job_store: JobStore | None = None
     job_worker: JobWorker | None = None  # once the engine is ready and the store answers

@@ -24,8 +24,7 @@ from pathlib import Path
 from fastapi import Request
 
 from docparser_runtime.errors import PermissionDenied, Unauthenticated
-
-from .state import runtime_state
+from docparser_runtime.server.state import runtime_state
 
 log = logging.getLogger("docparser.auth")
 

@@ -16,7 +16,7 @@ import numpy as np
 from PIL import Image
 
 from docparser_runtime.engines.base import BBox
-from docparser_runtime.engines.tables import otsu_threshold
+from docparser_runtime.engines.rapidocr.tables import otsu_threshold
 
 MAX_SKEW_DEG = 5.0
 MIN_SKEW_DEG = 0.3  # below this, rotating costs more sharpness than it buys

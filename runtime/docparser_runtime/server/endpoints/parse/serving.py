@@ -1,9 +1,9 @@
 """The parse use case: bytes + options -> the reply body of ``/v1/document/parse``.
 
 One place that decodes a document (in the sandboxed decoder pool, page by page with a
-bounded look-ahead: ``server/decoding.py``), sends its pages through the micro-batcher,
-accounts the outstanding work and stage timings in metrics, and assembles the reply. The
-parse route, jobs, the cache and the OpenAI-compatible route all call
+bounded look-ahead: ``server/inference/document_loader.py``), sends its pages through the
+micro-batcher, accounts the outstanding work and stage timings in metrics, and assembles the
+reply. The parse route, jobs, the cache and the OpenAI-compatible route all call
 ``ParseService.parse`` so they cannot drift apart.
 """
 
@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from docparser_runtime.engines.base import Engine, PageImage, PageResult
 from docparser_runtime.errors import InvalidInput, Overloaded
 from docparser_runtime.preprocess.sandbox import release_memory
-from docparser_runtime.server.batcher import MicroBatcher, SubmitTimings
-from docparser_runtime.server.decoding import DocumentLoader, create_decoder
-from docparser_runtime.server.metrics import Metrics
-from docparser_runtime.server.request_input import ParseRequest
-from docparser_runtime.server.tracing import Tracing
+from docparser_runtime.server.endpoints.parse.request_input import ParseRequest
+from docparser_runtime.server.inference.batcher import MicroBatcher, SubmitTimings
+from docparser_runtime.server.inference.document_loader import DocumentLoader, create_decoder
+from docparser_runtime.server.ops.metrics import Metrics
+from docparser_runtime.server.ops.tracing import Tracing
 from docparser_runtime.settings import Settings
 
 log = logging.getLogger("docparser.parse")

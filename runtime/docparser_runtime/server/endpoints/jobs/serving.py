@@ -18,14 +18,14 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from ..errors import Overloaded
-from ..jobs import Backlog, JobStopped, JobWorker, create_job_store
-from ..jobs.worker import CLEANUP_S, ProgressFn
-from ..settings import Settings
-from .lifecycle import State
-from .metrics import Metrics
-from .request_input import build_parse_request
-from .state import runtime_state
+from docparser_runtime.errors import Overloaded
+from docparser_runtime.jobs import Backlog, JobStopped, JobWorker, create_job_store
+from docparser_runtime.jobs.worker import CLEANUP_S, ProgressFn
+from docparser_runtime.server.endpoints.parse.request_input import build_parse_request
+from docparser_runtime.server.ops.lifecycle import State
+from docparser_runtime.server.ops.metrics import Metrics
+from docparser_runtime.server.state import runtime_state
+from docparser_runtime.settings import Settings
 
 log = logging.getLogger("docparser.jobs")
 

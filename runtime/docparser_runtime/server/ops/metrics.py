@@ -22,7 +22,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-from docparser_runtime.server.gpu_metrics import GpuCollector
+from docparser_runtime.server.ops.gpu_metrics import GpuCollector
 
 # Seconds: 5 ms .. 10 min; covers a cached hit up to a long PDF on a busy replica.
 LATENCY_BUCKETS = (

@@ -24,7 +24,7 @@ from starlette.requests import Request
 
 from docparser_runtime.engines.base import ParseOptions
 from docparser_runtime.errors import InvalidInput, PayloadTooLarge, UnsupportedMediaType
-from docparser_runtime.server.request_options import (
+from docparser_runtime.server.endpoints.parse.protocol import (
     RequestOptions,
     options_from_form,
     options_from_json,

@@ -21,10 +21,9 @@ from dataclasses import dataclass
 from fastapi import Request
 
 from docparser_runtime.errors import Overloaded
-from docparser_runtime.server.auth import Principal, client_identity, require_api_key
+from docparser_runtime.server.guards.auth import Principal, client_identity, require_api_key
+from docparser_runtime.server.state import runtime_state
 from docparser_runtime.settings import Settings
-
-from .state import runtime_state
 
 # Idle, full buckets are forgotten beyond this many tracked keys (bounded memory under
 # a flood of distinct client addresses).

@@ -27,16 +27,16 @@ from PIL import Image, ImageDraw
 
 from docparser_runtime import audit
 from docparser_runtime.engines.base import Engine, PageImage, PageResult, ParseOptions
-from docparser_runtime.engines.deskew import MIN_SKEW_DEG, Rotation, estimate_skew
-from docparser_runtime.engines.layout import (
+from docparser_runtime.engines.rapidocr.deskew import MIN_SKEW_DEG, Rotation, estimate_skew
+from docparser_runtime.engines.rapidocr.layout import (
     OcrLine,
     layout_page,
     render_markdown,
     render_text,
     to_blocks,
 )
-from docparser_runtime.engines.spacing import restore_spaces
-from docparser_runtime.engines.tables import detect_tables, otsu_threshold
+from docparser_runtime.engines.rapidocr.spacing import restore_spaces
+from docparser_runtime.engines.rapidocr.tables import detect_tables, otsu_threshold
 from docparser_runtime.errors import EngineFailure, Unavailable, WeightsError
 
 _DIST = "rapidocr-onnxruntime"

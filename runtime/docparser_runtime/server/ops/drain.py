@@ -26,11 +26,11 @@ from types import FrameType
 import uvicorn
 from fastapi import FastAPI
 
-from . import log_limits
-from .jobs_runtime import stop_taking_jobs
-from .lifecycle import State
-from .slow_clients import header_timeout_protocol
-from .state import runtime_state
+from docparser_runtime.server.endpoints.jobs.serving import stop_taking_jobs
+from docparser_runtime.server.guards.slow_clients import header_timeout_protocol
+from docparser_runtime.server.ops import log_limits
+from docparser_runtime.server.ops.lifecycle import State
+from docparser_runtime.server.state import runtime_state
 
 log = logging.getLogger("docparser.drain")
 HANG_REPORT_S = 10.0  # past the drain deadline: write every thread's stack to stderr

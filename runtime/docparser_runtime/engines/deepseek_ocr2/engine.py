@@ -26,8 +26,8 @@ from docparser_runtime.engines.base import (
     PageResult,
     ParseOptions,
 )
-from docparser_runtime.engines.grounding import parse_output
-from docparser_runtime.engines.prompts import prompt_for
+from docparser_runtime.engines.deepseek_ocr2.grounding import parse_output
+from docparser_runtime.engines.deepseek_ocr2.prompts import prompt_for
 from docparser_runtime.errors import EngineFailure, Unavailable, WeightsError
 from docparser_runtime.preprocess.tiling import plan_tiles, processor_image_kwargs
 
@@ -185,7 +185,7 @@ class DeepseekOcr2Engine(Engine):
     def _stream_locked(
         self, page: PageImage, options: ParseOptions, on_delta: DeltaCallback
     ) -> PageResult:
-        from docparser_runtime.engines.generation import (
+        from docparser_runtime.engines.deepseek_ocr2.generation import (
             IncrementalDecoder,
             StopOnEvent,
             TokenQueueStreamer,
@@ -263,7 +263,7 @@ class DeepseekOcr2Engine(Engine):
         say per page how often it changed the output."""
         if self.no_repeat_ngram_size <= 0:
             return None
-        from docparser_runtime.engines.generation import WindowedNoRepeatNGram
+        from docparser_runtime.engines.deepseek_ocr2.generation import WindowedNoRepeatNGram
 
         return WindowedNoRepeatNGram(
             self.no_repeat_ngram_size,

@@ -22,21 +22,28 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
-from ..errors import InvalidInput, NotFound, PayloadTooLarge, UnsupportedMediaType
-from .error_mapping import CLIENT_CLOSED_STATUS
-from .openai_schema import BODY_SCHEMA, ChatCompletionRequest, TextPart
-from .parse_service import PAGE_SEPARATOR
-from .request_input import (
+from docparser_runtime.errors import InvalidInput, NotFound, PayloadTooLarge, UnsupportedMediaType
+from docparser_runtime.server.endpoints.openai.protocol import (
+    BODY_SCHEMA,
+    ChatCompletionRequest,
+    TextPart,
+)
+from docparser_runtime.server.endpoints.parse.api_router import (
+    ClientDisconnected,
+    run_until_disconnect,
+)
+from docparser_runtime.server.endpoints.parse.request_input import (
     ParseRequest,
     build_parse_request,
     decode_base64_document,
     read_body,
     tenant_of,
 )
-from .routes_parse import ClientDisconnected, run_until_disconnect
-from .sse import ParseEvents, streaming_response
-from .state import runtime_state
-from .url_allowlist import check_url_allowed
+from docparser_runtime.server.endpoints.parse.serving import PAGE_SEPARATOR
+from docparser_runtime.server.endpoints.parse.streaming import ParseEvents, streaming_response
+from docparser_runtime.server.error_mapping import CLIENT_CLOSED_STATUS
+from docparser_runtime.server.guards.url_allowlist import check_url_allowed
+from docparser_runtime.server.state import runtime_state
 
 router = APIRouter(tags=["openai"])
 _STARTED = int(time.time())

@@ -16,13 +16,13 @@ import re
 from fastapi import APIRouter, Header, Path, Request
 from fastapi.responses import JSONResponse
 
-from ..errors import InvalidInput
-from ..jobs import JobStatus, JobStore, request_fingerprint
-from ..jobs.store import not_found
-from ..preprocess.page_estimate import estimate_pages
-from .request_input import read_parse_request
-from .routes_parse import request_body_schema
-from .state import runtime_state
+from docparser_runtime.errors import InvalidInput
+from docparser_runtime.jobs import JobStatus, JobStore, request_fingerprint
+from docparser_runtime.jobs.store import not_found
+from docparser_runtime.preprocess.page_estimate import estimate_pages
+from docparser_runtime.server.endpoints.parse.api_router import request_body_schema
+from docparser_runtime.server.endpoints.parse.request_input import read_parse_request
+from docparser_runtime.server.state import runtime_state
 
 router = APIRouter(tags=["jobs"])
 
@@ -112,7 +112,7 @@ async def create_job(
             "max_new_tokens": parsed.options.max_new_tokens,
             "pages": parsed.pages,
             "cache": parsed.cache,
-            "tenant": parsed.tenant,  # the result cache is the owner's (cache.py)
+            "tenant": parsed.tenant,  # the result cache is the owner's (result_cache.py)
         }
         store = _store(request)
         owner = _owner(request)

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from docparser_runtime.engines.base import BBox, Block
-from docparser_runtime.engines.reading_order import Item, reading_order
-from docparser_runtime.engines.tables import TableGrid, markdown_table
+from docparser_runtime.engines.rapidocr.reading_order import Item, reading_order
+from docparser_runtime.engines.rapidocr.tables import TableGrid, markdown_table
 
 _HEADING_RATIO = 1.25  # type size over the median of the page
 _TOP_LEVEL_RATIO = 0.9  # of the tallest heading: '#' instead of '##'

@@ -29,11 +29,14 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
-from ..errors import DocParserError, EngineFailure
-from .error_mapping import CLIENT_CLOSED_STATUS, error_body
-from .request_input import ParseRequest
-from .routes_parse import ClientDisconnected, run_until_disconnect
-from .state import runtime_state
+from docparser_runtime.errors import DocParserError, EngineFailure
+from docparser_runtime.server.endpoints.parse.api_router import (
+    ClientDisconnected,
+    run_until_disconnect,
+)
+from docparser_runtime.server.endpoints.parse.request_input import ParseRequest
+from docparser_runtime.server.error_mapping import CLIENT_CLOSED_STATUS, error_body
+from docparser_runtime.server.state import runtime_state
 
 log = logging.getLogger("docparser.stream")
 

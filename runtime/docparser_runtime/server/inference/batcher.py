@@ -39,7 +39,7 @@ from docparser_runtime.errors import (
     PayloadTooLarge,
     Unavailable,
 )
-from docparser_runtime.server.metrics import Metrics
+from docparser_runtime.server.ops.metrics import Metrics
 
 log = logging.getLogger("docparser.batcher")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from .state import runtime_state
+from docparser_runtime.server.state import runtime_state
 
 router = APIRouter(tags=["health"])
 

@@ -18,12 +18,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from docparser_runtime.errors import InvalidInput
+from docparser_runtime.server.endpoints.parse.protocol import options_schema
+from docparser_runtime.server.endpoints.parse.request_input import read_parse_request
 from docparser_runtime.server.error_mapping import CLIENT_CLOSED_STATUS
-from docparser_runtime.server.request_input import read_parse_request
-from docparser_runtime.server.request_log import report_result
-from docparser_runtime.server.request_options import options_schema
-
-from .state import runtime_state
+from docparser_runtime.server.ops.request_log import report_result
+from docparser_runtime.server.state import runtime_state
 
 router = APIRouter(tags=["parse"])
 T = TypeVar("T")

@@ -1,0 +1,1 @@
+"""``/livez``, ``/readyz``, ``/health``, ``/metrics``: probes and scraping."""

@@ -1,0 +1,1 @@
+"""``/v1/chat/completions`` and ``/v1/models``: the OpenAI-compatible routes and schema."""

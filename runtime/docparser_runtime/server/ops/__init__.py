@@ -1,0 +1,1 @@
+"""Running the process: lifecycle, drain, metrics, tracing, request log, log limits."""
