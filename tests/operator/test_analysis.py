@@ -5,6 +5,7 @@ new canary or retry token."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 from docparser_operator.analysis.counters import TrackCounters
@@ -271,11 +272,22 @@ def test_unreadable_pods_say_why_the_walk_does_not_move() -> None:
     def refused(url: str) -> str:
         raise ConnectionRefusedError(url)
 
-    memory = analysis_run.AnalysisMemory(fetch=refused)
+    from docparser_operator.analysis import sources
+    from docparser_operator.analysis.sources.pods import PodMetrics
+
+    memory = analysis_run.AnalysisMemory()
+    pods_refused = replace(sources.guarded((), ()), pods=PodMetrics(refused))
     state = analysis_run.begin(model, {"stable": "s1", "canary": "c1"}, {})
     assert state is not None
     after = analysis_run.finish(
-        memory, model, state, {"stable": "s1", "canary": "c1"}, [pod], serving=True, now=NOW
+        memory,
+        pods_refused,
+        model,
+        state,
+        {"stable": "s1", "canary": "c1"},
+        [pod],
+        serving=True,
+        now=NOW,
     )
     assert (after.step, after.phase) == (0, "Progressing")
     assert "cannot read every Ready pod's /metrics" in after.message
@@ -379,4 +391,4 @@ def test_golden_documents_come_from_a_configmap_and_are_read_by_both_tracks() ->
     got = read(docs, [pod("10.0.0.2")], [pod("10.0.0.1")], lambda url, f, d: replies[url[7:15]])
     assert got == {"inv": ("Total 12 EUR", "Total 12", "Total 12 EUR")}
     with pytest.raises(GoldenUnavailable, match="Ready canary pod"):
-        read(docs, [], [pod("10.0.0.1")])
+        read(docs, [], [pod("10.0.0.1")], lambda url, f, d: replies[url[7:15]])

@@ -5,13 +5,15 @@ problem is a GoldenUnavailable the status shows (the canary then gets no traffic
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from docparser_operator.analysis import run as analysis_run
+from docparser_operator.analysis import sources
 from docparser_operator.analysis.sources import golden_uri as golden_source
 from docparser_operator.analysis.sources.golden import MAX_DOCUMENTS, GoldenUnavailable
-from docparser_operator.analysis.sources.golden_uri import load, refusal
+from docparser_operator.analysis.sources.golden_uri import GoldenSets, load, refusal
 from docparser_operator.api.models import DocParser
 from dp_helpers import CANARY_WEIGHTS, docparser
 
@@ -126,18 +128,30 @@ def test_the_gate_reads_a_uri_golden_set_and_scores_both_tracks(tmp_path: Path) 
     pods = [pod("10.0.0.1", "rc"), pod("10.0.0.2", "rs")]
     texts = {"10.0.0.2": {"inv.png": "Total 12 EUR", "memo.png": "Pay by Friday"}}
     texts["10.0.0.1"] = {"inv.png": "Total 12 EUR", "memo.png": "Pay by"}
-    memory = analysis_run.AnalysisMemory(
+    memory = analysis_run.AnalysisMemory()
+    golden_sets = GoldenSets(
+        sources=(f"file://{tmp_path}/golden/",),
         post=lambda url, filename, _: texts[url.split("/")[2].split(":")[0]][filename],
-        golden_sources=(f"file://{tmp_path}/golden/",),
     )
+    parsed = replace(sources.guarded((), ()), golden=golden_sets)
     state = analysis_run.begin(model, revisions, {})
     assert state is not None and state.phase == "Verifying"
-    after = analysis_run.finish(memory, model, state, revisions, pods, serving=False, now="x")
+    after = analysis_run.finish(
+        memory, parsed, model, state, revisions, pods, serving=False, now="x"
+    )
     assert (after.phase, after.reason, after.weight) == ("Failed", "GoldenRegression", 0)
     scores = {s.document: s for s in after.golden}
     assert scores["inv"].ok and not scores["memo"].ok and scores["memo"].canary > 0.3
+    default = sources.guarded((), golden_source.DEFAULT_SOURCES)
     refused = analysis_run.finish(
-        analysis_run.AnalysisMemory(), model, state, revisions, pods, serving=False, now="x"
+        analysis_run.AnalysisMemory(),
+        default,
+        model,
+        state,
+        revisions,
+        pods,
+        serving=False,
+        now="x",
     )
     assert refused.phase == "Verifying" and "file:///golden/" in refused.message
 

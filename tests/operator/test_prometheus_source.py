@@ -21,8 +21,11 @@ import httpx
 import pytest
 import yaml
 from docparser_operator.analysis import run as analysis_run
+from docparser_operator.analysis import sources
 from docparser_operator.analysis.counters import OUTCOMES
 from docparser_operator.analysis.sources import prometheus
+from docparser_operator.analysis.sources.fetch import Fetcher
+from docparser_operator.analysis.sources.urls import AllowList
 from docparser_operator.api.models import DocParser, PrometheusSource
 from dp_helpers import CANARY_WEIGHTS, docparser
 
@@ -151,8 +154,10 @@ def test_promql_reads_each_tracks_window_and_one_pass_fails_a_canary_answering_5
     time.sleep(1.5)  # one more scrape after the last request: increase() sees the end
     seconds = round(time.monotonic() - began) + 2
     source = PrometheusSource(url=url)
-    s = prometheus.window_counters(source, NAMESPACE, STABLE, seconds)
-    c = prometheus.window_counters(source, NAMESPACE, CANARY, seconds)
+    allowed = sources.guarded([url], ())  # an admin's DOCPARSER_OPERATOR_PROMETHEUS_URLS
+    fetcher = Fetcher(AllowList.of([url], sources.PROMETHEUS_SETTING))
+    s = prometheus.window_counters(source, NAMESPACE, STABLE, seconds, fetcher)
+    c = prometheus.window_counters(source, NAMESPACE, CANARY, seconds, fetcher)
     # increase() extrapolates to the window's edges: near the counts, not exactly them.
     assert SENT * 0.8 <= s.requests <= SENT * 1.5, s
     assert SENT * 0.8 <= c.requests <= SENT * 1.5, c
@@ -181,10 +186,14 @@ def test_promql_reads_each_tracks_window_and_one_pass_fails_a_canary_answering_5
     assert state is not None
     now = datetime.datetime.now(datetime.UTC)
     start = (now - datetime.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    state = analysis_run.finish(memory, model, state, revisions, [], serving=True, now=start)
+    state = analysis_run.finish(
+        memory, allowed, model, state, revisions, [], serving=True, now=start
+    )
     assert state.window_start == start and memory.windows == {}  # nothing kept in memory
     stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
-    judged = analysis_run.finish(memory, model, state, revisions, [], serving=True, now=stamp)
+    judged = analysis_run.finish(
+        memory, allowed, model, state, revisions, [], serving=True, now=stamp
+    )
     checks = {ch.name: ch for ch in judged.checks}
     assert not checks["errorRate"].ok and checks["errorRate"].canary > 0.95, judged
     assert (judged.failures, judged.phase, judged.weight) == (1, "Progressing", 25), judged
@@ -203,11 +212,12 @@ def test_an_unreachable_prometheus_is_said_and_judges_nothing() -> None:
     state = analysis_run.begin(model, revisions, {})
     assert state is not None
     memory = analysis_run.AnalysisMemory()
+    allowed = sources.guarded([f"http://127.0.0.1:{port}"], ())
     started = analysis_run.finish(
-        memory, model, state, revisions, [], serving=True, now="2026-12-01T10:00:00Z"
+        memory, allowed, model, state, revisions, [], serving=True, now="2026-12-01T10:00:00Z"
     )
     after = analysis_run.finish(
-        memory, model, started, revisions, [], serving=True, now="2026-12-01T10:00:06Z"
+        memory, allowed, model, started, revisions, [], serving=True, now="2026-12-01T10:00:06Z"
     )
     assert after.message.startswith("cannot query Prometheus"), after.message
     assert (after.failures, after.checks, after.step) == (0, (), 0)

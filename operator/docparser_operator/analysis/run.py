@@ -7,6 +7,11 @@ read only when a window starts (to remember where it starts) or ends (to judge i
 quiet resync reads nothing. A window whose start the memory does not know (the operator
 restarted, another replica took over) starts again now: a verdict always covers a whole
 interval it measured.
+
+What is read, and where from, is the ``Sources`` the controller passes in (sources/base.py):
+a ``MetricSource`` (the pods' own ``/metrics``, cumulative, or a Prometheus, which keeps the
+history) and a ``GoldenReader``. A source the allow-lists refuse is never read
+(``refusals``: the controller reports it as Degraded ``SourceNotAllowed``).
 """
 
 from __future__ import annotations
@@ -15,12 +20,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from docparser_operator.analysis import counters, golden_score
+from docparser_operator.analysis import golden_score
 from docparser_operator.analysis import walk as analysis
-from docparser_operator.analysis.sources import golden, prometheus
-from docparser_operator.analysis.sources import golden_uri as golden_source
-from docparser_operator.analysis.sources.pods import Fetch, _http_get, scrape_track
-from docparser_operator.api import labels, naming
+from docparser_operator.analysis.counters import TrackCounters
+from docparser_operator.analysis.sources import golden
+from docparser_operator.analysis.sources.base import (
+    MetricSource,
+    Sources,
+    SourceUnavailable,
+    TrackQuery,
+)
+from docparser_operator.api import labels
 from docparser_operator.api.models import DocParser
 
 WindowKey = tuple[str, str, int, str]  # canary revision, retry, step, window start
@@ -30,10 +40,6 @@ WindowKey = tuple[str, str, int, str]  # canary revision, retry, step, window st
 class AnalysisMemory:
     """The counters (canary, stable) at the start of each DocParser's running window."""
 
-    fetch: Fetch = _http_get
-    post: golden.Post = golden._post
-    query: prometheus.Fetch = prometheus._http_get
-    golden_sources: tuple[str, ...] = golden_source.DEFAULT_SOURCES  # settings.golden_sources
     windows: dict[tuple[str, str], tuple[WindowKey, analysis.Window]] = field(
         default_factory=dict[tuple[str, str], tuple[WindowKey, analysis.Window]]
     )
@@ -63,8 +69,16 @@ def begin(
     return analysis.current(canary.analysis, previous, revisions["canary"])
 
 
+def refusals(sources: Sources, model: DocParser) -> list[str]:
+    """Why this DocParser's analysis names a source the operator may not read (empty: none)."""
+    canary = model.spec.canary
+    if canary is None or canary.analysis is None:
+        return []
+    return sources.refusals(canary.analysis)
+
+
 def _verify(
-    memory: AnalysisMemory,
+    sources: Sources,
     model: DocParser,
     state: analysis.AnalysisState,
     revisions: Mapping[str, str],
@@ -77,16 +91,16 @@ def _verify(
     assert config.golden is not None
     try:
         if config.golden.uri is not None:
-            docs = golden_source.load(config.golden.uri, memory.golden_sources)
+            refused = sources.golden.refusal(config.golden.uri)
+            if refused is not None:
+                raise golden.GoldenUnavailable(refused)
+            docs = sources.golden.load(config.golden.uri)
         elif documents is None or config.golden.config_map_ref is None:
             raise golden.GoldenUnavailable("no ConfigMap reader")
         else:
             docs = documents(model.metadata.namespace, config.golden.config_map_ref.name)
-        results = golden.read(
-            docs,
-            _pods(pods, revisions["canary"]),
-            _pods(pods, revisions.get("stable", "")),
-            memory.post,
+        results = sources.golden.read(
+            docs, _pods(pods, revisions["canary"]), _pods(pods, revisions.get("stable", ""))
         )
     except golden.GoldenUnavailable as exc:
         return replace(state, message=f"golden documents: {exc}")
@@ -95,6 +109,7 @@ def _verify(
 
 def finish(
     memory: AnalysisMemory,
+    sources: Sources,
     model: DocParser,
     state: analysis.AnalysisState,
     revisions: Mapping[str, str],
@@ -107,59 +122,58 @@ def finish(
     """Measure what is due and advance the walk. ``serving``: this pass's plan has the
     canary's Ready pods carrying the weight the step asks for (as near as the router can).
     ``documents``: (namespace, ConfigMap name) -> the golden documents (read by the
-    controller: reconcile.golden_documents)."""
+    controller: reconcile.golden_documents). ``sources``: what may be read (the controller's,
+    built from settings)."""
     assert model.spec.canary is not None and model.spec.canary.analysis is not None
     config = model.spec.canary.analysis
     where = (model.metadata.namespace, model.metadata.name)
     if state.phase == "Verifying":
-        return _verify(memory, model, state, revisions, pods, documents)
+        return _verify(sources, model, state, revisions, pods, documents)
+    metrics: MetricSource = sources.metrics(config)
+    refused = metrics.refusal()
+    problem = ""
 
-    def sample() -> analysis.Window | None:
-        c = scrape_track(_pods(pods, revisions["canary"]), memory.fetch)
-        s = scrape_track(_pods(pods, revisions.get("stable", "")), memory.fetch)
-        return analysis.Window(c, s) if c is not None and s is not None else None
+    def read(role: str, seconds: int = 0) -> TrackCounters:
+        revision = revisions.get(role, "")
+        query = TrackQuery(model.metadata.namespace, revision, _pods(pods, revision), seconds)
+        return metrics.measure(query)
+
+    def sample(seconds: int = 0) -> analysis.Window:
+        return analysis.Window(read("canary", seconds), read("stable", seconds))
 
     window: analysis.Window | None = None
     end: analysis.Window | None = None
-    unreadable = False
     serving = serving and state.phase == "Progressing"
-    source = config.prometheus
-    problem = ""
-    if serving and source is not None:
-        # Prometheus keeps the history: a window is its start in status, nothing in memory.
+    if serving and refused is not None:
+        problem = refused  # nothing is fetched; the controller reports it as Degraded
+    elif serving and not metrics.cumulative:
+        # The source keeps the history: a window is its start in status, nothing in memory.
         if not state.window_start:
             state = replace(state, window_start=now)
         elif analysis.window_due(state, config, now):
             seconds = round(analysis.elapsed(state.window_start, now))
-            ns = model.metadata.namespace
-
-            def track(role: str) -> counters.TrackCounters:
-                revision = revisions.get(role, "")
-                return prometheus.window_counters(source, ns, revision, seconds, memory.query)
-
             try:
-                window = analysis.Window(track("canary"), track("stable"))
-            except prometheus.PrometheusUnavailable as exc:
-                problem = f"cannot query Prometheus: {exc}"
+                window = sample(seconds)
+            except SourceUnavailable as exc:
+                problem = str(exc)
     elif serving:
         known = memory.windows.get(where)
-        if not state.window_start or known is None or known[0] != _key(state):
-            # This window's start is not in memory (a new step, a restart): it begins now.
-            start = sample()
-            unreadable = start is None
-            if start is not None:
+        try:
+            if not state.window_start or known is None or known[0] != _key(state):
+                # This window's start is not in memory (a new step, a restart): it begins now.
+                start = sample()
                 state = replace(state, window_start=now)
                 memory.windows[where] = (_key(state), start)
-        elif analysis.window_due(state, config, now):
-            end = sample()
-            unreadable = end is None
-            if end is not None:
+            elif analysis.window_due(state, config, now):
+                end = sample()
                 c = end.canary.minus(known[1].canary)
                 s = end.stable.minus(known[1].stable)
                 window = analysis.Window(c, s) if c is not None and s is not None else None
                 if window is None:  # a pod left or restarted: measure a fresh window
                     state = replace(state, window_start=now)
                     memory.windows[where] = (_key(state), end)
+        except SourceUnavailable as exc:
+            problem = str(exc)
     after = analysis.advance(
         state,
         config,
@@ -168,14 +182,8 @@ def finish(
         generation=model.metadata.generation or 0,
         serving_step=serving or state.phase != "Progressing",
     )
-    if problem:
+    if problem:  # say why nothing moves (the source's words: never a remote body)
         after = replace(after, message=problem[:300])
-    elif unreadable:  # say why nothing moves: most often a NetworkPolicy keeps us out
-        after = replace(
-            after,
-            message=f"cannot read every Ready pod's /metrics (port {naming.HTTP_PORT}); with "
-            "traffic.allowFrom, admit the operator's namespace",
-        )
     if after.phase != "Progressing":
         memory.windows.pop(where, None)
     elif _key(after) != _key(state) and after.window_start and end is not None:

@@ -37,7 +37,6 @@ from typing import Any
 
 import kopf
 
-from docparser_operator.analysis.run import AnalysisMemory
 from docparser_operator.api import labels
 from docparser_operator.api.kinds import DOCPARSER, INDEXED, KINDS
 from docparser_operator.api.naming import API_GROUP, KIND, PLURAL
@@ -81,7 +80,13 @@ def run_reconcile(state: OperatorState, resource: dict[str, Any], *, strict: boo
         resource = state.newest(resource)
         started = time.monotonic()
         try:
-            outcome = reconcile(api, resource, observer=state.observer, analysis=state.analysis)
+            outcome = reconcile(
+                api,
+                resource,
+                observer=state.observer,
+                analysis=state.analysis,
+                sources=state.analysis_sources(),
+            )
         except ApiError as exc:
             if state.metrics is not None:
                 state.metrics.failed(namespace, name, exc.status, time.monotonic() - started)
@@ -162,8 +167,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -
         event_limiter=events.EventLimiter(ours.event_interval_s),
         metrics=metrics,
         observer=cache.IndexedObserver(indexes),
-        analysis=AnalysisMemory(golden_sources=ours.golden_source_prefixes),
     )
+    memo.state.analysis_sources()  # the allow-lists parsed now: a bad entry stops start-up
     settings.posting.level = logging.WARNING
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
         prefix=ANNOTATION_PREFIX

@@ -30,9 +30,11 @@ from typing import Any
 import pydantic
 
 from docparser_operator.analysis import run as analysis_run
+from docparser_operator.analysis import sources as analysis_sources
 from docparser_operator.analysis import walk as analysis_module
 from docparser_operator.analysis.run import AnalysisMemory
 from docparser_operator.analysis.sources import golden
+from docparser_operator.analysis.sources.base import Sources
 from docparser_operator.api import labels
 from docparser_operator.api.kinds import ref_for
 from docparser_operator.api.models import DocParser
@@ -132,12 +134,14 @@ def reconcile(
     now: str | None = None,
     observer: Observer | None = None,
     analysis: AnalysisMemory | None = None,
+    sources: Sources | None = None,
 ) -> Outcome:
     """Move the children of ``resource`` one safe step towards the spec and write its status.
 
     ``observer`` reads the children and pods (the operator's watch-backed indexes; listing by
     default) and is told what this pass wrote; ``analysis`` keeps the canary analysis'
-    window starts between passes (analysis_run.py)."""
+    window starts between passes (analysis_run.py); ``sources`` is what it may read (the
+    operator's, from its settings; default: pods only and the default golden sources)."""
     now = now or now_rfc3339()
     meta = resource["metadata"]
     name, namespace = meta["name"], meta["namespace"]
@@ -156,8 +160,14 @@ def reconcile(
     planned = walk
     if walk is not None and decision.target is not None:
         step = decision.target.rollout
+        sources = sources or analysis_sources.guarded((), analysis_sources.DEFAULT_GOLDEN)
+        out.problems.extend(
+            Problem("SourceNotAllowed", reason)
+            for reason in analysis_run.refusals(sources, decision.target.resource)
+        )
         walk = analysis_run.finish(
             analysis or AnalysisMemory(),
+            sources,
             decision.target.resource,
             walk,
             {str(t.role): t.revision for t in decision.target.roles},

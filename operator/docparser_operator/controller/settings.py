@@ -46,6 +46,11 @@ class OperatorSettings(BaseSettings):
         "file:///golden/",
         description="comma-separated URI prefixes a golden.uri may name (golden_source.py)",
     )
+    prometheus_urls: str = Field(
+        "",
+        description="comma-separated http(s) URL prefixes a DocParser's "
+        "spec.canary.analysis.prometheus.url may name (analysis/sources/urls.py); empty: none",
+    )
     kubeconfig: str | None = Field(
         None,
         validation_alias=AliasChoices("KUBECONFIG", "DOCPARSER_OPERATOR_KUBECONFIG"),
@@ -55,6 +60,10 @@ class OperatorSettings(BaseSettings):
     @property
     def golden_source_prefixes(self) -> tuple[str, ...]:
         return tuple(p.strip() for p in self.golden_sources.split(",") if p.strip())
+
+    @property
+    def prometheus_url_prefixes(self) -> tuple[str, ...]:
+        return tuple(p.strip() for p in self.prometheus_urls.split(",") if p.strip())
 
 
 def load() -> OperatorSettings:

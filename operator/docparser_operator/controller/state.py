@@ -11,7 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from docparser_operator.analysis import sources as analysis_sources
 from docparser_operator.analysis.run import AnalysisMemory
+from docparser_operator.analysis.sources.base import Sources
 from docparser_operator.controller import events
 from docparser_operator.controller.metrics import OperatorMetrics
 from docparser_operator.controller.settings import OperatorSettings
@@ -43,7 +45,16 @@ class OperatorState:
     metrics: OperatorMetrics | None = None
     observer: cache.IndexedObserver | None = None  # None: list on every pass
     analysis: AnalysisMemory = field(default_factory=AnalysisMemory)  # canary window starts
+    sources: Sources | None = None  # what the analysis may read (from settings at start-up)
     wakeups: dict[str, float] = field(default_factory=dict[str, float])  # uid -> monotonic due
+
+    def analysis_sources(self) -> Sources:
+        """The analysis' sources, built once from the settings' allow-lists."""
+        if self.sources is None:
+            self.sources = analysis_sources.guarded(
+                self.settings.prometheus_url_prefixes, self.settings.golden_source_prefixes
+            )
+        return self.sources
 
     def lock_for(self, uid: str) -> threading.Lock:
         with self.locks_guard:

@@ -1,0 +1,40 @@
+"""The analysis' sources: the pods' own ``/metrics``, PromQL, golden documents, each behind
+the interfaces of base.py and every request through the one guarded client (fetch.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from docparser_operator.analysis.sources import golden, pods, prometheus
+from docparser_operator.analysis.sources.base import Sources
+from docparser_operator.analysis.sources.fetch import Fetcher, Resolve, system_resolve
+from docparser_operator.analysis.sources.golden_uri import DEFAULT_SOURCES as DEFAULT_GOLDEN
+from docparser_operator.analysis.sources.golden_uri import GoldenSets, http_allow_list
+from docparser_operator.analysis.sources.urls import AllowList
+from docparser_operator.api import naming
+from docparser_operator.api.models import PrometheusSource
+
+PROMETHEUS_SETTING = "DOCPARSER_OPERATOR_PROMETHEUS_URLS"
+__all__ = ["DEFAULT_GOLDEN", "PROMETHEUS_SETTING", "guarded"]
+
+
+def guarded(
+    prometheus_urls: Sequence[str],
+    golden_sources: Sequence[str],
+    resolve: Resolve = system_resolve,
+) -> Sources:
+    """The production sources: pods reached on their IP and the runtime's port only,
+    PromQL only under ``prometheus_urls``, golden sets only under ``golden_sources``.
+    Raises urls.BadURL for an entry that is not a plain http(s) prefix (at start-up)."""
+    to_pods = Fetcher(AllowList.pods(naming.HTTP_PORT), resolve)
+    to_prometheus = Fetcher(AllowList.of(prometheus_urls, PROMETHEUS_SETTING), resolve)
+    to_golden = Fetcher(http_allow_list(golden_sources), resolve)
+
+    def promql(source: PrometheusSource) -> prometheus.PromQL:
+        return prometheus.PromQL(source, to_prometheus)
+
+    return Sources(
+        pods=pods.PodMetrics(pods.guarded(to_pods)),
+        prometheus=promql,
+        golden=GoldenSets(tuple(golden_sources), golden.guarded(to_pods), to_golden),
+    )

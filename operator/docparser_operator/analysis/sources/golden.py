@@ -4,7 +4,9 @@ The ConfigMap holds ``<id>.png`` / ``<id>.pdf`` (binaryData) and ``<id>.txt`` (d
 expected text). Each document is sent to one Ready canary pod and one Ready stable pod
 (``POST <podIP>:8000/v1/document/parse``, the API clients use) and their ``content`` is
 kept for scoring (analysis.score_golden). Any failure raises ``GoldenUnavailable`` with a
-message for status: the gate then waits, and the canary still gets no traffic.
+message for status: the gate then waits, and the canary still gets no traffic. That message
+names the document, the track and a reason code (the guarded client's, fetch.py), never what
+the pod answered: the pod belongs to whoever may create pods in the namespace.
 """
 
 from __future__ import annotations
@@ -12,15 +14,16 @@ from __future__ import annotations
 import base64
 import json
 import re
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from docparser_operator.analysis.sources.fetch import Fetcher, FetchError
 from docparser_operator.api import naming
 
 MAX_DOCUMENTS = 20
 PARSE_TIMEOUT_S = 120.0
+PARSE_MAX_BYTES = 16 * 1024 * 1024  # a parse reply: the document's Markdown and its blocks
 DOCUMENT_SUFFIXES = (".png", ".jpg", ".jpeg", ".pdf", ".tiff", ".webp")
 
 Post = Callable[[str, str, bytes], str]  # (URL, filename, document) -> the reply's content
@@ -75,10 +78,10 @@ def documents_of(config_map: Mapping[str, Any]) -> Documents:
     return docs
 
 
-def _post(url: str, filename: str, document: bytes) -> str:
-    """Parse one golden document. ``cache=false``: the gate measures the model, never a
-    result cached before; the request id ``golden-<file>-<random>`` finds it in the pod's
-    request log."""
+def multipart(filename: str, document: bytes) -> tuple[bytes, dict[str, str]]:
+    """The parse request for one golden document (body, headers). ``cache=false``: the gate
+    measures the model, never a result cached before; the request id
+    ``golden-<file>-<random>`` finds it in the pod's request log."""
     boundary = uuid.uuid4().hex
     head = (
         f'--{boundary}\r\nContent-Disposition: form-data; name="cache"\r\n\r\nfalse\r\n'
@@ -87,18 +90,35 @@ def _post(url: str, filename: str, document: bytes) -> str:
     ).encode()
     body = head + document + f"\r\n--{boundary}--\r\n".encode()
     request_id = "golden-" + re.sub(r"[^A-Za-z0-9._:-]", "-", filename)[:80] + "-" + boundary[:8]
-    request = urllib.request.Request(
-        url,
-        data=body,
-        headers={
-            "Content-Type": f"multipart/form-data; boundary={boundary}",
-            "X-Request-Id": request_id,
-        },
-        method="POST",
-    )
-    with urllib.request.urlopen(request, timeout=PARSE_TIMEOUT_S) as reply:
-        content: str = json.loads(reply.read())["content"]
-    return content
+    headers = {
+        "Content-Type": f"multipart/form-data; boundary={boundary}",
+        "X-Request-Id": request_id,
+    }
+    return body, headers
+
+
+def guarded(fetcher: Fetcher) -> Post:
+    """Parsing through the guarded client: 2xx only, bounded, the reply's ``content``."""
+
+    def post(url: str, filename: str, document: bytes) -> str:
+        body, headers = multipart(filename, document)
+        reply = fetcher.request(
+            "POST",
+            url,
+            body=body,
+            headers=headers,
+            timeout_s=PARSE_TIMEOUT_S,
+            max_bytes=PARSE_MAX_BYTES,
+        ).ok()
+        try:
+            content = json.loads(reply)["content"]
+        except (ValueError, KeyError, TypeError):
+            raise FetchError("BadReply") from None
+        if not isinstance(content, str):
+            raise FetchError("BadReply")
+        return content
+
+    return post
 
 
 def _ready_ip(pods: Sequence[Mapping[str, Any]]) -> str | None:
@@ -117,7 +137,7 @@ def read(
     documents: Documents,
     canary_pods: Sequence[Mapping[str, Any]],
     stable_pods: Sequence[Mapping[str, Any]],
-    post: Post = _post,
+    post: Post,
 ) -> dict[str, tuple[str, str, str]]:
     """document -> (expected, canary's text, stable's text)."""
     canary, stable = _ready_ip(canary_pods), _ready_ip(stable_pods)
@@ -128,11 +148,15 @@ def read(
     results = {}
     for doc, (filename, data, expected) in documents.items():
         texts = []
-        for ip in (canary, stable):
+        for role, ip in (("canary", canary), ("stable", stable)):
             url = f"http://{ip}:{naming.HTTP_PORT}/v1/document/parse"
             try:
                 texts.append(post(url, filename, data))
-            except Exception as exc:  # unreachable, timed out, an error reply
-                raise GoldenUnavailable(f"{doc}: {url}: {type(exc).__name__}: {exc}") from exc
+            except FetchError as exc:  # refused, unreachable, timed out, an error reply
+                raise GoldenUnavailable(f"{doc}: the {role} pod {ip}: {exc}") from None
+            except Exception as exc:  # a caller's own transport: its class, never its text
+                raise GoldenUnavailable(
+                    f"{doc}: the {role} pod {ip}: {type(exc).__name__}"
+                ) from None
         results[doc] = (expected, texts[0], texts[1])
     return results

@@ -13,30 +13,36 @@ history, so an operator restart judges the window it finds in status without sta
 ``increase`` extrapolates to the window's edges, so counts are not integers, and a series
 born inside the window (the first 5xx of a pod) counts from its first scrape on: the usual
 PromQL caveats, which the thresholds absorb.
+
+The URL is the DocParser author's choice, so it is fetched only when a cluster admin allowed it
+(``DOCPARSER_OPERATOR_PROMETHEUS_URLS``; fetch.py never follows a redirect and bounds every
+reply), and a failed query is reported as the HTTP status and Prometheus' ``errorType`` alone:
+an error body could be any internal endpoint's JSON, and status is readable by the author.
 """
 
 from __future__ import annotations
 
 import json
 import urllib.parse
-import urllib.request
-from collections.abc import Callable
+from dataclasses import dataclass
 
 from docparser_operator.analysis.counters import OUTCOMES, TrackCounters
+from docparser_operator.analysis.sources.base import SourceUnavailable, TrackQuery
+from docparser_operator.analysis.sources.fetch import Fetcher, FetchError
 from docparser_operator.api.models import PrometheusSource
 
-Fetch = Callable[[str], str]  # URL -> body; raises on any failure
 QUERY_TIMEOUT_S = 5.0
+QUERY_MAX_BYTES = 8 * 1024 * 1024  # a few summed series; anything near this is not ours
+# Prometheus' HTTP API error types (web/api/v1); anything else is reported as "unknown".
+ERROR_TYPES = frozenset(
+    {"timeout", "canceled", "execution", "bad_data", "internal", "unavailable", "not_found"}
+    | {"not_acceptable"}
+)
 
 
 class PrometheusUnavailable(Exception):
-    """The query failed or Prometheus answered with an error: no verdict this pass."""
-
-
-def _http_get(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=QUERY_TIMEOUT_S) as reply:
-        body: bytes = reply.read()
-    return body.decode()
+    """The query failed or Prometheus answered with an error: no verdict this pass. The
+    message is the URL (the author's own) and reason codes, never the reply's text."""
 
 
 def selector(source: PrometheusSource, namespace: str, revision: str, **extra: str) -> str:
@@ -72,18 +78,34 @@ def queries(
 Rows = list[tuple[dict[str, str], float]]
 
 
-def _instant(source: PrometheusSource, promql: str, fetch: Fetch) -> Rows:
+def _instant(source: PrometheusSource, promql: str, fetcher: Fetcher) -> Rows:
     url = f"{source.url.rstrip('/')}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+    where = source.url.rstrip("/")
     try:
-        body = json.loads(fetch(url))
-    except Exception as exc:  # unreachable, timed out, not JSON
-        raise PrometheusUnavailable(f"{source.url}: {exc}") from exc
-    if body.get("status") != "success":
-        raise PrometheusUnavailable(f"{source.url}: {body.get('error') or body}")
-    return [
-        (item.get("metric") or {}, float(item["value"][1]))
-        for item in (body.get("data") or {}).get("result") or []
-    ]
+        reply = fetcher.get(url, timeout_s=QUERY_TIMEOUT_S, max_bytes=QUERY_MAX_BYTES)
+    except FetchError as exc:  # refused, unreachable, timed out, too large, a redirect
+        raise PrometheusUnavailable(f"{where}: {exc}") from None
+    try:
+        body = json.loads(reply.body)
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        raise PrometheusUnavailable(f"{where}: HTTP {reply.status}, not a Prometheus API reply")
+    if body.get("status") != "success" or reply.status != 200:
+        error_type = body.get("errorType")
+        said = error_type if error_type in ERROR_TYPES else "unknown"
+        raise PrometheusUnavailable(f"{where}: HTTP {reply.status}, errorType {said}")
+    try:
+        rows = [
+            (
+                {str(k): str(v) for k, v in (item.get("metric") or {}).items()},
+                float(item["value"][1]),
+            )
+            for item in (body.get("data") or {}).get("result") or []
+        ]
+    except (AttributeError, KeyError, IndexError, TypeError, ValueError):
+        raise PrometheusUnavailable(f"{where}: HTTP 200, a malformed vector") from None
+    return rows
 
 
 def window_counters(
@@ -91,13 +113,13 @@ def window_counters(
     namespace: str,
     revision: str,
     seconds: int,
-    fetch: Fetch = _http_get,
+    fetcher: Fetcher,
 ) -> TrackCounters:
     """One track's counters over the last ``seconds``; raises PrometheusUnavailable."""
     values: dict[str, float] = {}
     buckets: list[tuple[float, float]] = []
     for name, promql in queries(source, namespace, revision, max(seconds, 1)).items():
-        rows = _instant(source, promql, fetch)
+        rows = _instant(source, promql, fetcher)
         if name == "latency":
             buckets = sorted((float(m["le"]), v) for m, v in rows if "le" in m)
         else:
@@ -109,3 +131,27 @@ def window_counters(
         pages=values["pages"],
         outcomes=tuple((outcome, values[outcome]) for outcome in OUTCOMES),
     )
+
+
+@dataclass(frozen=True)
+class PromQL:
+    """The ``MetricSource`` of one DocParser's Prometheus: counters over the window."""
+
+    source: PrometheusSource
+    fetcher: Fetcher
+
+    @property
+    def cumulative(self) -> bool:
+        return False
+
+    def refusal(self) -> str | None:
+        reason = self.fetcher.refusal(self.source.url)
+        return None if reason is None else f"spec.canary.analysis.prometheus.url: {reason}"
+
+    def measure(self, query: TrackQuery) -> TrackCounters:
+        try:
+            return window_counters(
+                self.source, query.namespace, query.revision, query.seconds, self.fetcher
+            )
+        except PrometheusUnavailable as exc:
+            raise SourceUnavailable(f"cannot query Prometheus: {exc}") from None

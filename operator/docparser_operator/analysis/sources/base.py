@@ -1,0 +1,90 @@
+"""What the analysis run reads from, as interfaces: a ``MetricSource`` per way of counting a
+track's requests and a ``GoldenReader`` for the golden gate, bundled in ``Sources``.
+
+Why: the run (analysis/run.py) decides *when* to read and what a reading means for the walk;
+*how* a reading is made (HTTP to pods, PromQL, fsspec) and where it may go (the allow-lists)
+belong to the sources. The controller builds them once from settings
+(``analysis.sources.guarded``) and passes them in, as Argo Rollouts' analysis controller gets
+a ``metricproviders.Provider`` per metric from its factory; tests pass the same public types
+with their own transports. The run never reaches for a source's private function.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from docparser_operator.analysis.counters import TrackCounters
+from docparser_operator.analysis.sources.golden import Documents
+from docparser_operator.api.models import CanaryAnalysis, PrometheusSource
+
+
+class SourceUnavailable(Exception):
+    """No reading this pass. ``str()`` is the status message: the source's own words and
+    reason codes, never what a remote server sent."""
+
+
+@dataclass(frozen=True)
+class TrackQuery:
+    """One track's reading: which revision, its pods (the pods source reads them) and the
+    window's length so far (a source that keeps history answers for that span)."""
+
+    namespace: str
+    revision: str
+    pods: Sequence[Mapping[str, Any]]
+    seconds: int
+
+
+class MetricSource(Protocol):
+    """Where a window's counters come from (Argo Rollouts: ``metricproviders.Provider``)."""
+
+    @property
+    def cumulative(self) -> bool:
+        """True: counters since each pod started (the run differences a window's two ends and
+        remembers its start); False: counters over ``seconds`` (the source keeps history)."""
+
+    def refusal(self) -> str | None:
+        """Why this source may not be read at all (a URL outside the allow-list), or None."""
+
+    def measure(self, query: TrackQuery) -> TrackCounters:
+        """One track's counters; raises SourceUnavailable."""
+
+
+class GoldenReader(Protocol):
+    """The golden gate's I/O: a golden set by URI, and each track's pod parsing it."""
+
+    def refusal(self, uri: str) -> str | None:
+        """Why the golden set at ``uri`` may not be read, or None."""
+
+    def load(self, uri: str) -> Documents:
+        """The golden set at ``uri``; raises golden.GoldenUnavailable."""
+
+    def read(
+        self,
+        documents: Documents,
+        canary_pods: Sequence[Mapping[str, Any]],
+        stable_pods: Sequence[Mapping[str, Any]],
+    ) -> dict[str, tuple[str, str, str]]:
+        """document -> (expected, canary's text, stable's text); raises GoldenUnavailable."""
+
+
+@dataclass(frozen=True)
+class Sources:
+    """Everything one analysis pass may read, chosen by the controller."""
+
+    pods: MetricSource
+    prometheus: Callable[[PrometheusSource], MetricSource]
+    golden: GoldenReader
+
+    def metrics(self, config: CanaryAnalysis) -> MetricSource:
+        """The DocParser's metric source: its Prometheus when it names one, else the pods."""
+        return self.pods if config.prometheus is None else self.prometheus(config.prometheus)
+
+    def refusals(self, config: CanaryAnalysis) -> list[str]:
+        """Why the analysis names something the operator may not read (-> Degraded
+        ``SourceNotAllowed``); empty when every source it names is allowed."""
+        found = [self.metrics(config).refusal()]
+        if config.golden is not None and config.golden.uri is not None:
+            found.append(self.golden.refusal(config.golden.uri))
+        return [r for r in found if r is not None]
