@@ -250,6 +250,7 @@ def test_helm_template_two_replicas_share_a_lease() -> None:
         ("logLevel=LOUD", "logLevel"),
         ("watchNamespaces={Bad_NS}", "watchNamespaces"),
         ("imagePullPolicy=Never", "imagePullPolicy"),  # a typo of image.pullPolicy
+        ("analysis.prometheusURLs={http://me@prometheus:9090/}", "prometheusURLs"),
     ],
 )
 def test_values_schema_rejects_bad_values(flag: str, complaint: str) -> None:
@@ -311,6 +312,38 @@ def test_helm_template_golden_sources_and_volume() -> None:
     assert pod["volumes"] == [
         {"name": "golden", "persistentVolumeClaim": {"claimName": "golden-sets"}}
     ]
+
+
+@needs_helm
+def test_helm_template_prometheus_urls() -> None:
+    """analysis.prometheusURLs reaches the operator's PromQL allow-list; empty by default, so
+    no DocParser can make the operator query anything until an admin lists a Prometheus."""
+
+    def env_of(*args: str) -> dict[str, str | None]:
+        (dep,) = [o for o in _template(*args) if o["kind"] == "Deployment"]
+        container = dep["spec"]["template"]["spec"]["containers"][0]
+        return {e["name"]: e.get("value") for e in container["env"]}
+
+    assert env_of()["DOCPARSER_OPERATOR_PROMETHEUS_URLS"] == ""
+    urls = "{http://prometheus-operated.monitoring.svc:9090/,https://thanos.example/prom/}"
+    env = env_of("--set", f"analysis.prometheusURLs={urls}")
+    assert env["DOCPARSER_OPERATOR_PROMETHEUS_URLS"] == urls.strip("{}")
+
+
+def test_values_schema_holds_the_prometheus_allow_list() -> None:
+    """Without helm too: the defaults validate, and an entry with userinfo, a query or another
+    scheme is refused by the schema before the operator would refuse it at start-up."""
+    import jsonschema
+
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    jsonschema.validate(values, schema)
+    assert values["analysis"]["prometheusURLs"] == []
+    good = ["http://prometheus-operated.monitoring.svc:9090/", "https://thanos.example/prom"]
+    jsonschema.validate({**values, "analysis": {"prometheusURLs": good}}, schema)
+    for bad in ("http://me@prometheus:9090/", "prometheus:9090", "http://p:9090/?q=1", "ftp://p/"):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({**values, "analysis": {"prometheusURLs": [bad]}}, schema)
 
 
 PROMTOOL = shutil.which("promtool")
