@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import json
+import ssl
 import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler
@@ -273,3 +274,62 @@ def test_every_operator_request_goes_through_the_guarded_client() -> None:
             if any(n in clients for n in names):
                 found.append(path.relative_to(root).as_posix())
     assert sorted(set(found)) == ["analysis/sources/fetch.py"]
+
+
+def _tls_pair(tmp_path: Path, name: str) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """(server context with a certificate for ``name``, client context trusting only it)."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = tmp_path / "tls.crt", tmp_path / "tls.key"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(cert_file, key_file)
+    return server, ssl.create_default_context(cafile=str(cert_file))
+
+
+def test_https_goes_to_the_pinned_address_with_the_names_certificate(tmp_path: Path) -> None:
+    """TLS to the one address the name resolved to, verified for the name (SNI and Host);
+    a certificate for another name fails as ``TLSError``, without the certificate's names."""
+    server_tls, client_tls = _tls_pair(tmp_path, "prometheus.monitoring.svc")
+    routes = {"*": lambda h: reply(h, 200, b'{"status": "success"}')}
+    with serving(routes, tls=server_tls) as server:
+        entries = (
+            f"https://prometheus.monitoring.svc:{server.port}/",
+            f"https://x.test:{server.port}/",
+        )
+        client = Fetcher(
+            AllowList.of(entries, SETTING), lambda host, port: ["127.0.0.1"], client_tls
+        )
+        url = f"https://prometheus.monitoring.svc:{server.port}/api/v1/query"
+        assert client.get(url, timeout_s=5, max_bytes=1024).ok() == b'{"status": "success"}'
+        assert server.seen.requests[-1][2] == f"prometheus.monitoring.svc:{server.port}"
+        with pytest.raises(FetchError) as caught:
+            client.get(f"https://x.test:{server.port}/", timeout_s=5, max_bytes=1024)
+        assert str(caught.value) == "TLSError"

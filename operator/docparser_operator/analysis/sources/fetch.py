@@ -202,8 +202,11 @@ class Fetcher:
         deadline: float,
         max_bytes: int,
     ) -> Reply:
-        conn = http.client.HTTPConnection(target.host, target.port)
-        conn.sock = sock  # already connected to the address we chose: no second lookup
+        kind = (
+            http.client.HTTPSConnection if target.scheme == "https" else http.client.HTTPConnection
+        )
+        conn = kind(target.host, target.port)  # its Host header; never its own connect():
+        conn.sock = sock  # already connected (and TLS-wrapped) to the address we chose
         path = target.path + (f"?{target.query}" if target.query else "")
         sent = {"User-Agent": self.user_agent, "Accept-Encoding": "identity", **(headers or {})}
         conn.request(method, path, body=body, headers=sent)

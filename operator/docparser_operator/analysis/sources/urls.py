@@ -156,8 +156,9 @@ class AllowList:
             target = parse(url)
         except BadURL as exc:
             return f"not fetched: {exc}"
-        if self.pod_port is not None and target.is_ip and target.scheme == "http":
-            return None if target.port == self.pod_port else f"{target.origin}: not a pod port"
+        if self.pod_port is not None:
+            pod = target.is_ip and target.scheme == "http" and target.port == self.pod_port
+            return None if pod else f"{target.origin}: not a pod's IP on port {self.pod_port}"
         for rule in self.prefixes:
             same = (rule.scheme, rule.host, rule.port) == (target.scheme, target.host, target.port)
             if same and _under(target.path, rule.path):
