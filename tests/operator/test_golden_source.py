@@ -162,3 +162,47 @@ def test_the_allow_list_is_a_setting_read_at_start_up(monkeypatch: pytest.Monkey
     assert OperatorSettings().golden_source_prefixes == golden_source.DEFAULT_SOURCES
     monkeypatch.setenv("DOCPARSER_OPERATOR_GOLDEN_SOURCES", "file:///golden/, s3://qa-golden/,")
     assert OperatorSettings().golden_source_prefixes == ("file:///golden/", "s3://qa-golden/")
+
+
+def test_a_golden_set_over_http_is_read_from_its_index_page(tmp_path: Path) -> None:
+    """``python -m http.server``'s own listing of a folder: the same documents as file://,
+    through the guarded client; a URI outside the http(s) prefix is never requested."""
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    golden_folder(tmp_path / "sets" / "inv", inv="Total 12 EUR", memo="Pay by Friday")
+    (tmp_path / "sets" / "bad").mkdir()
+    (tmp_path / "sets" / "bad" / "x.png").write_bytes(PNG)
+    (tmp_path / "sets" / "bad" / "x.txt").write_bytes(b"\xff\xfe bad")
+    paths: list[str] = []
+
+    class Handler(SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            paths.append(self.path)
+
+    handler = functools.partial(Handler, directory=str(tmp_path))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        sources = (f"{base}/sets/",)
+        assert load(f"{base}/sets/inv", sources) == load(
+            f"file://{tmp_path}/sets/inv", (f"file://{tmp_path}/",)
+        )
+        with pytest.raises(GoldenUnavailable, match=r"/sets/bad: UnicodeDecodeError$"):
+            load(f"{base}/sets/bad", sources)
+        with pytest.raises(GoldenUnavailable, match=r"/sets/none: HTTP 404$"):
+            load(f"{base}/sets/none", sources)
+        asked = len(paths)
+        for uri in (
+            f"{base}/other/",
+            f"{base}/sets/../other/",
+            f"http://localhost:{server.server_address[1]}/sets/inv",
+        ):
+            with pytest.raises(GoldenUnavailable, match="DOCPARSER_OPERATOR_GOLDEN_SOURCES"):
+                load(uri, sources)
+        assert len(paths) == asked  # refused before any request
+    finally:
+        server.shutdown()
+        server.server_close()
