@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import ssl
 import time
 from collections.abc import Callable, Iterator
@@ -103,6 +104,23 @@ def test_the_allow_list_refuses_bad_entries_at_start_up() -> None:
     with pytest.raises(BadURL):
         sources.guarded(["http://127.1:9090/"], ())
     assert parse("http://Prom.Monitoring.svc.:80/x").origin == "http://prom.monitoring.svc:80"
+
+
+def test_a_bad_entry_stops_the_operator_at_start_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pydantic
+    from docparser_operator.controller.settings import OperatorSettings
+
+    monkeypatch.setenv("DOCPARSER_OPERATOR_PROMETHEUS_URLS", "http://prom:9090/, http://u@x/")
+    with pytest.raises(pydantic.ValidationError, match=re.escape(f"{SETTING}: 'http://u@x/'")):
+        OperatorSettings()
+    monkeypatch.setenv("DOCPARSER_OPERATOR_PROMETHEUS_URLS", "http://prom.monitoring.svc:9090/")
+    monkeypatch.setenv("DOCPARSER_OPERATOR_GOLDEN_SOURCES", "file:///golden/,https://127.1/g/")
+    with pytest.raises(
+        pydantic.ValidationError, match=re.escape("GOLDEN_SOURCES: 'https://127.1/g/'")
+    ):
+        OperatorSettings()
+    monkeypatch.setenv("DOCPARSER_OPERATOR_GOLDEN_SOURCES", "file:///golden/,s3://qa/")
+    assert OperatorSettings().prometheus_url_prefixes == ("http://prom.monitoring.svc:9090/",)
 
 
 def test_a_name_is_resolved_once_and_a_metadata_address_is_never_dialled(

@@ -168,7 +168,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -
         metrics=metrics,
         observer=cache.IndexedObserver(indexes),
     )
-    memo.state.analysis_sources()  # the allow-lists parsed now: a bad entry stops start-up
+    memo.state.analysis_sources()  # built once per run (the settings checked the entries)
     settings.posting.level = logging.WARNING
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
         prefix=ANNOTATION_PREFIX

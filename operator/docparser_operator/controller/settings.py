@@ -7,8 +7,11 @@ operator by accident.
 
 from __future__ import annotations
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from docparser_operator.analysis.sources.golden_uri import http_allow_list
+from docparser_operator.analysis.sources.urls import AllowList
 
 
 class OperatorSettings(BaseSettings):
@@ -56,6 +59,18 @@ class OperatorSettings(BaseSettings):
         validation_alias=AliasChoices("KUBECONFIG", "DOCPARSER_OPERATOR_KUBECONFIG"),
         description="kubeconfig path(s) when not running in a pod (the standard KUBECONFIG)",
     )
+
+    @field_validator("prometheus_urls", "golden_sources")
+    @classmethod
+    def _plain_prefixes(cls, value: str, info: ValidationInfo) -> str:
+        """A bad allow-list entry stops start-up with its name (never a list that silently
+        admits less, or more, than the admin wrote)."""
+        entries = [p.strip() for p in value.split(",") if p.strip()]
+        if info.field_name == "prometheus_urls":
+            AllowList.of(entries, "DOCPARSER_OPERATOR_PROMETHEUS_URLS")
+        else:
+            http_allow_list(entries)
+        return value
 
     @property
     def golden_source_prefixes(self) -> tuple[str, ...]:
