@@ -26,7 +26,6 @@ from types import FrameType
 import uvicorn
 from fastapi import FastAPI
 
-from docparser_runtime.server.endpoints.jobs.serving import stop_taking_jobs
 from docparser_runtime.server.guards.slow_clients import header_timeout_protocol
 from docparser_runtime.server.ops import log_limits
 from docparser_runtime.server.ops.lifecycle import State
@@ -44,7 +43,8 @@ def begin_drain(app: FastAPI, reason: str = "SIGTERM received") -> None:
         state.drain_deadline = time.monotonic() + settings.drain_grace_s + settings.drain_timeout_s
     state.lifecycle.start_draining(reason)
     state.metrics.ready.set(0)
-    stop_taking_jobs(app)
+    if state.job_worker is not None:  # queued jobs stay in the store for other replicas
+        state.job_worker.stop_claiming()
 
 
 class DrainingServer(uvicorn.Server):

@@ -179,13 +179,6 @@ async def start_jobs(app: FastAPI) -> None:
     state.job_starter = asyncio.create_task(start_when_ready(), name="jobs-start")
 
 
-def stop_taking_jobs(app: FastAPI) -> None:
-    """SIGTERM: claim no new jobs (queued ones stay for other replicas)."""
-    worker = runtime_state(app).job_worker
-    if worker is not None:
-        worker.stop_claiming()
-
-
 async def stop_jobs(app: FastAPI, *, deadline: float | None = None) -> None:
     """Let running jobs finish until ``deadline`` (monotonic), then close the store."""
     state = runtime_state(app)
@@ -207,4 +200,4 @@ async def stop_jobs(app: FastAPI, *, deadline: float | None = None) -> None:
             await asyncio.wait_for(store.close(), CLEANUP_S)
 
 
-__all__ = ["JobStopped", "make_runner", "start_jobs", "stop_jobs", "stop_taking_jobs"]
+__all__ = ["JobStopped", "make_runner", "start_jobs", "stop_jobs"]
