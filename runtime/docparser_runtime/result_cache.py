@@ -14,6 +14,11 @@ is advisory: a Redis outage turns into misses, never into failed requests.
 ``CachedParseService`` wraps ``ParseService`` with the same ``parse`` signature, so the
 parse route, jobs, streaming and the OpenAI route all share it; a hit replays the pages
 to ``on_page``/``on_delta`` callbacks, so streaming clients see the same event shapes.
+
+WHY a ``Parser`` protocol rather than ``ParseService`` itself: the cache sits below the
+server (import-linter layers), so it names what it needs from the service it wraps (the
+``parse`` signature, the engine's identity, the stage clock) and what it reads from a
+request (``CacheableRequest``), and mypy checks ``ParseService`` against both.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
@@ -37,8 +42,78 @@ log = logging.getLogger("docparser.cache")
 
 KEY_SPACE = "result:v1:"  # under DOCPARSER_REDIS_PREFIX
 
+# The reply body of ``/v1/document/parse`` (JSON).
+Reply = dict[str, Any]
+# Called on the event loop as each page finishes, with ``PageResult.to_dict()``.
+PageCallback = Callable[[dict[str, Any]], None]
+# Called on the event loop with (page index, text delta) while a page generates.
+PageDeltaCallback = Callable[[int, str], None]
+# Called once with the number of pages the parse will produce (job progress).
+TotalCallback = Callable[[int], None]
 
-def cache_key(request: Any, *, engine: str, version: str, settings: Settings) -> str:
+
+class KeyedOptions(Protocol):
+    """The options that change a parse's output (``engines.base.ParseOptions``)."""
+
+    @property
+    def tier(self) -> int: ...
+    @property
+    def mode(self) -> str: ...
+    @property
+    def max_new_tokens(self) -> int: ...
+
+
+class CacheableRequest(Protocol):
+    """What the key is made of (``ParseRequest``)."""
+
+    @property
+    def data(self) -> bytes: ...
+    @property
+    def options(self) -> KeyedOptions: ...
+    @property
+    def pages(self) -> str | None: ...
+    @property
+    def tenant(self) -> str: ...
+    @property
+    def cache(self) -> bool: ...
+
+
+class EngineIdentity(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def version(self) -> str: ...
+
+
+class StageClock(Protocol):
+    def observe_stage(self, stage: str, seconds: float) -> None: ...
+
+
+RequestT = TypeVar("RequestT", bound=CacheableRequest, contravariant=True)
+
+
+class Parser(Protocol[RequestT]):
+    """The parse use case the cache wraps (``ParseService``), and offers in turn."""
+
+    @property
+    def engine(self) -> EngineIdentity: ...
+    @property
+    def metrics(self) -> StageClock: ...
+
+    async def parse(
+        self,
+        request: RequestT,
+        *,
+        on_page: PageCallback | None = None,
+        on_delta: PageDeltaCallback | None = None,
+        deadline: float | None = None,
+        on_total: TotalCallback | None = None,
+    ) -> Reply: ...
+
+    def close(self) -> None: ...
+
+
+def cache_key(request: CacheableRequest, *, engine: str, version: str, settings: Settings) -> str:
     """Key of one parse: input digest + every input of the output (see module doc)."""
     opts = request.options
     material = {
@@ -53,7 +128,7 @@ def cache_key(request: Any, *, engine: str, version: str, settings: Settings) ->
         "weights": settings.weights_sha256,
         # Jobs are private per API key and so are their results: one key's cache never
         # answers another's request unless the deployment shares it on purpose.
-        "tenant": "" if settings.cache_shared else getattr(request, "tenant", ""),
+        "tenant": "" if settings.cache_shared else request.tenant,
     }
     canonical = json.dumps(material, sort_keys=True, separators=(",", ":"))
     return settings.redis_prefix + KEY_SPACE + hashlib.sha256(canonical.encode()).hexdigest()
@@ -145,7 +220,8 @@ class RedisCache:
         self.max_bytes = max_bytes
 
     async def get(self, key: str) -> bytes | None:
-        return await self._client.get(key)
+        value = await self._client.get(key)  # bytes (no decode_responses); typed bytes | str
+        return value.encode() if isinstance(value, str) else value
 
     async def set(self, key: str, value: bytes) -> None:
         if len(value) <= self.max_bytes:
@@ -166,32 +242,47 @@ def create_cache(settings: Settings) -> ResultCache | None:
     return MemoryCache(max_bytes=settings.cache_max_bytes, ttl_s=settings.cache_ttl_s)
 
 
-class CachedParseService:
+class CachedParseService(Generic[RequestT]):
     """``ParseService`` with a result cache in front; everything else is delegated."""
 
     def __init__(
-        self, inner: Any, cache: ResultCache, settings: Settings, registry: CollectorRegistry
+        self,
+        inner: Parser[RequestT],
+        cache: ResultCache,
+        settings: Settings,
+        registry: CollectorRegistry,
     ) -> None:
         self._inner = inner
         self._cache = cache
         self._settings = settings
         backend = "redis" if isinstance(cache, RedisCache) else "memory"
         self.cache_metrics = CacheMetrics(registry, backend)
-        self._close_task: asyncio.Task | None = None
+        self._close_task: asyncio.Task[None] | None = None
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+    @property
+    def engine(self) -> EngineIdentity:
+        return self._inner.engine
 
-    def key_for(self, request: Any) -> str:
+    @property
+    def metrics(self) -> StageClock:
+        return self._inner.metrics
+
+    def key_for(self, request: RequestT) -> str:
         engine = self._inner.engine
         return cache_key(
             request, engine=engine.name, version=engine.version, settings=self._settings
         )
 
     async def parse(
-        self, request: Any, *, on_page=None, on_delta=None, deadline=None, on_total=None
-    ) -> dict:
-        if not getattr(request, "cache", True):  # the caller asked for a fresh parse
+        self,
+        request: RequestT,
+        *,
+        on_page: PageCallback | None = None,
+        on_delta: PageDeltaCallback | None = None,
+        deadline: float | None = None,
+        on_total: TotalCallback | None = None,
+    ) -> Reply:
+        if not request.cache:  # the caller asked for a fresh parse
             self.cache_metrics.bypassed.inc()
             return await self._inner.parse(
                 request, on_page=on_page, on_delta=on_delta, deadline=deadline, on_total=on_total
@@ -215,16 +306,19 @@ class CachedParseService:
         await self._store(key, body)
         return body
 
-    async def _lookup(self, key: str) -> dict | None:
+    async def _lookup(self, key: str) -> Reply | None:
         try:
             raw = await self._cache.get(key)
-            return None if raw is None else json.loads(raw)
+            if raw is None:
+                return None
+            body: Reply = json.loads(raw)
+            return body
         except Exception as exc:
             self.cache_metrics.errors.inc()
             log.warning("result cache read failed (%s): serving a miss", type(exc).__name__)
             return None
 
-    async def _store(self, key: str, body: dict) -> None:
+    async def _store(self, key: str, body: Reply) -> None:
         try:
             await self._cache.set(key, json.dumps(body, separators=(",", ":")).encode())
         except Exception as exc:
@@ -237,7 +331,12 @@ class CachedParseService:
             self.cache_metrics.bytes.set(self._cache.used_bytes)
 
     @staticmethod
-    def _replay(body: dict, t0: float, on_page, on_delta) -> dict:
+    def _replay(
+        body: Reply,
+        t0: float,
+        on_page: PageCallback | None,
+        on_delta: PageDeltaCallback | None,
+    ) -> Reply:
         for page in body.get("pages", []):
             if on_delta is not None:
                 on_delta(page["index"], page["content"])
@@ -265,7 +364,9 @@ class CachedParseService:
         self._close_task = loop.create_task(self._cache.close())
 
 
-def with_result_cache(service: Any, settings: Settings, registry: CollectorRegistry) -> Any:
+def with_result_cache(
+    service: Parser[RequestT], settings: Settings, registry: CollectorRegistry
+) -> Parser[RequestT]:
     """Wrap ``service`` when caching is enabled; otherwise return it unchanged."""
     cache = create_cache(settings)
     return service if cache is None else CachedParseService(service, cache, settings, registry)

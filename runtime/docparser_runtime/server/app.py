@@ -108,26 +108,23 @@ async def _bring_up(app: FastAPI, engine: Engine | None, engine_loaded: bool) ->
     )
     batcher.start()
     state.batcher = batcher
-    state.parse_service = with_result_cache(
-        ParseService(
-            settings,
-            engine,
-            batcher,
-            state.metrics,
-            loader=state.document_loader,
-            tracing=state.tracing,
-        ),
+    service = ParseService(
         settings,
-        state.metrics.registry,
+        engine,
+        batcher,
+        state.metrics,
+        loader=state.document_loader,
+        tracing=state.tracing,
     )
-    await state.parse_service.decoder.wait_started()
+    state.parse_service = with_result_cache(service, settings, state.metrics.registry)
+    await service.decoder.wait_started()
     state.metrics.set_engine(engine.name, engine.version)
     state.metrics.ready.set(1)
     state.lifecycle.mark_ready()
     log.info("engine %s %s ready", engine.name, engine.version)
 
 
-async def _shut_down(app: FastAPI, bring_up: asyncio.Task) -> None:
+async def _shut_down(app: FastAPI, bring_up: asyncio.Task[None]) -> None:
     state = runtime_state(app)
     state.lifecycle.start_draining()
     state.metrics.ready.set(0)

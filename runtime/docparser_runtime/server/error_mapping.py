@@ -70,7 +70,7 @@ def status_for(exc: errors.DocParserError) -> int:
     return 500
 
 
-def error_body(code: str, message: str) -> dict:
+def error_body(code: str, message: str) -> dict[str, dict[str, str]]:
     return {"error": {"code": code, "message": public_message(message)}}
 
 

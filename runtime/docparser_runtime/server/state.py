@@ -11,18 +11,26 @@ looks like in one place, and a typo is an AttributeError, not a silent ``None``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from starlette.applications import Starlette
 
+from docparser_runtime.errors import Unavailable
+
 if TYPE_CHECKING:
+    from starlette.requests import Request
+    from starlette.responses import Response
+
     from docparser_runtime.engines.base import Engine
     from docparser_runtime.jobs import JobStore, JobWorker
+    from docparser_runtime.result_cache import Parser
+    from docparser_runtime.server.endpoints.parse.request_input import ParseRequest
     from docparser_runtime.server.guards.auth import ApiKeyStore
     from docparser_runtime.server.guards.ratelimit import RateLimiter
     from docparser_runtime.server.inference.batcher import MicroBatcher
+    from docparser_runtime.server.inference.document_loader import DocumentLoader
     from docparser_runtime.server.ops.lifecycle import Lifecycle
     from docparser_runtime.server.ops.metrics import Metrics
     from docparser_runtime.server.ops.tracing import Tracing
@@ -39,18 +47,26 @@ class RuntimeState:
     tracing: Tracing
     engine: Engine | None = None  # created in the background when not given
     owns_engine: bool = True  # False: the caller loaded it and closes it
-    document_loader: Any = None  # tests replace the preprocessing pipeline
+    document_loader: DocumentLoader | None = None  # tests replace the preprocessing pipeline
     batcher: MicroBatcher | None = None  # once the engine is warm
     # ParseService, or CachedParseService around it (result_cache.py): the same parse interface.
-    parse_service: Any = None
+    parse_service: Parser[ParseRequest] | None = None  # once the engine is warm
     # set by install_streaming (endpoints/parse/streaming.py)
-    stream_responder: Callable[..., Any] | None = None
+    stream_responder: Callable[[Request, ParseRequest], Awaitable[Response]] | None = None
     drain_deadline: float | None = None  # monotonic; set by server/ops/drain.py on SIGTERM
     stop_on_load_failure: Callable[[], None] | None = None  # set by run_server
     job_store: JobStore | None = None
     job_worker: JobWorker | None = None  # once the engine is ready and the store answers
     job_metrics_task: asyncio.Task[None] | None = None
     job_starter: asyncio.Task[None] | None = None
+
+    @property
+    def parser(self) -> Parser[ParseRequest]:
+        """The parse service. Routes run only once the engine is ready (the lifecycle
+        refuses them before), and then it is set."""
+        if self.parse_service is None:
+            raise Unavailable("the engine is still loading; retry shortly", code="starting")
+        return self.parse_service
 
 
 def runtime_state(app: Starlette) -> RuntimeState:

@@ -65,13 +65,13 @@ class ApiKeyStore:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
-        self._signature: tuple | None = None
+        self._signature: tuple[object, ...] | None = None
         self._digests: tuple[bytes, ...] = ()
         self._ids: tuple[str, ...] = ()
         self.reload_count = 0
         self._refresh()
 
-    def _stat_signature(self) -> tuple:
+    def _stat_signature(self) -> tuple[object, ...]:
         """Stat data of everything that holds keys (follows Secret symlinks)."""
         try:
             if self.path.is_dir():

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from docparser_runtime.engines.base import (
     DeltaCallback,
@@ -42,6 +43,9 @@ from docparser_runtime.errors import (
 from docparser_runtime.server.ops.metrics import Metrics
 
 log = logging.getLogger("docparser.batcher")
+T = TypeVar("T")
+PageFuture = asyncio.Future[PageResult]
+_Entry = tuple[PageImage, DeltaCallback | None]  # a page to queue, and its stream callback
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
@@ -50,8 +54,8 @@ def is_out_of_memory(exc: BaseException) -> bool:
     return type(exc).__name__ == "OutOfMemoryError" or "out of memory" in str(exc).lower()
 
 
-def _report_to(callback: Callable[[PageResult], None]) -> Callable[[asyncio.Future], None]:
-    def done(fut: asyncio.Future) -> None:
+def _report_to(callback: Callable[[PageResult], None]) -> Callable[[PageFuture], None]:
+    def done(fut: PageFuture) -> None:
         if not fut.cancelled() and fut.exception() is None:
             callback(fut.result())
 
@@ -70,13 +74,13 @@ class SubmitTimings:
 class _Item:
     page: PageImage
     options: ParseOptions
-    future: asyncio.Future
+    future: PageFuture
     enqueued: float
     deadline: float | None
     on_delta: DeltaCallback | None = None  # set: a streamed page, always a batch of one
     started: float | None = None
     finished: float | None = None
-    key: tuple = field(init=False)
+    key: tuple[tuple[int, str, int], bool] = field(init=False)
 
     def __post_init__(self) -> None:
         self.key = (self.options.batch_key(), self.on_delta is not None)
@@ -106,7 +110,7 @@ class MicroBatcher:
         self._queue: list[_Item] = []
         self._wakeup = asyncio.Event()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
-        self._worker: asyncio.Task | None = None
+        self._worker: asyncio.Task[None] | None = None
         self._running: list[_Item] = []
         self._busy_since: float | None = None
         self._closed = False
@@ -177,7 +181,9 @@ class MicroBatcher:
         return (await self._await(items, deadline, timings))[0]
 
     # -- admission -----------------------------------------------------------------------
-    def _enqueue(self, entries, options: ParseOptions, deadline: float | None) -> list[_Item]:
+    def _enqueue(
+        self, entries: Sequence[_Entry], options: ParseOptions, deadline: float | None
+    ) -> list[_Item]:
         if self._closed:
             raise Unavailable("server shutting down", code="draining")
         queued = len(self._queue)
@@ -229,8 +235,8 @@ class MicroBatcher:
                 futures, timeout=timeout, return_when=asyncio.FIRST_EXCEPTION
             )
             for fut in done:
-                if fut.exception() is not None:
-                    raise fut.exception()
+                if (error := fut.exception()) is not None:
+                    raise error
             if pending:
                 if self.metrics:
                     self.metrics.reject("deadline_exceeded")
@@ -305,9 +311,12 @@ class MicroBatcher:
             self._queue = alive
             self._set_queue_gauge()
 
-    def _infer(self, pages, options: ParseOptions, on_delta) -> list[PageResult | GpuOutOfMemory]:
+    def _infer(
+        self, pages: Sequence[PageImage], options: ParseOptions, on_delta: DeltaCallback | None
+    ) -> list[PageResult | GpuOutOfMemory]:
         """On the engine thread: the engine, then the coverage audit of its pages. A page
         that does not fit in GPU memory even alone gets its error in place of a result."""
+        results: list[PageResult | GpuOutOfMemory]
         if on_delta is not None:
             stream = self.engine.stream_page
             results = [self._call_engine(lambda: stream(pages[0], options, on_delta), options)]
@@ -318,21 +327,24 @@ class MicroBatcher:
             audit_results(self.engine, [p for p, _ in served], [r for _, r in served], options)
         return results
 
-    def _infer_splitting(self, pages, options: ParseOptions) -> list[PageResult | GpuOutOfMemory]:
+    def _infer_splitting(
+        self, pages: Sequence[PageImage], options: ParseOptions
+    ) -> list[PageResult | GpuOutOfMemory]:
         """A batch that runs out of GPU memory is split in halves and retried (after the
         engine returns its cached memory), down to single pages: only a page that does
         not fit alone fails (``GpuOutOfMemory``), its batch-mates are served."""
         try:
-            return self._call_engine(lambda: self.engine.infer_batch(pages, options), options)
+            return [*self._call_engine(lambda: self.engine.infer_batch(pages, options), options)]
         except GpuOutOfMemory as exc:
             if len(pages) == 1:
                 return [exc]
             mid = len(pages) // 2
-            return self._infer_splitting(pages[:mid], options) + self._infer_splitting(
-                pages[mid:], options
-            )
+            return [
+                *self._infer_splitting(pages[:mid], options),
+                *self._infer_splitting(pages[mid:], options),
+            ]
 
-    def _call_engine(self, call, options: ParseOptions):
+    def _call_engine(self, call: Callable[[], T], options: ParseOptions) -> T:
         try:
             return call()
         except Exception as exc:
@@ -359,8 +371,8 @@ class MicroBatcher:
         self._running = batch
         self._busy_since = start
         try:
-            call = (self._infer, pages, options, batch[0].on_delta)
-            results = await loop.run_in_executor(self._executor, *call)
+            infer, on_delta = self._infer, batch[0].on_delta
+            results = await loop.run_in_executor(self._executor, infer, pages, options, on_delta)
             if len(results) != len(batch):
                 raise EngineFailure(f"engine returned {len(results)} results for {len(batch)}")
         except asyncio.CancelledError:

@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Protocol, TypeVar, TypeVarTuple
 
 from docparser_runtime.engines.base import PageImage
 from docparser_runtime.errors import DeadlineExceeded, DocParserError, InvalidInput
@@ -32,6 +33,8 @@ from docparser_runtime.settings import Settings
 
 # (data, tier, pages) -> decoded pages; blocking. The test hook that replaces decoding.
 DocumentLoader = Callable[[bytes, int, str | None], list[PageImage]]
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 
 @dataclass
@@ -47,6 +50,18 @@ class OpenDocument:
     @property
     def page_count(self) -> int:
         return len(self.plan.indices)
+
+
+class Decoder(Protocol):
+    """What ``ParseService`` asks of a decoder: open a document, then decode its pages."""
+
+    async def open(
+        self, data: bytes, tier: int, pages: str | None, deadline: float
+    ) -> OpenDocument: ...
+    async def page(self, doc: OpenDocument, position: int, deadline: float) -> PageImage: ...
+    def start(self) -> None: ...
+    async def wait_started(self) -> None: ...
+    def close(self) -> None: ...
 
 
 def _classified(exc: Exception) -> DocParserError:
@@ -65,7 +80,7 @@ class _ThreadDecoding:
     def __init__(self, workers: int) -> None:
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="preprocess")
 
-    async def _run(self, deadline: float, fn, *args):
+    async def _run(self, deadline: float, fn: Callable[[*Ts], T], *args: *Ts) -> T:
         loop = asyncio.get_running_loop()
         try:
             return await asyncio.wait_for(
@@ -95,7 +110,9 @@ class InProcessDecoder(_ThreadDecoding):
         super().__init__(workers)
         self.limits = limits
 
-    async def open(self, data: bytes, tier: int, pages: str | None, deadline: float):
+    async def open(
+        self, data: bytes, tier: int, pages: str | None, deadline: float
+    ) -> OpenDocument:
         validate_tier(tier)
         plan = await self._run(deadline, plan_document, data, pages, self.limits)
         return OpenDocument(data, tier, plan)
@@ -113,7 +130,9 @@ class LoaderDecoder(_ThreadDecoding):
         super().__init__(workers)
         self.loader = loader
 
-    async def open(self, data: bytes, tier: int, pages: str | None, deadline: float):
+    async def open(
+        self, data: bytes, tier: int, pages: str | None, deadline: float
+    ) -> OpenDocument:
         decoded = await self._run(deadline, self.loader, data, tier, pages)
         plan = DocumentPlan("preloaded", tuple(p.index for p in decoded))
         return OpenDocument(data, tier, plan, decoded=list(decoded))
@@ -130,7 +149,9 @@ class SandboxDecoder:
         self.limits = limits
         self.pool = pool
 
-    async def open(self, data: bytes, tier: int, pages: str | None, deadline: float):
+    async def open(
+        self, data: bytes, tier: int, pages: str | None, deadline: float
+    ) -> OpenDocument:
         validate_tier(tier)
         doc = OpenDocument(data, tier, DocumentPlan("", ()))
         doc.plan = await self.pool.plan(doc.token, data, pages, self.limits, deadline)
@@ -161,7 +182,7 @@ def create_decoder(
     *,
     workers: int = 2,
     on_replace: Callable[[str], None] | None = None,
-):
+) -> Decoder:
     """The decoder the settings ask for (``loader`` wins: it is the tests' hook);
     ``on_replace(reason)`` hears of every sandboxed decoder killed and replaced."""
     limits = DecodeLimits.from_settings(settings)

@@ -20,6 +20,7 @@ import asyncio
 import faulthandler
 import logging
 import signal
+import socket
 import time
 from types import FrameType
 
@@ -30,6 +31,7 @@ from docparser_runtime.server.guards.slow_clients import header_timeout_protocol
 from docparser_runtime.server.ops import log_limits
 from docparser_runtime.server.ops.lifecycle import State
 from docparser_runtime.server.state import runtime_state
+from docparser_runtime.settings import Settings
 
 log = logging.getLogger("docparser.drain")
 HANG_REPORT_S = 10.0  # past the drain deadline: write every thread's stack to stderr
@@ -57,7 +59,7 @@ class DrainingServer(uvicorn.Server):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._draining = False
 
-    async def serve(self, sockets=None) -> None:
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
         await super().serve(sockets)
 
@@ -98,7 +100,7 @@ def write_termination_message(path: str, message: str) -> None:
         log.warning("could not write the termination message to %s: %s", path, exc)
 
 
-def run_server(app: FastAPI, settings) -> int:
+def run_server(app: FastAPI, settings: Settings) -> int:
     """Serve ``app`` until a signal, then drain (used by ``docparser-runtime serve``).
 
     Returns the exit status: 1 when the engine could not load (the lifespan stops the
@@ -115,7 +117,8 @@ def run_server(app: FastAPI, settings) -> int:
         proxy_headers=bool(settings.forwarded_allow_ips),
         forwarded_allow_ips=settings.forwarded_allow_ips or "",
         limit_concurrency=settings.max_connections,
-        timeout_keep_alive=settings.keep_alive_timeout_s,
+        # uvicorn types it int but uses it as seconds in asyncio's call_later (a float is fine)
+        timeout_keep_alive=settings.keep_alive_timeout_s,  # type: ignore[arg-type]
         http=header_timeout_protocol(settings.header_timeout_s),
     )
     server = DrainingServer(config, app, grace_s=settings.drain_grace_s)

@@ -73,9 +73,9 @@ class Lifecycle:
         self._reason = reason
         self._since = time.time()
 
-    def snapshot(self) -> dict:
+    def snapshot(self) -> dict[str, object]:
         """The JSON body of ``/readyz``."""
-        body: dict = {
+        body: dict[str, object] = {
             "status": self._state.value,
             "since": round(self._since, 3),
             "in_flight": self._in_flight,

@@ -82,7 +82,9 @@ class RequestLogMiddleware:
             self._log(scope, state, status, error_body, time.monotonic() - started)
 
     @staticmethod
-    def _log(scope: Scope, state: dict, status: int, error_body: bytes, seconds: float) -> None:
+    def _log(
+        scope: Scope, state: dict[str, Any], status: int, error_body: bytes, seconds: float
+    ) -> None:
         route = getattr(scope.get("route"), "path", None) or "unmatched"
         fields: dict[str, Any] = {
             "request_id": state.get("request_id"),

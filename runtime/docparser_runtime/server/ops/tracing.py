@@ -20,7 +20,10 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
 
 UNTRACED_ROUTES = "livez,readyz,health,metrics"  # FastAPIInstrumentor's excluded_urls
 
@@ -28,6 +31,13 @@ UNTRACED_ROUTES = "livez,readyz,health,metrics"  # FastAPIInstrumentor's exclude
 class TracingUnavailable(RuntimeError):
     """Tracing was switched on, but the OpenTelemetry packages are not installed (a
     start-up error: the process refuses to run half-configured)."""
+
+
+class Span(Protocol):
+    """What the pipeline does with a span (an OpenTelemetry ``Span``, or ``_NoSpan``)."""
+
+    def set_attribute(self, key: str, value: Any) -> None: ...
+    def set_attributes(self, attributes: dict[str, Any]) -> None: ...
 
 
 class _NoSpan:
@@ -50,7 +60,7 @@ class Tracing:
         return self._tracer is not None
 
     @contextlib.contextmanager
-    def span(self, name: str, **attributes: Any) -> Iterator[Any]:
+    def span(self, name: str, **attributes: Any) -> Iterator[Span]:
         if self._tracer is None:
             yield _NoSpan()
             return
@@ -80,7 +90,7 @@ def _otlp_provider(version: str) -> Any:
     return provider
 
 
-def install_tracing(app: Any, *, enabled: bool, version: str, provider: Any = None) -> Tracing:
+def install_tracing(app: FastAPI, *, enabled: bool, version: str, provider: Any = None) -> Tracing:
     """Instrument ``app`` when ``enabled``; ``provider``: a tracer provider of the caller's
     (tests), else one exporting over OTLP/HTTP that the app shuts down with itself."""
     if not enabled:

@@ -25,7 +25,7 @@ async def livez(request: Request) -> JSONResponse:
     """A hung GPU call (driver fault, deadlock) never returns and every request would
     time out; reporting it here lets Kubernetes restart the container."""
     state = runtime_state(request.app)
-    body = {"status": "alive", "state": state.lifecycle.state.value}
+    body: dict[str, object] = {"status": "alive", "state": state.lifecycle.state.value}
     batcher = state.batcher
     limit = state.settings.engine_stall_s
     if batcher is not None and limit and batcher.busy_for_s > limit:
@@ -53,6 +53,7 @@ async def readyz(request: Request) -> JSONResponse:
     if engine is not None:
         body["engine"] = engine.name
     if state.lifecycle.is_ready:
+        assert engine is not None  # ready means the engine is loaded
         body["version"] = engine.version
         return JSONResponse(body)
     return JSONResponse(body, status_code=503)

@@ -12,12 +12,13 @@ running.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from fastapi import APIRouter, Header, Path, Request
 from fastapi.responses import JSONResponse
 
 from docparser_runtime.errors import InvalidInput
-from docparser_runtime.jobs import JobStatus, JobStore, request_fingerprint
+from docparser_runtime.jobs import Job, JobStatus, JobStore, request_fingerprint
 from docparser_runtime.jobs.store import not_found
 from docparser_runtime.preprocess.page_estimate import estimate_pages
 from docparser_runtime.server.endpoints.parse.api_router import request_body_schema
@@ -67,7 +68,7 @@ def _owner(request: Request) -> str | None:
     return principal.key_id if principal is not None and principal.authenticated else None
 
 
-async def _owned_job(request: Request, job_id: str):
+async def _owned_job(request: Request, job_id: str) -> Job:
     """The job, or 404 also when another API key submitted it (no existence oracle)."""
     job = await _store(request).get(job_id)
     if job.owner is not None and job.owner != _owner(request):
@@ -75,7 +76,7 @@ async def _owned_job(request: Request, job_id: str):
     return job
 
 
-async def _public(store: JobStore, job) -> dict:
+async def _public(store: JobStore, job: Job) -> dict[str, Any]:
     position = await store.queue_position(job.id) if job.status is JobStatus.QUEUED else None
     return job.to_public(queue_position=position)
 

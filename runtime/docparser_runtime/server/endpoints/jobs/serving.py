@@ -20,7 +20,7 @@ from fastapi import FastAPI
 
 from docparser_runtime.errors import Overloaded
 from docparser_runtime.jobs import Backlog, JobStopped, JobWorker, create_job_store
-from docparser_runtime.jobs.worker import CLEANUP_S, ProgressFn
+from docparser_runtime.jobs.worker import CLEANUP_S, JobRunner, ProgressFn
 from docparser_runtime.server.endpoints.parse.request_input import build_parse_request
 from docparser_runtime.server.ops.lifecycle import State
 from docparser_runtime.server.ops.metrics import Metrics
@@ -33,7 +33,7 @@ _POLL_S = 1.0
 _NOT_OPTIONS = frozenset({"tenant"})  # stored with a job's options, not an option itself
 
 
-def make_runner(app: FastAPI):
+def make_runner(app: FastAPI) -> JobRunner:
     """A ``JobRunner`` bound to the app's (lazily created) parse service."""
     state = runtime_state(app)
 
@@ -52,7 +52,7 @@ def make_runner(app: FastAPI):
             total = count
             pages_changed.set()
 
-        def on_page(_page: dict) -> None:
+        def on_page(_page: dict[str, Any]) -> None:
             nonlocal done
             done += 1
             pages_changed.set()
@@ -64,9 +64,7 @@ def make_runner(app: FastAPI):
             # synchronous request timeout does not apply (DOCPARSER_JOB_TIMEOUT_S).
             deadline = time.monotonic() + settings.job_timeout_s
             parse = asyncio.ensure_future(
-                state.parse_service.parse(
-                    request, on_page=on_page, on_total=on_total, deadline=deadline
-                )
+                state.parser.parse(request, on_page=on_page, on_total=on_total, deadline=deadline)
             )
             try:
                 while not parse.done():

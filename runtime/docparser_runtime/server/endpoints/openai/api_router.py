@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import replace
 from typing import Any
 
@@ -23,6 +23,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
 from docparser_runtime.errors import InvalidInput, NotFound, PayloadTooLarge, UnsupportedMediaType
+from docparser_runtime.result_cache import Reply
 from docparser_runtime.server.endpoints.openai.protocol import (
     BODY_SCHEMA,
     ChatCompletionRequest,
@@ -43,7 +44,8 @@ from docparser_runtime.server.endpoints.parse.serving import PAGE_SEPARATOR
 from docparser_runtime.server.endpoints.parse.streaming import ParseEvents, streaming_response
 from docparser_runtime.server.error_mapping import CLIENT_CLOSED_STATUS
 from docparser_runtime.server.guards.url_allowlist import check_url_allowed
-from docparser_runtime.server.state import runtime_state
+from docparser_runtime.server.state import RuntimeState, runtime_state
+from docparser_runtime.settings import Settings
 
 router = APIRouter(tags=["openai"])
 _STARTED = int(time.time())
@@ -76,7 +78,7 @@ def _parts(body: ChatCompletionRequest) -> tuple[list[str], list[str]]:
     return texts, images
 
 
-async def fetch_allowed_image(url: str, settings) -> bytes:
+async def fetch_allowed_image(url: str, settings: Settings) -> bytes:
     """GET an allow-listed URL: no redirects (a hop could leave the allow-list), bounded
     time and size; every failure is the caller's input problem (4xx), never a 5xx."""
     check_url_allowed(url, settings.url_fetch_allowlist)
@@ -93,7 +95,8 @@ async def fetch_allowed_image(url: str, settings) -> bytes:
                 raise InvalidInput(
                     f"fetching image_url answered HTTP {resp.status}", code="url_fetch_failed"
                 )
-            chunks, total = [], 0
+            chunks: list[bytes] = []
+            total = 0
             async for chunk in resp.content.iter_chunked(65536):
                 total += len(chunk)
                 if total > limit:
@@ -106,13 +109,13 @@ async def fetch_allowed_image(url: str, settings) -> bytes:
         ) from None
 
 
-async def _image_bytes(url: str, settings) -> bytes:
+async def _image_bytes(url: str, settings: Settings) -> bytes:
     if url.startswith("data:"):
         return decode_base64_document(url)
     return await fetch_allowed_image(url, settings)
 
 
-def _model_ids(state) -> list[str]:
+def _model_ids(state: RuntimeState) -> list[str]:
     engine = state.engine
     name = engine.name if engine is not None else state.settings.engine
     ids = [name]
@@ -121,7 +124,7 @@ def _model_ids(state) -> list[str]:
     return ids
 
 
-async def to_parse_request(body: ChatCompletionRequest, settings) -> ParseRequest:
+async def to_parse_request(body: ChatCompletionRequest, settings: Settings) -> ParseRequest:
     texts, images = _parts(body)
     if len(images) != 1:
         raise InvalidInput(
@@ -136,7 +139,7 @@ async def to_parse_request(body: ChatCompletionRequest, settings) -> ParseReques
     return build_parse_request(await _image_bytes(images[0], settings), fields, settings)
 
 
-def _usage(result: dict) -> dict:
+def _usage(result: Reply) -> dict[str, int]:
     prompt, completion = result["vision_tokens"], result["usage"]["output_tokens"]
     return {
         "prompt_tokens": prompt,
@@ -145,11 +148,13 @@ def _usage(result: dict) -> dict:
     }
 
 
-def _finish_reason(result: dict) -> str:
+def _finish_reason(result: Reply) -> str:
     return "length" if any(p.get("truncated") for p in result["pages"]) else "stop"
 
 
-def _chunk(cid: str, model: str, created: int, delta: dict, finish: str | None) -> dict:
+def _chunk(
+    cid: str, model: str, created: int, delta: dict[str, str], finish: str | None
+) -> dict[str, Any]:
     return {
         "id": cid,
         "object": "chat.completion.chunk",
@@ -197,7 +202,7 @@ async def chat_completions(request: Request) -> Response:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
             return await _stream(request, parse_request, cid, body.model, created, include_usage)
         try:
-            result = await run_until_disconnect(request, state.parse_service.parse(parse_request))
+            result = await run_until_disconnect(request, state.parser.parse(parse_request))
         except ClientDisconnected:
             return Response(status_code=CLIENT_CLOSED_STATUS)
     message = {"role": "assistant", "content": result["content"]}
@@ -228,7 +233,7 @@ async def _stream(
     created: int,
     include_usage: bool,
 ) -> Response:
-    async def chunks(events: ParseEvents) -> AsyncIterator[bytes]:
+    async def chunks(events: ParseEvents) -> AsyncGenerator[bytes, None]:
         yield _data(_chunk(cid, model, created, {"role": "assistant", "content": ""}, None))
         pages_started = 0
         async for kind, data in events:
@@ -252,7 +257,7 @@ async def _stream(
     return await streaming_response(request, parse_request, chunks)
 
 
-def _model_objects(state) -> list[dict]:
+def _model_objects(state: RuntimeState) -> list[dict[str, Any]]:
     engine = state.engine
     version = engine.version if engine is not None and state.lifecycle.is_ready else None
     return [

@@ -61,7 +61,7 @@ class ChatCompletionRequest(BaseModel):
     tier: int | None = Field(None, ge=0, le=6, description="docparser: most local tiles")
 
 
-def _inline_refs(schema: dict) -> dict:
+def _inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
     """OpenAPI cannot resolve pydantic's local ``#/$defs`` refs inside a request body."""
     defs = schema.pop("$defs", {})
 
@@ -75,7 +75,8 @@ def _inline_refs(schema: dict) -> dict:
             return [walk(v) for v in node]
         return node
 
-    return walk(schema)
+    inlined: dict[str, Any] = walk(schema)
+    return inlined
 
 
 BODY_SCHEMA = _inline_refs(ChatCompletionRequest.model_json_schema())

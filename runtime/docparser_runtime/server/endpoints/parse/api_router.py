@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
@@ -28,7 +28,7 @@ router = APIRouter(tags=["parse"])
 T = TypeVar("T")
 
 
-def request_body_schema(*, include_stream: bool = True) -> dict:
+def request_body_schema(*, include_stream: bool = True) -> dict[str, Any]:
     """The OpenAPI ``requestBody``, generated from the one ``RequestOptions`` model."""
     form = options_schema(form=True, include_stream=include_stream)
     json_options = options_schema(form=False, include_stream=include_stream)
@@ -60,7 +60,9 @@ def request_body_schema(*, include_stream: bool = True) -> dict:
 
 _REQUEST_BODY = request_body_schema()
 _ERROR = {"description": "error", "content": {"application/json": {}}}
-_RESPONSES = {s: _ERROR for s in (400, 401, 403, 413, 415, 422, 429, 500, 503, 504)}
+_RESPONSES: dict[int | str, dict[str, Any]] = {
+    s: _ERROR for s in (400, 401, 403, 413, 415, 422, 429, 500, 503, 504)
+}
 
 
 class ClientDisconnected(Exception):
@@ -113,7 +115,7 @@ async def parse_document(request: Request) -> Response:
                 raise InvalidInput("streaming is not available", code="stream_unsupported")
             return await responder(request, parse_request)
         try:
-            body = await run_until_disconnect(request, state.parse_service.parse(parse_request))
+            body = await run_until_disconnect(request, state.parser.parse(parse_request))
         except ClientDisconnected:
             return Response(status_code=CLIENT_CLOSED_STATUS)
     report_result(request.state, body)

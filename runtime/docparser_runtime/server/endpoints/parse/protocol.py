@@ -18,11 +18,11 @@ Messages never echo the offending value (it could be megabytes, or nested 100,00
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from pydantic_core import PydanticCustomError
+from pydantic_core import ErrorDetails, PydanticCustomError
 
 from docparser_runtime.errors import InvalidInput
 from docparser_runtime.preprocess.page_ranges import (
@@ -96,7 +96,7 @@ class RequestOptions(BaseModel):
         return value
 
 
-def _error_code(errors: list[dict]) -> str:
+def _error_code(errors: Sequence[ErrorDetails]) -> str:
     first = errors[0]
     if first.get("type") == "extra_forbidden":
         return "unknown_field"
@@ -104,7 +104,7 @@ def _error_code(errors: list[dict]) -> str:
     return _CODE_BY_FIELD.get(str(loc[0]), "invalid_option")
 
 
-def _error_message(errors: list[dict]) -> str:
+def _error_message(errors: Sequence[ErrorDetails]) -> str:
     unknown = sorted(str(e["loc"][0]) for e in errors if e.get("type") == "extra_forbidden")
     if unknown:
         return f"unknown field(s): {', '.join(unknown[:_MAX_MESSAGES])}"
@@ -141,7 +141,7 @@ def options_from_form(items: Iterable[tuple[str, str]]) -> RequestOptions:
     return _validate({k: v for k, v in fields.items() if v.strip() != ""}, strict=False)
 
 
-def options_schema(*, form: bool, include_stream: bool = True) -> dict[str, dict]:
+def options_schema(*, form: bool, include_stream: bool = True) -> dict[str, dict[str, Any]]:
     """The options' JSON schema properties for the OpenAPI request bodies.
 
     A form field cannot be null, so the form variant drops the ``null`` alternative.

@@ -14,7 +14,7 @@ import asyncio
 import base64
 import binascii
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -103,7 +103,7 @@ def build_parse_request(
     )
 
 
-def decode_base64_document(value: Any) -> bytes:
+def decode_base64_document(value: object) -> bytes:
     """Base64 or a ``data:...;base64,`` URL -> bytes (``invalid_base64`` otherwise)."""
     if not isinstance(value, str):
         raise InvalidInput("image must be a base64 string", code="invalid_base64")
@@ -120,7 +120,7 @@ def decode_base64_document(value: Any) -> bytes:
 
 
 # -- body reading ------------------------------------------------------------------------
-async def _limited(request: Request, limit: int) -> AsyncIterator[bytes]:
+async def _limited(request: Request, limit: int) -> AsyncGenerator[bytes, None]:
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"body of {declared} bytes exceeds the {limit}-byte limit")
@@ -141,7 +141,9 @@ def _check_size(data: bytes, settings: Settings) -> None:
         raise PayloadTooLarge(f"document exceeds the {settings.max_upload_bytes}-byte limit")
 
 
-async def _from_multipart(request: Request, settings: Settings, allowed_extra) -> ParseRequest:
+async def _from_multipart(
+    request: Request, settings: Settings, allowed_extra: frozenset[str]
+) -> ParseRequest:
     limit = settings.max_upload_bytes + _FORM_OVERHEAD
     parser = MultiPartParser(
         request.headers, _limited(request, limit), max_files=1, max_fields=16, max_part_size=65536
@@ -161,12 +163,13 @@ async def _from_multipart(request: Request, settings: Settings, allowed_extra) -
                 "multipart field 'file' (a file part) is required", code="missing_file"
             )
         items = [(k, v) for k, v in form.multi_items() if k != "file" and k not in allowed_extra]
-        if any(not isinstance(v, str) for _, v in items):
+        fields = [(k, v) for k, v in items if isinstance(v, str)]
+        if len(fields) != len(items):
             raise InvalidInput(
                 "only 'file' may be a file part; options are plain form fields",
                 code="invalid_multipart",
             )
-        options = options_from_form(items)
+        options = options_from_form(fields)
         data = await upload.read()
         _check_size(data, settings)
         return build_parse_request(data, options, settings, filename=upload.filename)
@@ -179,12 +182,16 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     obj = dict(pairs)
     if len(obj) != len(pairs):
         seen: set[str] = set()
-        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
-        raise InvalidInput(f"JSON key {dup!r} is given more than once", code="duplicate_field")
+        for key, _ in pairs:
+            if key in seen:
+                raise InvalidInput(
+                    f"JSON key {key!r} is given more than once", code="duplicate_field"
+                )
+            seen.add(key)
     return obj
 
 
-def _decode_json_document(body: bytes) -> tuple[dict, bytes]:
+def _decode_json_document(body: bytes) -> tuple[dict[str, Any], bytes]:
     try:
         payload = json.loads(body, object_pairs_hook=_unique_keys)
     except RecursionError:
@@ -200,7 +207,9 @@ def _decode_json_document(body: bytes) -> tuple[dict, bytes]:
     return payload, decode_base64_document(payload.pop("image"))
 
 
-async def _from_json(request: Request, settings: Settings, allowed_extra) -> ParseRequest:
+async def _from_json(
+    request: Request, settings: Settings, allowed_extra: frozenset[str]
+) -> ParseRequest:
     limit = settings.max_upload_bytes * 4 // 3 + _FORM_OVERHEAD
     body = await read_body(request, limit)
     if not body.strip():

@@ -16,15 +16,20 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from docparser_runtime.engines.base import Engine, PageImage, PageResult
 from docparser_runtime.errors import InvalidInput, Overloaded
 from docparser_runtime.preprocess.sandbox import release_memory
+from docparser_runtime.result_cache import PageCallback, PageDeltaCallback, Reply, TotalCallback
 from docparser_runtime.server.endpoints.parse.request_input import ParseRequest
 from docparser_runtime.server.inference.batcher import MicroBatcher, SubmitTimings
-from docparser_runtime.server.inference.document_loader import DocumentLoader, create_decoder
+from docparser_runtime.server.inference.document_loader import (
+    DocumentLoader,
+    OpenDocument,
+    create_decoder,
+)
 from docparser_runtime.server.ops.metrics import Metrics
 from docparser_runtime.server.ops.tracing import Tracing
 from docparser_runtime.settings import Settings
@@ -34,12 +39,8 @@ log = logging.getLogger("docparser.parse")
 # Between pages in ``content``; the convention of DeepSeek-OCR's own tooling.
 PAGE_SEPARATOR = "\n\n<--- Page Split --->\n\n"
 
-# Called on the event loop as each page finishes, with ``PageResult.to_dict()``.
-PageCallback = Callable[[dict], None]
-# Called on the event loop with (page index, text delta) while a page generates.
-PageDeltaCallback = Callable[[int, str], None]
-# Called once with the number of pages the parse will produce (job progress).
-TotalCallback = Callable[[int], None]
+# A parsed page and its visual tokens.
+Served = tuple[PageResult, int]
 _OVERLOAD_POLL_S = 0.2
 _TRIM_AFTER_PIXELS = 16_000_000
 
@@ -107,7 +108,7 @@ class ParseService:
         on_delta: PageDeltaCallback | None = None,
         deadline: float | None = None,
         on_total: TotalCallback | None = None,
-    ) -> dict:
+    ) -> Reply:
         """Parse one document. ``deadline`` (``time.monotonic()``) defaults to now +
         ``sync_deadline_s`` (the request timeout, within the drain window). Pages are
         decoded as the pipeline needs them, at most ``decode_lookahead`` ahead of inference.
@@ -127,7 +128,14 @@ class ParseService:
             )
             return reply
 
-    async def _parse(self, request, on_page, on_delta, deadline, on_total) -> dict:
+    async def _parse(
+        self,
+        request: ParseRequest,
+        on_page: PageCallback | None,
+        on_delta: PageDeltaCallback | None,
+        deadline: float | None,
+        on_total: TotalCallback | None,
+    ) -> Reply:
         m = self.metrics
         t0 = time.monotonic()
         if deadline is None:
@@ -169,7 +177,9 @@ class ParseService:
         self._count_outcomes(results)
         return self._reply(results, tokens, output_tokens, t0, t2, timings)
 
-    async def _open(self, request: ParseRequest, deadline: float, timings: _Timings):
+    async def _open(
+        self, request: ParseRequest, deadline: float, timings: _Timings
+    ) -> OpenDocument:
         # Documents being opened hold their upload in memory: bound them like the page
         # queue, so a burst of large uploads gets 429s instead of an OOM.
         if self._decoding >= self.settings.max_queue_pages:
@@ -191,7 +201,9 @@ class ParseService:
             raise InvalidInput("the document has no pages to parse", code="no_pages")
         return doc
 
-    async def _decode(self, doc, position: int, deadline: float, timings: _Timings) -> PageImage:
+    async def _decode(
+        self, doc: OpenDocument, position: int, deadline: float, timings: _Timings
+    ) -> PageImage:
         started = time.monotonic()
         try:
             page = await self.decoder.page(doc, position, deadline)
@@ -201,7 +213,7 @@ class ParseService:
         return page
 
     @contextlib.contextmanager
-    def _outstanding(self, pages: list[PageImage], timings: _Timings):
+    def _outstanding(self, pages: list[PageImage], timings: _Timings) -> Iterator[None]:
         """Decoded pages on their way through the engine: their visual tokens are
         outstanding work (pages are counted from the plan on, in ``parse``)."""
         m = self.metrics
@@ -214,7 +226,9 @@ class ParseService:
             timings.settled += len(pages)
             m.outstanding_vision_tokens.dec(tokens)
 
-    async def _decode_chunk(self, doc, positions, deadline, timings) -> list[PageImage]:
+    async def _decode_chunk(
+        self, doc: OpenDocument, positions: range, deadline: float, timings: _Timings
+    ) -> list[PageImage]:
         tasks = [asyncio.ensure_future(self._decode(doc, p, deadline, timings)) for p in positions]
         try:
             return list(await asyncio.gather(*tasks))
@@ -223,14 +237,21 @@ class ParseService:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _batch(self, doc, request, on_page, deadline, timings) -> list[tuple]:
+    async def _batch(
+        self,
+        doc: OpenDocument,
+        request: ParseRequest,
+        on_page: PageCallback | None,
+        deadline: float,
+        timings: _Timings,
+    ) -> list[Served]:
         """Pages go to the batcher in chunks of ``decode_lookahead`` (so a document's pages
         still share engine batches); the next chunk decodes while this one is inferred, so
         at most two chunks of decoded pages exist per request."""
         on_result = None if on_page is None else (lambda r: on_page(r.to_dict()))
         size = self.settings.decode_lookahead
         chunks = [range(i, min(i + size, doc.page_count)) for i in range(0, doc.page_count, size)]
-        done: list[tuple] = []
+        done: list[Served] = []
         upcoming = asyncio.ensure_future(self._decode_chunk(doc, chunks[0], deadline, timings))
         try:
             for number in range(len(chunks)):
@@ -249,7 +270,16 @@ class ParseService:
             await asyncio.gather(upcoming, return_exceptions=True)
         return done
 
-    async def _submit(self, pages, request, deadline, timings, on_result, *, first: bool):
+    async def _submit(
+        self,
+        pages: list[PageImage],
+        request: ParseRequest,
+        deadline: float,
+        timings: _Timings,
+        on_result: Callable[[PageResult], None] | None,
+        *,
+        first: bool,
+    ) -> list[PageResult]:
         while True:
             sub, submitted = SubmitTimings(), time.monotonic()
             try:
@@ -268,16 +298,16 @@ class ParseService:
 
     async def _stream(
         self,
-        doc,
+        doc: OpenDocument,
         request: ParseRequest,
         on_page: PageCallback | None,
         on_delta: PageDeltaCallback,
         deadline: float,
         timings: _Timings,
-    ) -> list[tuple]:
+    ) -> list[Served]:
         loop = asyncio.get_running_loop()
         stop = threading.Event()
-        results = []
+        results: list[Served] = []
         try:
             for position in range(doc.page_count):
                 page = await self._decode(doc, position, deadline, timings)
@@ -325,7 +355,15 @@ class ParseService:
             repetition=sum(r.repetition_trips > 0 for r in results),
         )
 
-    def _reply(self, results, tokens, output_tokens, t0, t2, timings: _Timings) -> dict:
+    def _reply(
+        self,
+        results: list[PageResult],
+        tokens: int,
+        output_tokens: int,
+        t0: float,
+        t2: float,
+        timings: _Timings,
+    ) -> Reply:
         audit_s = sum(r.audit_s for r in results)
         warnings = sum(len(r.warnings) for r in results)
         return {

@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -52,7 +52,7 @@ class ParseEvents:
         self._request = parse_request
         self._queue: asyncio.Queue[Event] = asyncio.Queue()
         self._started: set[int] = set()
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._first: Event | None = None
 
     def _page_start(self, index: int) -> None:
@@ -65,12 +65,12 @@ class ParseEvents:
         if text:
             self._queue.put_nowait(("delta", {"page": index, "text": text}))
 
-    def _on_page(self, page: dict) -> None:
+    def _on_page(self, page: dict[str, Any]) -> None:
         self._page_start(page["index"])
         self._queue.put_nowait(("page_end", {k: v for k, v in page.items() if k != "content"}))
 
     async def _run(self) -> None:
-        service = runtime_state(self._app).parse_service
+        service = runtime_state(self._app).parser
         try:
             result = await service.parse(
                 self._request, on_page=self._on_page, on_delta=self._on_delta
@@ -123,7 +123,7 @@ def sse_event(event: str, data: Any) -> bytes:
 
 
 # Turns the event stream into the bytes of one wire format (SSE events, OpenAI chunks).
-Framer = Callable[[ParseEvents], AsyncIterator[bytes]]
+Framer = Callable[[ParseEvents], AsyncGenerator[bytes, None]]
 
 
 async def streaming_response(
@@ -154,7 +154,7 @@ async def streaming_response(
     return StreamingResponse(body(), media_type="text/event-stream", headers=SSE_HEADERS)
 
 
-async def _sse_frames(events: ParseEvents) -> AsyncIterator[bytes]:
+async def _sse_frames(events: ParseEvents) -> AsyncGenerator[bytes, None]:
     async for kind, data in events:
         yield sse_event(kind, data)
 
