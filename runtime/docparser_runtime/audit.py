@@ -102,7 +102,7 @@ def _text_like(stats: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
     rule = ((w >= 12 * np.maximum(h, 1)) & (w > 60)) | ((h >= 12 * np.maximum(w, 1)) & (h > 60))
     big = (h > 0.2 * height) | (w > 0.5 * width)
     hollow = (fill < 0.08) & (h > 4 * MIN_INK_HEIGHT)  # a frame or a table's grid
-    keep = ~(speck | rule | big | hollow)
+    keep: np.ndarray = ~(speck | rule | big | hollow)
     keep[0] = False  # the paper
     return keep
 
@@ -131,7 +131,7 @@ def uncovered(ink: InkMap, boxes: Sequence[BBox], *, margin: float = 0.35) -> li
     return _group(stats[lost], unit, s, (height, width))
 
 
-def _group(stats: np.ndarray, unit: float, scale: float, shape) -> list[Uncovered]:
+def _group(stats: np.ndarray, unit: float, scale: float, shape: tuple[int, int]) -> list[Uncovered]:
     """Merge lost glyphs into line-like regions (word gaps closed, lines kept apart)."""
     import cv2
 
@@ -154,7 +154,12 @@ def _group(stats: np.ndarray, unit: float, scale: float, shape) -> list[Uncovere
     for i in np.flatnonzero(ink):
         if y2[i] - y1[i] < 0.6 * unit:  # only punctuation-sized ink
             continue
-        bbox = tuple(round(float(v) / scale, 1) for v in (x1[i], y1[i], x2[i], y2[i]))
+        bbox = (
+            round(float(x1[i]) / scale, 1),
+            round(float(y1[i]) / scale, 1),
+            round(float(x2[i]) / scale, 1),
+            round(float(y2[i]) / scale, 1),
+        )
         regions.append(Uncovered(bbox, int(ink[i])))
     regions.sort(key=lambda r: -r.ink_pixels)
     return regions[:MAX_REGIONS]

@@ -11,9 +11,13 @@ import argparse
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from docparser_runtime import logs
 from docparser_runtime.engines.registry import ENGINES
+
+if TYPE_CHECKING:
+    from docparser_runtime.settings import Settings
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -60,7 +64,7 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _settings_from_args(args: argparse.Namespace):
+def _settings_from_args(args: argparse.Namespace) -> Settings:
     from docparser_runtime.settings import Settings
 
     overrides = {
@@ -106,11 +110,11 @@ def fetch_weights(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     try:
-        path = fetch(args.source, args.dest, sha256=args.sha256, manifest=args.manifest)
+        fetch(args.source, args.dest, sha256=args.sha256, manifest=args.manifest)
     except DocParserError as exc:
         print(f"fetch-weights: {exc.code}: {exc.message}", file=sys.stderr)
         return 1
-    print(path if path is not None else args.dest)
+    print(args.dest)
     return 0
 
 

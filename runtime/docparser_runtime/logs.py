@@ -39,7 +39,7 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, default=str, separators=(",", ":"))
 
 
-def resolve_format(fmt: LogFormat, stream: Any = None) -> Literal["json", "text"]:
+def resolve_format(fmt: LogFormat, stream: object = None) -> Literal["json", "text"]:
     if fmt != "auto":
         return fmt
     stream = stream if stream is not None else sys.stderr

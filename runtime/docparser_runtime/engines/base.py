@@ -10,11 +10,14 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 from PIL import Image
 
-from docparser_runtime.pages import PageImage
+from docparser_runtime.pages import PageImage as PageImage  # re-exported: the engine seam
+
+if TYPE_CHECKING:
+    from docparser_runtime.settings import Settings
 
 Mode = Literal["markdown", "text", "grounding"]
 BBox = tuple[float, float, float, float]
@@ -41,7 +44,7 @@ class Block:
     bbox: BBox
     type: str = "text"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"text": self.text, "bbox": [round(v, 1) for v in self.bbox], "type": self.type}
 
 
@@ -53,7 +56,7 @@ class PageWarning:
     code: str
     bbox: BBox
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"code": self.code, "bbox": [round(v, 1) for v in self.bbox]}
 
 
@@ -80,7 +83,7 @@ class PageResult:
     warnings: list[PageWarning] = field(default_factory=list)
     audit_s: float = 0.0
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "index": self.index,
             "content": self.content,
@@ -105,6 +108,13 @@ class Engine(abc.ABC):
     ``deepseek_ocr2.engine.DeepseekOcr2Engine``."""
 
     name: str = "engine"
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Self:
+        """A new, not yet loaded engine configured by ``settings``: how ``engines.registry``
+        builds the engine a process serves. Engines built only by hand (tests) need not
+        override it."""
+        raise NotImplementedError(f"{cls.__name__} cannot be built from settings")
 
     @property
     @abc.abstractmethod

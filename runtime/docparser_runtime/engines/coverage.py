@@ -17,14 +17,21 @@ import time
 from collections.abc import Sequence
 
 from docparser_runtime import audit
-from docparser_runtime.engines.base import Engine, PageImage, PageResult, PageWarning, ParseOptions
+from docparser_runtime.engines.base import (
+    BBox,
+    Engine,
+    PageImage,
+    PageResult,
+    PageWarning,
+    ParseOptions,
+)
 
 log = logging.getLogger(__name__)
 
 UNCOVERED_TEXT = "uncovered_text"
 
 
-def covered_boxes(result: PageResult) -> list:
+def covered_boxes(result: PageResult) -> list[BBox]:
     """What the engine says it read: its fine ``coverage`` boxes, else its blocks'."""
     if result.coverage is not None:
         return list(result.coverage)

@@ -33,7 +33,8 @@ def engine_class(name: str) -> type[Engine]:
         missing_dependency = not (exc.name or "").startswith("docparser_runtime")
         hint = " (install the 'deepseek' extra)" if missing_dependency else ""
         raise WeightsError(f"engine {name!r} is not installed: {exc}{hint}") from exc
-    return getattr(module, class_name)
+    engine_type: type[Engine] = getattr(module, class_name)
+    return engine_type
 
 
 def create_engine(settings: Settings) -> Engine:

@@ -4,10 +4,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .store import JobStore
 
+if TYPE_CHECKING:
+    from ..settings import Settings
 
-def create_job_store(settings) -> JobStore:
+
+def create_job_store(settings: Settings) -> JobStore:
     """Redis when ``settings.redis_url`` is set (any replica answers for any job),
     else the in-memory store (single replica)."""
     if settings.redis_url:

@@ -28,7 +28,6 @@ that already ran for minutes. The scripts they run are idempotent for the same w
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import logging
 import time
@@ -36,12 +35,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ..errors import Unavailable
 from . import redis_scripts as scripts
 from .models import Job, JobStatus, new_job_id
+from .redis_calls import TRANSIENT, ScriptArgs, as_text, unavailable_when_unreachable
 from .redis_keys import RedisKeys
 from .store import (
     Backlog,
@@ -57,24 +54,6 @@ from .store import (
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-_TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
-
-
-def _unavailable_when_unreachable(method):
-    """Clients of the API get a 503 (retry elsewhere/later), not a 500, when Redis is
-    down; worker-side calls handle their own failures."""
-
-    @functools.wraps(method)
-    async def wrapper(*args, **kwargs):
-        try:
-            return await method(*args, **kwargs)
-        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-            raise Unavailable(
-                "the job store (Redis) is unreachable; retry shortly",
-                code="job_store_unavailable",
-            ) from exc
-
-    return wrapper
 
 
 class RedisJobStore(JobStore):
@@ -132,7 +111,7 @@ class RedisJobStore(JobStore):
         for attempt in range(self.write_retries + 1):
             try:
                 return await call()
-            except _TRANSIENT as exc:
+            except TRANSIENT as exc:
                 if attempt == self.write_retries:
                     raise
                 delay = min(self.retry_base_s * 2**attempt, self.retry_cap_s)
@@ -148,7 +127,7 @@ class RedisJobStore(JobStore):
         raise AssertionError("unreachable")  # the loop returns or raises
 
     # interface -------------------------------------------------------------------
-    @_unavailable_when_unreachable
+    @unavailable_when_unreachable
     async def submit(
         self,
         *,
@@ -174,8 +153,8 @@ class RedisJobStore(JobStore):
             keys.append(self.keys.idem(idempotency_key))
         flat = [x for kv in job.to_fields().items() for x in kv]
         per_owner = self.max_queued_per_owner if owner else 0
-        args = [job.id, fingerprint, self.ttl_s, self.keys.job(""), data, self.max_queued]
-        args += [per_owner, *flat]
+        args: ScriptArgs = [job.id, fingerprint, self.ttl_s, self.keys.job(""), data]
+        args += [self.max_queued, per_owner, *flat]
         outcome, job_id = await self._submit(keys=keys, args=args)
         if outcome == b"conflict":
             raise conflict_for_key(idempotency_key or "")
@@ -184,27 +163,29 @@ class RedisJobStore(JobStore):
         if outcome == b"quota":
             raise quota_exceeded(int(job_id))
         if outcome == b"existing":
-            return await self.get(job_id.decode()), False
+            return await self.get(as_text(job_id)), False
         # Marks this revision as serving traffic: it adopts orphaned jobs (reap).
         await self.r.hset(self.keys.revision_accepted, self.revision, repr(time.time()))
         return job, True
 
-    @_unavailable_when_unreachable
+    @unavailable_when_unreachable
     async def get(self, job_id: str) -> Job:
         raw = await self.r.hgetall(self.keys.job(job_id))
         if not raw:
             raise not_found(job_id)
-        return Job.from_fields({k.decode(): v.decode() for k, v in raw.items()})
+        return Job.from_fields({as_text(k): as_text(v) for k, v in raw.items()})
 
-    @_unavailable_when_unreachable
+    @unavailable_when_unreachable
     async def queue_position(self, job_id: str) -> int | None:
         raw = await self.r.hget(self.keys.job(job_id), "revision")
-        queue = self.keys.queue_for(raw.decode() if raw else "")
+        queue = self.keys.queue_for(as_text(raw) if raw else "")
         async with self.r.pipeline(transaction=True) as pipe:
-            index, length = await pipe.lpos(queue, job_id).llen(queue).execute()
+            pipe.lpos(queue, job_id)
+            pipe.llen(queue)
+            index, length = await pipe.execute()
         return None if index is None else length - 1 - index
 
-    @_unavailable_when_unreachable
+    @unavailable_when_unreachable
     async def queue_depth(self) -> int:
         return await self.r.llen(self.keys.queue)
 
@@ -212,13 +193,13 @@ class RedisJobStore(JobStore):
     # at the sampled mean (the metric refreshes every few seconds on every pod).
     BACKLOG_SAMPLE = 1000
 
-    @_unavailable_when_unreachable
+    @unavailable_when_unreachable
     async def backlog(self) -> Backlog:
         ids = await self.r.lrange(self.keys.queue, 0, self.BACKLOG_SAMPLE - 1)
         async with self.r.pipeline(transaction=False) as pipe:
             pipe.llen(self.keys.queue)
             for raw in ids:
-                pipe.hget(self.keys.job(raw.decode()), "pages_estimate")
+                pipe.hget(self.keys.job(as_text(raw)), "pages_estimate")
             pipe.hgetall(self.keys.worker_revision)
             depth, *estimates, owners = await pipe.execute()
         sampled = [int(e or 1) for e in estimates]
@@ -230,10 +211,11 @@ class RedisJobStore(JobStore):
         alive = await self.r.exists(*(self.keys.lease(w) for w in mine)) if mine else 0
         return Backlog(jobs=int(depth), pages=int(pages), workers=max(int(alive), 1))
 
-    @_unavailable_when_unreachable
+    @unavailable_when_unreachable
     async def cancel(self, job_id: str) -> Job:
         keys = [self.keys.job(job_id), self.keys.input(job_id)]
-        args = [job_id, time.time(), self.ttl_s, self.keys.owner_prefix, self.keys.queue_base]
+        args: ScriptArgs = [job_id, time.time(), self.ttl_s]
+        args += [self.keys.owner_prefix, self.keys.queue_base]
         outcome = await self._cancel(keys=keys, args=args)
         if outcome == b"missing":
             raise not_found(job_id)
@@ -249,13 +231,17 @@ class RedisJobStore(JobStore):
             if left <= 0:
                 return None
             raw = await self.r.blmove(
-                self.keys.queue, self.keys.processing(worker_id), max(left, 0.01), "RIGHT", "LEFT"
+                self.keys.queue,
+                self.keys.processing(worker_id),
+                max(left, 0.01),  # type: ignore[arg-type]  # BLMOVE takes fractional seconds
+                "RIGHT",
+                "LEFT",
             )
             if raw is None:
                 return None
-            job_id = raw.decode()
+            job_id = as_text(raw)
             keys = [self.keys.job(job_id), self.keys.processing(worker_id)]
-            args = [job_id, worker_id, time.time(), self.keys.owner_prefix]
+            args: ScriptArgs = [job_id, worker_id, time.time(), self.keys.owner_prefix]
             if not await self._start(keys=keys, args=args):
                 continue  # cancelled (or expired) between the move and the start
             data = await self.r.get(self.keys.input(job_id))
@@ -268,12 +254,12 @@ class RedisJobStore(JobStore):
                     error={"code": "internal_error", "message": "job input is missing"},
                 )
                 continue
-            return ClaimedJob(job=job, data=data)
+            return ClaimedJob(job=job, data=data if isinstance(data, bytes) else data.encode())
 
     async def progress(
         self, job_id: str, worker_id: str, *, pages_done: int, pages_total: int
     ) -> bool:
-        args = [worker_id, time.time(), pages_done, pages_total]
+        args: ScriptArgs = [worker_id, time.time(), pages_done, pages_total]
         return bool(
             await self._retrying(
                 "progress", lambda: self._progress(keys=[self.keys.job(job_id)], args=args)
@@ -298,15 +284,16 @@ class RedisJobStore(JobStore):
             raw = await self.r.hget(self.keys.job(job_id), "idempotency_key")
             keys = [self.keys.job(job_id), self.keys.processing(worker_id), self.keys.input(job_id)]
             if raw:
-                keys.append(self.keys.idem(raw.decode()))
-            args = [job_id, worker_id, time.time(), self.ttl_s, str(status), *payload]
+                keys.append(self.keys.idem(as_text(raw)))
+            args: ScriptArgs = [job_id, worker_id, time.time(), self.ttl_s, str(status), *payload]
             return bool(await self._finish(keys=keys, args=args))
 
         return await self._retrying("finish", write)
 
     async def release(self, job_id: str, worker_id: str) -> None:
         keys = [self.keys.job(job_id), self.keys.processing(worker_id)]
-        args = [job_id, worker_id, time.time(), self.keys.owner_prefix, self.keys.queue_base]
+        args: ScriptArgs = [job_id, worker_id, time.time()]
+        args += [self.keys.owner_prefix, self.keys.queue_base]
         await self._retrying("release", lambda: self._release(keys=keys, args=args))
 
     async def heartbeat(self, worker_id: str, *, lease_s: float) -> None:
@@ -323,7 +310,7 @@ class RedisJobStore(JobStore):
     async def reap(self) -> int:
         requeued = 0
         for raw in await self.r.smembers(self.keys.workers):
-            requeued += max(await self._requeue_worker(raw.decode()), 0)
+            requeued += max(await self._requeue_worker(as_text(raw)), 0)
         return requeued + await self._adopt_orphans()
 
     async def _adopt_orphans(self) -> int:
@@ -331,11 +318,9 @@ class RedisJobStore(JobStore):
         when this revision is the adopter: among live revisions, the one that accepted a
         job most recently (serving traffic; a dark canary never does), then by name."""
         async with self.r.pipeline(transaction=False) as pipe:
-            seen, accepted = (
-                await pipe.hgetall(self.keys.revision_seen)
-                .hgetall(self.keys.revision_accepted)
-                .execute()
-            )
+            pipe.hgetall(self.keys.revision_seen)
+            pipe.hgetall(self.keys.revision_accepted)
+            seen, accepted = await pipe.execute()
         now = time.time()
         seen_at = {k.decode(): float(v) for k, v in seen.items()}
         accepted_at = {k.decode(): float(v) for k, v in accepted.items()}
@@ -359,11 +344,9 @@ class RedisJobStore(JobStore):
             # Forget a revision once its queue is empty and it accepted nothing lately.
             if now - accepted_at.get(rev, 0.0) > self.orphan_after_s:
                 async with self.r.pipeline(transaction=False) as pipe:
-                    await (
-                        pipe.hdel(self.keys.revision_seen, rev)
-                        .hdel(self.keys.revision_accepted, rev)
-                        .execute()
-                    )
+                    pipe.hdel(self.keys.revision_seen, rev)
+                    pipe.hdel(self.keys.revision_accepted, rev)
+                    await pipe.execute()
         return adopted
 
     async def _requeue_worker(self, worker_id: str) -> int:
@@ -375,7 +358,7 @@ class RedisJobStore(JobStore):
                 "the input may crash the engine",
             }
         )
-        args = [
+        args: ScriptArgs = [
             worker_id,
             self.keys.job(""),
             self.keys.input(""),

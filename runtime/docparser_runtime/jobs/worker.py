@@ -17,7 +17,7 @@ import os
 import socket
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import DocParserError, public_message
 from .models import JobStatus
@@ -31,10 +31,12 @@ ProgressFn = Callable[[int, int], Awaitable[None]]
 JobRunner = Callable[[bytes, dict[str, Any], ProgressFn], Awaitable[dict[str, Any]]]
 
 
+T = TypeVar("T")
+
 CLEANUP_S = 3.0  # each store call a drain makes after its deadline
 
 
-async def _bounded(what: str, step: Awaitable[Any], timeout_s: float) -> Any:
+async def _bounded(what: str, step: Awaitable[T], timeout_s: float) -> T | None:
     """``step``'s result, or None when it failed or took longer than ``timeout_s`` (logged:
     a drain goes on to its next step either way)."""
     try:
@@ -77,10 +79,10 @@ class JobWorker:
         self.on_finished = on_finished  # metrics hook
         self.cleanup_s = cleanup_s
         self._accepting = asyncio.Event()
-        self._loops: list[asyncio.Task] = []
-        self._background: list[asyncio.Task] = []
-        self._running: dict[str, asyncio.Task] = {}
-        self._stopped_claiming: asyncio.Future | None = None
+        self._loops: list[asyncio.Task[None]] = []
+        self._background: list[asyncio.Task[None]] = []
+        self._running: dict[str, asyncio.Task[None]] = {}
+        self._stopped_claiming: asyncio.Future[None] | None = None
 
     @property
     def running_jobs(self) -> int:

@@ -9,6 +9,7 @@ CPU engine as for DeepSeek-OCR-2.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from PIL import Image
 
@@ -25,6 +26,11 @@ from docparser_runtime.preprocess.pdf import (
 )
 from docparser_runtime.preprocess.tiling import MAX_TIER, plan_tiles
 
+if TYPE_CHECKING:
+    import pypdfium2 as pdfium
+
+    from docparser_runtime.settings import Settings
+
 
 @dataclass(frozen=True)
 class DecodeLimits:
@@ -35,7 +41,7 @@ class DecodeLimits:
     pdf_dpi: int
 
     @classmethod
-    def from_settings(cls, settings) -> DecodeLimits:
+    def from_settings(cls, settings: Settings) -> DecodeLimits:
         return cls(
             max_pixels=settings.max_image_pixels,
             max_pages=settings.max_pages,
@@ -106,16 +112,18 @@ def plan_document(data: bytes, pages: str | None, limits: DecodeLimits) -> Docum
             doc.close()
 
 
-def render_page(data: bytes, fmt: str, index: int, limits: DecodeLimits, doc=None) -> Image.Image:
+def render_page(
+    data: bytes, fmt: str, index: int, limits: DecodeLimits, doc: pdfium.PdfDocument | None = None
+) -> Image.Image:
     """Decode one page to RGB: the image itself, or page ``index`` of a PDF (``doc``: an
     already open ``PdfDocument`` of ``data`` to reuse, else the PDF is opened here)."""
     if fmt != "pdf":
         return decode_image(data, max_pixels=limits.max_pixels)
     with PDFIUM_LOCK:
         own = doc is None
-        doc = open_pdf(data) if own else doc
+        pdf = open_pdf(data) if doc is None else doc
         try:
-            return render_pdf_page(doc, index, dpi=limits.pdf_dpi, max_pixels=limits.max_pixels)
+            return render_pdf_page(pdf, index, dpi=limits.pdf_dpi, max_pixels=limits.max_pixels)
         finally:
             if own:
-                doc.close()
+                pdf.close()

@@ -138,7 +138,7 @@ class _Worker:
     def wait_ready(self, timeout_s: float) -> bool:
         """Runs on a helper thread: True once the worker finished its imports."""
         try:
-            return self.conn.poll(timeout_s) and self.conn.recv()[0] == "ready"
+            return bool(self.conn.poll(timeout_s) and self.conn.recv()[0] == "ready")
         except (EOFError, OSError):
             return False
 
@@ -154,7 +154,7 @@ class _Worker:
         with contextlib.suppress(Exception):
             self.process.close()
 
-    def exchange(self, message: tuple, timeout_s: float) -> tuple:
+    def exchange(self, message: tuple[Any, ...], timeout_s: float) -> tuple[Any, ...]:
         """Runs on a helper thread: send, wait for the answer (``_Died`` when the process
         is gone, ``TimeoutError`` past ``timeout_s``)."""
         try:
@@ -173,7 +173,7 @@ class _Worker:
             raise _Died() from None
 
 
-def _error_from(payload: tuple) -> errors.DocParserError:
+def _error_from(payload: tuple[str, str, str]) -> errors.DocParserError:
     name, code, message = payload
     cls = getattr(errors, name, None)
     if not (isinstance(cls, type) and issubclass(cls, errors.InvalidInput)):
@@ -218,10 +218,11 @@ class DecodePool:
         loop = asyncio.get_running_loop()
         ready = loop.run_in_executor(self._executor, worker.wait_ready, _START_TIMEOUT_S)
 
-        def joined(fut: asyncio.Future) -> None:
+        def joined(fut: asyncio.Future[bool]) -> None:
             if self._closed:
                 return
             if not fut.cancelled() and fut.exception() is None and fut.result():
+                assert self._idle is not None  # made by start(), which spawns
                 self._idle.put_nowait(worker)
                 self._first_ready.set()
                 return
@@ -248,9 +249,12 @@ class DecodePool:
 
     async def render(self, token: str, data: bytes, fmt: str, index: int,
                      limits: DecodeLimits, deadline: float) -> Image.Image:  # fmt: skip
-        return await self._call("render", token, data, (fmt, index), limits, deadline)
+        image: Image.Image = await self._call("render", token, data, (fmt, index), limits, deadline)
+        return image
 
-    async def _call(self, op, token, data, args, limits, deadline) -> Any:
+    async def _call(
+        self, op: str, token: str, data: bytes, args: object, limits: DecodeLimits, deadline: float
+    ) -> Any:  # what the worker answered for ``op`` (a plan or an image)
         self.start()
         assert self._idle is not None
         if self._closed:

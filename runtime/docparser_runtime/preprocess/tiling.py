@@ -105,7 +105,7 @@ def plan_tiles(width: int, height: int, tier: int) -> TilePlan:
     )
 
 
-def processor_image_kwargs(tier: int) -> dict:
+def processor_image_kwargs(tier: int) -> dict[str, bool | int]:
     """``images_kwargs`` that make the HF processor tile exactly like ``plan_tiles``.
 
     Tiers 2..6 cap the crops (``min_patches=2, max_patches=tier``). Tiers 0/1 turn

@@ -22,6 +22,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, BinaryIO
 from urllib.parse import quote
 
 from docparser_runtime.errors import WeightsError
@@ -48,7 +49,7 @@ PARTIAL_SUFFIX = ".part"
 class Source:
     """An opened source: an fsspec filesystem and the root path/URL inside it."""
 
-    fs: object
+    fs: Any  # an fsspec AbstractFileSystem (fsspec ships no types)
     root: str
     is_http: bool
 
@@ -67,7 +68,7 @@ class WorkPaths:
     in_place: bool  # dest is a mount point: work inside it, it cannot be renamed
 
 
-def open_source(source: str, storage_options: dict | None = None) -> Source:
+def open_source(source: str, storage_options: dict[str, Any] | None = None) -> Source:
     """Map a URI or a plain (mounted) path to an fsspec filesystem."""
     import fsspec  # lazy: only fetch-weights needs it
 
@@ -89,10 +90,11 @@ def open_source(source: str, storage_options: dict | None = None) -> Source:
     return Source(fs, source.rstrip("/") if is_http else root, is_http=is_http)
 
 
-def _open_remote(src: Source, rel: str):
+def _open_remote(src: Source, rel: str) -> BinaryIO:
     # block_size=0 streams HTTP bodies (no Range requests, which simple servers lack).
     kwargs = {"block_size": 0} if src.is_http else {}
-    return src.fs.open(src.url_of(rel), "rb", **kwargs)
+    opened: BinaryIO = src.fs.open(src.url_of(rel), "rb", **kwargs)
+    return opened
 
 
 def fetch_manifest(src: Source, expected: str | None) -> Manifest:
@@ -263,7 +265,7 @@ def fetch_weights(
     *,
     sha256: str | None,
     manifest: Path | None,
-    storage_options: dict | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> None:
     """Fetch ``source`` into ``dest``, verified against ``sha256`` and/or a local manifest.
 
@@ -287,16 +289,15 @@ def _fetch_locked(
     dest: Path,
     expected: str | None,
     pinned: Manifest | None,
-    storage_options: dict | None,
+    storage_options: dict[str, Any] | None,
 ) -> None:
     dest.parent.mkdir(parents=True, exist_ok=True)
     work = _work_paths(dest)
     with _locked(work.lock):
-        if pinned is not None or expected is not None:
-            digest = pinned.digest() if pinned is not None else expected
-            if dest.is_dir() and _dest_is_current(dest, digest):
-                log.info("weights already present and verified in %s", dest)
-                return
+        digest = pinned.digest() if pinned is not None else expected
+        if digest is not None and dest.is_dir() and _dest_is_current(dest, digest):
+            log.info("weights already present and verified in %s", dest)
+            return
         src = open_source(source, storage_options)
         wanted = pinned if pinned is not None else fetch_manifest(src, expected)
         unpinned = pinned is None and expected is None

@@ -21,12 +21,13 @@ import os
 import re
 import threading
 from collections.abc import Sequence
+from typing import Any, Self
 
 import numpy as np
 from PIL import Image, ImageDraw
 
 from docparser_runtime import audit
-from docparser_runtime.engines.base import Engine, PageImage, PageResult, ParseOptions
+from docparser_runtime.engines.base import BBox, Engine, PageImage, PageResult, ParseOptions
 from docparser_runtime.engines.rapidocr.deskew import MIN_SKEW_DEG, Rotation, estimate_skew
 from docparser_runtime.engines.rapidocr.layout import (
     OcrLine,
@@ -38,8 +39,11 @@ from docparser_runtime.engines.rapidocr.layout import (
 from docparser_runtime.engines.rapidocr.spacing import restore_spaces
 from docparser_runtime.engines.rapidocr.tables import detect_tables, otsu_threshold
 from docparser_runtime.errors import EngineFailure, Unavailable, WeightsError
+from docparser_runtime.settings import Settings
 
 _DIST = "rapidocr-onnxruntime"
+# One raw RapidOCR result: ``[quad, text, score, char_boxes?, chars?, ...]`` (untyped library).
+RawLine = list[Any]
 _TOKEN = re.compile(
     r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]|[^\W\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]+|[^\w\s]"
 )
@@ -57,7 +61,7 @@ class RapidOcrEngine(Engine):
 
     def __init__(self, *, threads: int = 0, version: str | None = None) -> None:
         self._threads = threads if threads > 0 else usable_cpus()
-        self._ocr = None
+        self._ocr: Any = None  # a RapidOCR (untyped) once loaded
         self._lock = threading.Lock()
         if version:
             self._version = version
@@ -68,7 +72,7 @@ class RapidOcrEngine(Engine):
             self._version = f"{_DIST}-unknown"
 
     @classmethod
-    def from_settings(cls, settings) -> RapidOcrEngine:
+    def from_settings(cls, settings: Settings) -> Self:
         """The models ship inside the wheel; the reported version is the one the operator
         deployed (``DOCPARSER_MODEL_VERSION``) when set, so replies match the DocParser's
         status, else the wheel's own version."""
@@ -116,7 +120,7 @@ class RapidOcrEngine(Engine):
         blocks = to_blocks(regions)
         w, h = image.size
 
-        def to_page(bbox):
+        def to_page(bbox: BBox) -> BBox:
             if upside_down:
                 x1, y1, x2, y2 = bbox
                 bbox = (w - x2, h - y2, w - x1, h - y1)
@@ -154,7 +158,7 @@ class RapidOcrEngine(Engine):
             found += self._read_region(blank, region.bbox)
         return found
 
-    def _read_region(self, page: Image.Image, bbox) -> list[OcrLine]:
+    def _read_region(self, page: Image.Image, bbox: BBox) -> list[OcrLine]:
         x1, y1, x2, y2 = bbox
         pad = max(8.0, 0.5 * (y2 - y1))
         box = (
@@ -214,7 +218,7 @@ class RapidOcrEngine(Engine):
                 lines.append(line)
         return lines, False
 
-    def _flipped(self, rgb: np.ndarray, result: list) -> list[bool]:
+    def _flipped(self, rgb: np.ndarray, result: list[RawLine]) -> list[bool]:
         """Which lines are upside down, by majority over pieces of each line.
 
         The classifier was trained on 48x192 crops (aspect 4); each line is cut into
@@ -239,7 +243,9 @@ class RapidOcrEngine(Engine):
                 votes[i] += "180" in str(label) and float(score) > threshold
         return [c > 0 and 2 * v > c for v, c in zip(votes, counts, strict=True)]
 
-    def _read_turned(self, rgb: np.ndarray, result: list, flips: list[bool]) -> list:
+    def _read_turned(
+        self, rgb: np.ndarray, result: list[RawLine], flips: list[bool]
+    ) -> list[RawLine]:
         """Recognise the upside-down lines of an upright page again, turned 180 degrees
         (their character boxes would be mirrored, so they are dropped)."""
         index = [i for i, flipped in enumerate(flips) if flipped]
@@ -314,7 +320,7 @@ def _pad_extreme_aspect(image: Image.Image) -> Image.Image:
     return padded
 
 
-def _int_box(quad, width: int, height: int) -> tuple[int, int, int, int]:
+def _int_box(quad: Sequence[Sequence[float]], width: int, height: int) -> tuple[int, int, int, int]:
     xs = [float(p[0]) for p in quad]
     ys = [float(p[1]) for p in quad]
     return (
@@ -326,7 +332,7 @@ def _int_box(quad, width: int, height: int) -> tuple[int, int, int, int]:
 
 
 def _to_line(
-    item: list, gray: np.ndarray, size: tuple[int, int], *, respace: bool
+    item: RawLine, gray: np.ndarray, size: tuple[int, int], *, respace: bool
 ) -> OcrLine | None:
     """One RapidOCR result ``[quad, text, score, char_boxes?, chars?, ...]``."""
     quad, text, score = item[0], str(item[1]), float(item[2])
@@ -345,18 +351,20 @@ def _to_line(
     if respace and horizontal and char_boxes and len(char_boxes) == len(text):
         centers = tuple(sum(float(p[0]) for p in box) / len(box) for box in char_boxes)
         if ink is not None and list(centers) == sorted(centers):
-            text, centers = restore_spaces(text, centers, ink.any(axis=0), bbox_x0(bbox), len(ink))
+            text, centers = restore_spaces(
+                text, centers, np.asarray(ink.any(axis=0)), bbox_x0(bbox), len(ink)
+            )
         else:
             centers = ()
     ink_height = _ink_height(ink) if ink is not None and horizontal else 0.0
     return OcrLine(text=text, bbox=bbox, score=score, char_centers=centers, ink_height=ink_height)
 
 
-def bbox_x0(bbox) -> int:
+def bbox_x0(bbox: BBox) -> int:
     return max(int(bbox[0]), 0)
 
 
-def _ink_box(gray: np.ndarray, bbox) -> np.ndarray | None:
+def _ink_box(gray: np.ndarray, bbox: BBox) -> np.ndarray | None:
     """Ink mask of the line's box (Otsu on the crop, so grey scans work too)."""
     x1, y1 = bbox_x0(bbox), max(int(bbox[1]), 0)
     x2, y2 = min(int(np.ceil(bbox[2])), gray.shape[1]), min(int(np.ceil(bbox[3])), gray.shape[0])

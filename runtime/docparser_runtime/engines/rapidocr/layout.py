@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from docparser_runtime.engines.base import BBox, Block
@@ -208,7 +208,7 @@ def _x_overlap(a: OcrLine, b: OcrLine) -> float:
     return min(a.bbox[2], b.bbox[2]) - max(a.bbox[0], b.bbox[0])
 
 
-def union_bbox(boxes) -> BBox:
+def union_bbox(boxes: Iterable[BBox]) -> BBox:
     boxes = list(boxes)
     return (
         min(b[0] for b in boxes),
@@ -235,13 +235,17 @@ def render_markdown(regions: Sequence[Region]) -> str:
 
 def render_text(regions: Sequence[Region]) -> str:
     """Plain lines in reading order; table rows as tab-separated cells."""
-    out = []
+    out: list[str] = []
     for r in regions:
         if r.kind == "table":
             out.extend("\t".join(" ".join(c.split()) for c in row) for row in r.cells)
         else:
             out.extend(ln.text.strip() for ln in r.lines)
     return "\n".join(out)
+
+
+def _float_bbox(b: BBox) -> BBox:
+    return (float(b[0]), float(b[1]), float(b[2]), float(b[3]))
 
 
 def to_blocks(regions: Sequence[Region]) -> list[Block]:
@@ -253,5 +257,5 @@ def to_blocks(regions: Sequence[Region]) -> list[Block]:
             text = " ".join(ln.text.strip() for ln in r.lines)
         else:
             text = "\n".join(ln.text.strip() for ln in r.lines)
-        blocks.append(Block(text=text, bbox=tuple(float(v) for v in r.bbox), type=r.kind))
+        blocks.append(Block(text=text, bbox=_float_bbox(r.bbox), type=r.kind))
     return blocks

@@ -118,9 +118,9 @@ def _segments(opened: np.ndarray, min_len: int) -> list[Segment]:
     also survive the opening, so anything thicker than a rule is dropped here."""
     open_rows: list[list[int]] = []  # [y_start, y_end, x_start, x_end]
     done: list[list[int]] = []
-    for y in np.flatnonzero(opened.any(axis=1)):
-        y = int(y)
-        still_open = []
+    for row in np.flatnonzero(opened.any(axis=1)):
+        y = int(row)
+        still_open: list[list[int]] = []
         for seg in open_rows:
             (still_open if seg[1] == y - 1 else done).append(seg)
         open_rows = still_open
@@ -186,7 +186,8 @@ def _min_pool(gray: np.ndarray, factor: int) -> np.ndarray:
     pad_h, pad_w = (-h) % factor, (-w) % factor
     padded = np.pad(gray, ((0, pad_h), (0, pad_w)), constant_values=255)
     blocks = padded.reshape(padded.shape[0] // factor, factor, padded.shape[1] // factor, factor)
-    return blocks.min(axis=(1, 3))
+    pooled: np.ndarray = blocks.min(axis=(1, 3))
+    return pooled
 
 
 def _crossing_clusters(
