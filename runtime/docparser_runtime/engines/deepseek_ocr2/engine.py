@@ -17,7 +17,7 @@ import logging
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Self
 
 from docparser_runtime.engines.base import (
     DeltaCallback,
@@ -30,6 +30,12 @@ from docparser_runtime.engines.deepseek_ocr2.grounding import parse_output
 from docparser_runtime.engines.deepseek_ocr2.prompts import prompt_for
 from docparser_runtime.errors import EngineFailure, Unavailable, WeightsError
 from docparser_runtime.preprocess.tiling import plan_tiles, processor_image_kwargs
+
+if TYPE_CHECKING:  # torch-dependent: imported lazily at run time
+    from transformers import StoppingCriteria
+
+    from docparser_runtime.engines.deepseek_ocr2.generation import WindowedNoRepeatNGram
+    from docparser_runtime.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +84,7 @@ class DeepseekOcr2Engine(Engine):
         self._lock = threading.Lock()
 
     @classmethod
-    def from_settings(cls, settings) -> DeepseekOcr2Engine:
+    def from_settings(cls, settings: Settings) -> Self:
         return cls(
             settings.model_path,
             device=settings.device,
@@ -114,12 +120,12 @@ class DeepseekOcr2Engine(Engine):
             model = AutoModelForImageTextToText.from_pretrained(path, dtype=self.dtype)
         except Exception as exc:  # any failure here means unusable weights
             raise WeightsError(f"cannot load DeepSeek-OCR-2 from {path}: {exc}") from exc
-        model.to(self.device).eval()
+        model.to(self.device).eval()  # type: ignore[arg-type]  # transformers' wrapped .to
         self._configure_tokens(processor, model)
         self._processor, self._model = processor, model
         log.info("loaded %s from %s on %s (%s)", self.name, path, self.device, self.dtype)
 
-    def _configure_tokens(self, processor, model) -> None:
+    def _configure_tokens(self, processor: Any, model: Any) -> None:
         tokenizer = processor.tokenizer
         tokenizer.padding_side = "left"  # batched generate appends on the right
         gen = model.generation_config
@@ -219,7 +225,7 @@ class DeepseekOcr2Engine(Engine):
 
     # ------------------------------------------------------------------ helpers
 
-    def _prepare(self, pages: Sequence[PageImage], options: ParseOptions):
+    def _prepare(self, pages: Sequence[PageImage], options: ParseOptions) -> Any:
         if self._model is None:
             raise Unavailable("deepseek-ocr2 engine is not loaded")
         prompt = prompt_for(options.mode)
@@ -240,7 +246,9 @@ class DeepseekOcr2Engine(Engine):
                 inputs[key] = inputs[key].to(self.dtype)
         return inputs
 
-    def _check_vision_tokens(self, pages, options, inputs) -> None:
+    def _check_vision_tokens(
+        self, pages: Sequence[PageImage], options: ParseOptions, inputs: Any
+    ) -> None:
         """Reported ``vision_tokens`` must be what the processor fed the model (+1 separator)."""
         counts = (inputs["input_ids"] == self._processor.image_token_id).sum(dim=1).tolist()
         for page, count in zip(pages, counts, strict=True):
@@ -258,7 +266,7 @@ class DeepseekOcr2Engine(Engine):
             else:
                 log.debug("page %d: %d vision tokens + 1 separator", page.index, count - 1)
 
-    def _repetition_guard(self, inputs):
+    def _repetition_guard(self, inputs: Any) -> WindowedNoRepeatNGram | None:
         """The n-gram ban of this generate call (None when switched off); its ``trips``
         say per page how often it changed the output."""
         if self.no_repeat_ngram_size <= 0:
@@ -273,7 +281,13 @@ class DeepseekOcr2Engine(Engine):
             stop_token_ids=self._eos_ids,
         )
 
-    def _generate_kwargs(self, inputs, options: ParseOptions, guard, stop_criteria=None) -> dict:
+    def _generate_kwargs(
+        self,
+        inputs: Any,
+        options: ParseOptions,
+        guard: WindowedNoRepeatNGram | None,
+        stop_criteria: list[StoppingCriteria] | None = None,
+    ) -> dict[str, Any]:
         from transformers import LogitsProcessorList, StoppingCriteriaList
 
         processors = LogitsProcessorList([guard] if guard is not None else [])
@@ -291,7 +305,8 @@ class DeepseekOcr2Engine(Engine):
     def _decode(self, ids: list[int]) -> str:
         # skip_special_tokens=False: real checkpoints may mark <|ref|>/<|det|> special,
         # and grounding needs them; the ids we must not show were dropped already.
-        return self._processor.tokenizer.decode(ids, skip_special_tokens=False)
+        text: str = self._processor.tokenizer.decode(ids, skip_special_tokens=False)
+        return text
 
     def _finish(self, page: PageImage, generated: list[int], *, trips: int = 0) -> PageResult:
         """Cut at EOS, count tokens, decode, parse grounding.
@@ -320,7 +335,7 @@ class DeepseekOcr2Engine(Engine):
         )
 
 
-def _trips(guard, rows: int) -> list[int]:
+def _trips(guard: WindowedNoRepeatNGram | None, rows: int) -> list[int]:
     """Per row, the steps at which the repetition guard changed the output (0 without one)."""
     trips = list(guard.trips) if guard is not None else []
     return trips + [0] * (rows - len(trips))

@@ -21,6 +21,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import torch
 from transformers import LogitsProcessor, StoppingCriteria
@@ -67,7 +68,7 @@ class TokenQueueStreamer(BaseStreamer):
     _END = object()
 
     def __init__(self, skip_ids: Iterable[int] = ()) -> None:
-        self._queue: queue.Queue = queue.Queue()
+        self._queue: queue.Queue[Any] = queue.Queue()  # token ids, then ``_END``
         self._skip = set(skip_ids)
         self._prompt_seen = False
 
@@ -96,7 +97,9 @@ class StopOnEvent(StoppingCriteria):
     def __init__(self, event: threading.Event) -> None:
         self.event = event
 
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs):
+    def __call__(
+        self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any
+    ) -> torch.Tensor:
         return torch.full(
             (input_ids.shape[0],), self.event.is_set(), dtype=torch.bool, device=input_ids.device
         )
@@ -129,7 +132,7 @@ class WindowedNoRepeatNGram(LogitsProcessor):
         self._ended: list[bool] = []
         self._seen = 0  # generated ids already checked for a stop id
 
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor):
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         n = self.ngram_size
         generated = input_ids[:, self.prompt_length :]
         if len(self.trips) != generated.shape[0]:
@@ -157,13 +160,15 @@ class WindowedNoRepeatNGram(LogitsProcessor):
         return scores
 
 
-def run_in_thread(target: Callable[[], object], streamer: TokenQueueStreamer):
+def run_in_thread(
+    target: Callable[[], object], streamer: TokenQueueStreamer
+) -> tuple[threading.Thread, dict[str, Any]]:
     """Start ``target`` (a generate call) in a thread; always end the streamer.
 
     Returns ``(thread, outcome)`` where ``outcome`` gets ``"result"`` or ``"error"``
     once the thread finishes.
     """
-    outcome: dict[str, object] = {}
+    outcome: dict[str, Any] = {}
 
     def work() -> None:
         try:
