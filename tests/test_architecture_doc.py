@@ -13,7 +13,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = (REPO / "docs" / "architecture.md").read_text()
-PACKAGES = {"operator": REPO / "operator" / "docparser_operator"}
+PACKAGES = {
+    "operator": REPO / "operator" / "docparser_operator",
+    "runtime": REPO / "runtime" / "docparser_runtime",
+}
 
 
 def _modules(root: Path) -> list[Path]:
@@ -36,5 +39,6 @@ def test_every_module_is_named_in_the_architecture_map(distribution: str) -> Non
     assert not missing, f"docs/architecture.md does not name: {missing}"
 
 
-def test_the_check_sees_modules() -> None:
-    assert len(_modules(PACKAGES["operator"])) > 40
+@pytest.mark.parametrize("distribution", sorted(PACKAGES))
+def test_the_check_sees_modules(distribution: str) -> None:
+    assert len(_modules(PACKAGES[distribution])) > 40
