@@ -4,4 +4,4 @@ The real control plane (tests/controlplane) is a plugin so its `real_apiserver` 
 "which backend ran" report lines are available to every suite.
 """
 
-pytest_plugins = ["controlplane.pytest_plugin"]
+pytest_plugins = ["controlplane.pytest_plugin", "gitopscheck.pytest_plugin"]

@@ -1,5 +1,5 @@
 """``docparser-operator`` command line: ``render`` (offline), ``run`` (the controller) and the
-rollout verbs ``promote`` / ``resume`` / ``abort`` / ``status`` (rollout_cli.py).
+rollout verbs ``promote`` / ``resume`` / ``abort`` / ``set-weight`` / ``status`` (rollout_cli.py).
 
 ``render -f FILE`` prints every child of every DocParser in FILE (a multi-document YAML
 stream; ``-`` reads stdin) as one YAML stream: GitOps users commit or diff it, and tests use
@@ -100,7 +100,9 @@ def _cmd_rollout(args: argparse.Namespace) -> int:
         if not args.name:
             print("error: NAME or -f FILE is required", file=sys.stderr)
             return EXIT_INVALID
-        return run_live(args.command, args.name, args.namespace)
+        return run_live(
+            args.command, args.name, args.namespace, weight=getattr(args, "weight", None)
+        )
     except (OSError, yaml.YAMLError, RolloutCommandError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
@@ -143,12 +145,15 @@ def build_parser() -> argparse.ArgumentParser:
         "promote": "make the canary the stable revision (live, or -f FILE for a Git commit)",
         "resume": "continue a canary analysis paused at a pause step (live, or -f FILE)",
         "abort": "remove the canary: traffic back to stable as its Ready pods allow",
+        "set-weight": "set the canary's requested traffic weight (0..100) of a manual canary",
         "status": "show revisions, pods, traffic, conditions and recent events",
     }
     for verb, text in verbs.items():
         cmd = sub.add_parser(verb, help=text)
         with_file = verb in ("promote", "resume")
         cmd.add_argument("name", nargs="?" if with_file else None, help="DocParser name")
+        if verb == "set-weight":
+            cmd.add_argument("weight", type=int, help="percent of traffic, 0..100")
         cmd.add_argument(
             "-n", "--namespace", default="default", help="namespace (default: default)"
         )

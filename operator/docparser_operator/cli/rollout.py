@@ -1,11 +1,13 @@
-"""``docparser-operator promote | resume | abort | status``: the rollout verbs for people.
+"""``docparser-operator promote | resume | abort | set-weight | status``: the rollout verbs.
 
 The operator never writes ``spec``; these commands are the user's hand, like ``kubectl argo
 rollouts promote``. ``promote NAME`` / ``abort NAME`` patch the live DocParser (for clusters
 driven by ``kubectl``); ``promote -f FILE`` rewrites a manifest file for a Git commit (for
 clusters driven by Argo CD or Flux, where a live patch would be reverted by the next sync).
 ``resume NAME`` (or ``-f FILE``) gives ``analysis.resume`` a new value: a walk paused after a
-``pause`` step goes on (Argo's ``promote`` without ``--full``). ``status NAME`` prints the
+``pause`` step goes on (Argo's ``promote`` without ``--full``). ``set-weight NAME N`` moves a
+manual canary's requested weight. The chart's Argo CD actions (files/argocd-actions.yaml) write
+exactly these patches. ``status NAME`` prints the
 rollout as the operator sees it: revisions, pods, traffic,
 conditions and the last events.
 
@@ -63,6 +65,30 @@ def abort_patch(resource: dict[str, Any]) -> dict[str, Any]:
         name = (resource.get("metadata") or {}).get("name", "?")
         raise RolloutCommandError(f"DocParser {name} has no canary to abort")
     return {"spec": {"canary": None}}
+
+
+def with_weight(resource: dict[str, Any], weight: int) -> dict[str, Any]:
+    """The DocParser with ``spec.canary.weight`` set (pure); refused where the weight means
+    nothing: no canary, or a canary whose analysis walks the weight itself."""
+    name = (resource.get("metadata") or {}).get("name", "?")
+    canary = (resource.get("spec") or {}).get("canary")
+    if not canary:
+        raise RolloutCommandError(f"DocParser {name} has no canary to set a weight on")
+    if canary.get("analysis") is not None:
+        raise RolloutCommandError(
+            f"DocParser {name}'s canary.analysis sets the weight: promote or abort instead"
+        )
+    if isinstance(weight, bool) or not isinstance(weight, int) or not 0 <= weight <= 100:
+        raise RolloutCommandError(f"weight must be a whole number from 0 to 100, not {weight}")
+    out = copy.deepcopy(resource)
+    out["spec"]["canary"]["weight"] = weight
+    return out
+
+
+def set_weight_patch(resource: dict[str, Any], weight: int) -> dict[str, Any]:
+    """The merge patch that moves the live canary's requested weight."""
+    with_weight(resource, weight)  # the same refusals
+    return {"spec": {"canary": {"weight": weight}}}
 
 
 def resume_token(now: datetime.datetime | None = None) -> str:
@@ -170,8 +196,11 @@ def render_status(
     return "\n".join(lines) + "\n"
 
 
-def run_live(verb: str, name: str, namespace: str, out: TextIO = sys.stdout) -> int:
-    """promote / abort / status against the cluster of KUBECONFIG (or in-cluster config)."""
+def run_live(
+    verb: str, name: str, namespace: str, out: TextIO = sys.stdout, weight: int | None = None
+) -> int:
+    """promote / abort / resume / set-weight / status against the cluster of KUBECONFIG (or
+    in-cluster config)."""
     from docparser_operator.api.kinds import DOCPARSER, KNOWN_KINDS
     from docparser_operator.controller.settings import OperatorSettings
     from docparser_operator.kube.client import ApiError, KubeClient, load_configuration
@@ -196,6 +225,8 @@ def run_live(verb: str, name: str, namespace: str, out: TextIO = sys.stdout) -> 
             patch = promote_patch(dp)
         elif verb == "resume":
             patch = resume_patch(dp, resume_token())
+        elif verb == "set-weight":
+            patch = set_weight_patch(dp, -1 if weight is None else weight)
         else:
             patch = abort_patch(dp)
         client.request(
@@ -208,8 +239,6 @@ def run_live(verb: str, name: str, namespace: str, out: TextIO = sys.stdout) -> 
     except ApiError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    print(
-        f"docparser.io/{name} {verb}d" if verb != "abort" else f"docparser.io/{name} aborted",
-        file=out,
-    )
+    done = {"abort": "aborted", "set-weight": f"canary weight set to {weight}"}
+    print(f"docparser.io/{name} {done.get(verb, verb + 'd')}", file=out)
     return 0

@@ -1,0 +1,1 @@
+"""What Flux (kstatus) and Argo CD (gopher-lua) say of a DocParser, by their own code."""
