@@ -1,5 +1,5 @@
 """``docparser-operator`` command line: ``render`` (offline), ``run`` (the controller) and the
-rollout verbs ``promote`` / ``resume`` / ``abort`` / ``set-weight`` / ``status`` (rollout_cli.py).
+rollout verbs ``promote`` / ``resume`` / ``abort`` / ``set-weight`` / ``status`` (cli/rollout.py).
 
 ``render -f FILE`` prints every child of every DocParser in FILE (a multi-document YAML
 stream; ``-`` reads stdin) as one YAML stream: GitOps users commit or diff it, and tests use
