@@ -174,3 +174,18 @@ def test_actions_and_cli_patches_leave_the_same_live_spec(
     both("promote")
     both("abort")
     both("set-weight", {"weight": "40"})
+
+
+def test_the_documented_argocd_cm_is_the_charts_files() -> None:
+    """docs/operations.md shows the argocd-cm snippet to paste: it must be the shipped files."""
+    docs = (Path(__file__).resolve().parents[2] / "docs/operations.md").read_text()
+    block = docs.split("<!-- argocd-cm -->")[1].split("<!-- /argocd-cm -->")[0]
+    config = yaml.safe_load(block.split("```yaml")[1].split("```")[0])
+    files = Path(__file__).resolve().parents[2] / "charts/docparser-operator/files"
+    data = config["data"]
+    assert data["resource.customizations.health.docparser.io_DocParser"] == (
+        files / "argocd-health.lua"
+    ).read_text()
+    assert data["resource.customizations.actions.docparser.io_DocParser"] == (
+        files / "argocd-actions.yaml"
+    ).read_text()

@@ -1,77 +1,82 @@
-"""The Argo CD health check we ship (charts/docparser-operator/files/argocd-health.lua),
-run in a real Lua interpreter (lupa) against statuses that ``status.build_status``
-produces: ready -> Healthy, rolling out -> Progressing, failed -> Degraded, and a status
-older than the spec -> Progressing. This is the "never Progressing forever" promise."""
+"""The Argo CD health check we ship (charts/docparser-operator/files/argocd-health.lua), run in
+gopher-lua as Argo CD runs it, and Flux's kstatus, both on statuses ``status.build_status``
+produces: ready -> Current/Healthy, rolling out -> InProgress/Progressing, failed ->
+Failed/Degraded, a status older than the spec -> InProgress/Progressing. The two tools agree on
+every one (issue 28's table), and nothing is "Progressing forever"."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Any
 
-import pytest
 from docparser_operator.core.status import Problem, TrackObservation
+from gitopscheck.checker import AGREEING, GitOpsCheck
 from test_status import deployment, pod, status
 
-lupa = pytest.importorskip("lupa", reason="pip install lupa (requirements-test.txt)")
 
-SCRIPT = (
-    Path(__file__).resolve().parents[2] / "charts/docparser-operator/files/argocd-health.lua"
-).read_text()
-
-
-def health(obj: dict) -> tuple[str, str]:
-    """Evaluate the script the way Argo CD does: ``obj`` is a global, the chunk returns hs."""
-    runtime = lupa.LuaRuntime(unpack_returned_tuples=True)
-
-    def to_lua(value):
-        if isinstance(value, dict):
-            return runtime.table_from({k: to_lua(v) for k, v in value.items()})
-        if isinstance(value, list):
-            return runtime.table_from([to_lua(v) for v in value])
-        return value
-
-    runtime.globals().obj = to_lua(obj)
-    hs = runtime.execute(SCRIPT)
-    return hs["status"], hs["message"]
+def docparser(generation: int, st: dict[str, Any] | None = None) -> dict[str, Any]:
+    meta = {"name": "inv", "namespace": "ocr", "generation": generation}
+    obj = {"apiVersion": "docparser.io/v1alpha1", "kind": "DocParser", "metadata": meta}
+    return obj | ({"status": st} if st is not None else {})
 
 
-def docparser(generation: int, **track) -> dict:
-    st = status(TrackObservation("v1", **track) if track else None, generation=generation)
-    return {"metadata": {"name": "inv", "generation": generation}, "status": st}
+def judged(check: GitOpsCheck, obj: dict[str, Any]) -> tuple[str, str, str]:
+    """(kstatus, Argo CD health, Argo CD message); fails when the two tools disagree."""
+    flux = check.kstatus(obj)[0]
+    argo, message = check.argocd_health(obj)
+    assert AGREEING[flux] == argo, (flux, argo, obj.get("status"))
+    return flux, argo, message
 
 
-def test_ready_is_healthy():
-    obj = docparser(3, deployment=deployment(want=2, ready=2), pods=[pod("ready"), pod("ready")])
-    assert health(obj)[0] == "Healthy"
+def track(state: str, want: int = 1, ready: int = 0) -> TrackObservation:
+    return TrackObservation("v1", deployment(want=want, ready=ready), [pod(state)] * want)
 
 
-def test_loading_is_progressing():
-    obj = docparser(3, deployment=deployment(want=1, ready=0), pods=[pod("loading")])
-    verdict, msg = health(obj)
-    assert verdict == "Progressing" and msg
+def test_ready_is_current_and_healthy(gitops_check: GitOpsCheck) -> None:
+    obj = docparser(2, status(track("ready", want=2, ready=2)))
+    flux, argo, message = judged(gitops_check, obj)
+    assert (flux, argo) == ("Current", "Healthy") and "serving at" in message
 
 
-def test_failed_weights_are_degraded_not_progressing_forever():
-    obj = docparser(3, deployment=deployment(want=1, ready=0), pods=[pod("failed")])
-    verdict, msg = health(obj)
-    assert verdict == "Degraded"
-    assert msg
+def test_loading_is_in_progress(gitops_check: GitOpsCheck) -> None:
+    flux, argo, message = judged(gitops_check, docparser(2, status(track("loading"))))
+    assert (flux, argo) == ("InProgress", "Progressing") and message
 
 
-def test_spec_problem_is_degraded():
+def test_failed_weights_are_failed_not_progressing_forever(gitops_check: GitOpsCheck) -> None:
+    flux, argo, message = judged(gitops_check, docparser(2, status(track("failed"))))
+    assert (flux, argo) == ("Failed", "Degraded") and "weights fetch failed" in message
+
+
+def test_spec_problem_is_failed_with_its_message(gitops_check: GitOpsCheck) -> None:
     st = status(
-        TrackObservation("v1", deployment(want=1, ready=1), [pod("ready")]),
-        generation=4,
+        track("ready", ready=1),
         problems=[Problem("InsufficientGPUMemory", "40Gi cannot hold the worst case")],
     )
-    verdict, msg = health({"metadata": {"generation": 4}, "status": st})
-    assert verdict == "Degraded" and "40Gi" in msg
+    flux, argo, message = judged(gitops_check, docparser(2, st))
+    assert (flux, argo) == ("Failed", "Degraded") and "40Gi" in message
 
 
-def test_status_older_than_the_spec_is_progressing():
-    obj = docparser(3, deployment=deployment(want=2, ready=2), pods=[pod("ready"), pod("ready")])
-    obj["metadata"]["generation"] = 4
-    assert health(obj)[0] == "Progressing"
+def test_an_advisory_reason_is_healthy(gitops_check: GitOpsCheck) -> None:
+    """Degraded=True but nothing waits on it (core/stalls.py): the script keys on Stalled."""
+    st = status(
+        track("ready", ready=1),
+        problems=[Problem("MetricsUnavailable", "no custom metrics API")],
+        rolling=[],
+    )
+    assert judged(gitops_check, docparser(2, st))[:2] == ("Current", "Healthy")
 
 
-def test_no_status_yet_is_progressing():
-    assert health({"metadata": {"generation": 1}})[0] == "Progressing"
+def test_status_older_than_the_spec_is_in_progress(gitops_check: GitOpsCheck) -> None:
+    st = status(track("ready", want=2, ready=2))  # written for generation 2
+    assert judged(gitops_check, docparser(3, st))[:2] == ("InProgress", "Progressing")
+    st = status(track("failed"))  # even a stalled status: it describes an older spec
+    assert judged(gitops_check, docparser(3, st))[:2] == ("InProgress", "Progressing")
+
+
+def test_the_crd_default_status_is_in_progress(gitops_check: GitOpsCheck) -> None:
+    """Before the operator's first status, the API server serves the CRD's default status
+    (observedGeneration 0): both tools wait, neither calls a fresh object Current."""
+    fresh = docparser(1, {"observedGeneration": 0})
+    assert judged(gitops_check, fresh)[:2] == ("InProgress", "Progressing")
+    # without any status (an API server that did not default it) Argo CD waits too
+    assert gitops_check.argocd_health(docparser(1))[0] == "Progressing"

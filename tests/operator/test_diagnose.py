@@ -205,7 +205,8 @@ def test_operator_reports_what_the_cluster_says(cluster: Cluster, operator: Any)
         timeout=30,
     )
     assert "docparser_outstanding_pages" in degraded["message"]
-    assert condition(cluster, "inv", "Stalled")["status"] == "True"  # kstatus: Failed
+    # advisory (core/stalls.py): the DocParser serves at its size, nothing waits on the metric
+    assert condition(cluster, "inv", "Stalled")["status"] == "False"
 
 
 NOW = "2026-01-01T00:00:00Z"

@@ -124,7 +124,8 @@ def test_ready_track_is_ready_and_not_progressing() -> None:
     assert all(x["observedGeneration"] == 2 and x["lastTransitionTime"] == T0 for x in c.values())
     assert st["observedGeneration"] == 2
     assert st["endpoint"] == "http://inv.ocr.svc:8000"
-    assert st["stable"] == {"version": "v1", "revision": "aaaaaa", "readyReplicas": 2}
+    served = {"servedSince": T0}  # it serves now: its pods' restarts are tolerated from here
+    assert st["stable"] == {"version": "v1", "revision": "aaaaaa", "readyReplicas": 2, **served}
     assert st["replicas"] == 2 and "canary" not in st
 
 
@@ -229,4 +230,4 @@ def test_removed_canary_counts_as_a_change() -> None:
 def test_track_without_weights_version_omits_it() -> None:
     """rapidocr has no weights: no version, and never a null the CRD schema would reject."""
     st = status(TrackObservation(None, deployment(ready=1), [pod("ready")]))
-    assert st["stable"] == {"revision": "aaaaaa", "readyReplicas": 1}
+    assert st["stable"] == {"revision": "aaaaaa", "readyReplicas": 1, "servedSince": T0}

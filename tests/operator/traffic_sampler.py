@@ -10,6 +10,11 @@ records a violation when
 - the Ready pods behind traffic fall below ``floor`` (the DocParser's size; one less with
   ``rollout.maxSurge: 0``) after the DocParser first reached it.
 
+With ``gitops`` (a tests/gitopscheck ``GitOpsCheck``), each sample also reads the DocParser and
+asks Flux's kstatus and Argo CD's health script what they make of it, and records a violation
+when they disagree (Current/Healthy, InProgress/Progressing, Failed/Degraded) or when either
+says Failed: every walk sampled here is a healthy one.
+
 The reads of one sample are not atomic, so pods are listed before and after the traffic
 objects, and a pod counts as Ready when either list shows it Ready: a backend that lost its
 last Ready pod during the whole sample is still caught, a backend that gained its first one
@@ -24,7 +29,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from docparser_operator.api.kinds import KNOWN_KINDS
+from docparser_operator.api.kinds import DOCPARSER, KNOWN_KINDS
+from gitopscheck.checker import AGREEING, GitOpsCheck
 from kube_cluster import Cluster
 
 ROUTE, SERVICE, POD = KNOWN_KINDS["HTTPRoute"], KNOWN_KINDS["Service"], KNOWN_KINDS["Pod"]
@@ -42,6 +48,7 @@ class Sample:
     at: float
     behind: int  # Ready pods behind traffic
     backends: dict[str, tuple[int, int]]  # service -> (weight, Ready pods behind it)
+    verdict: tuple[str, str] | None = None  # (kstatus, Argo CD health) with ``gitops``
 
 
 @dataclass
@@ -51,6 +58,7 @@ class TrafficSampler:
     floor: int
     interval: float = 0.5
     max_samples: int = 2000
+    gitops: GitOpsCheck | None = None
     samples: list[Sample] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
@@ -125,7 +133,24 @@ class TrafficSampler:
             if behind < self.floor:
                 self.violations.append(f"{behind} Ready pods behind traffic < {self.floor} {seen}")
         self._serving = self._serving or behind >= self.floor
+        if self.gitops is not None:
+            self._judge(sample)
         return sample
+
+    def _judge(self, sample: Sample) -> None:
+        dp = self.cluster.get(DOCPARSER, self.name)
+        if dp is None:
+            return
+        flux, message = self.gitops.kstatus(dp) if self.gitops else ("", "")
+        argo = self.gitops.argocd_health(dp)[0] if self.gitops else ""
+        sample.verdict = (flux, argo)
+        if AGREEING.get(flux) != argo:
+            self.violations.append(f"Flux says {flux} but Argo CD {argo}: {message}")
+        if flux == "Failed" or argo == "Degraded":
+            self.violations.append(f"{flux}/{argo} during a healthy walk: {message}")
+
+    def verdicts(self) -> set[tuple[str, str]]:
+        return {s.verdict for s in self.samples if s.verdict is not None}
 
     def report(self) -> str:
         span = self.samples[-1].at - self.samples[0].at if self.samples else 0.0

@@ -29,6 +29,10 @@ class TrackStatus(WireModel):
     ready_replicas: int | None = None
 
 
+class StableStatus(TrackStatus):
+    served_since: str | None = None  # when this revision first served (restarts tolerated)
+
+
 class AnalysisCheck(WireModel):
     name: str | None = None
     value: float | None = None
@@ -77,7 +81,7 @@ class RolloutStatus(WireModel):
 class DocParserStatus(WireModel):
     observed_generation: int | None = None
     conditions: list[Condition] = Field(default_factory=list)
-    stable: TrackStatus | None = None
+    stable: StableStatus | None = None
     canary: CanaryStatus | None = None
     rollout: RolloutStatus | None = None
     endpoint: str | None = None

@@ -207,7 +207,11 @@ def reconcile(
     if decision.target is not None:
         out.rollout = decision.target.rollout
         revisions = {t.revision for t in decision.target.roles}
-        out.problems.extend(diagnose(decision.target.resource.spec, revisions, live, observed.pods))
+        before = out.previous_status.get("stable") or {}
+        serving = before.get("revision") if before.get("servedSince") else None
+        out.problems.extend(
+            diagnose(decision.target.resource.spec, revisions, live, observed.pods, serving)
+        )
         jobs = {n: obj for (kind, n), obj in live.items() if kind == "Job"}
         spec = decision.target.resource.spec
         cache = weights_cache_verdict(

@@ -38,6 +38,11 @@ def write_status(
         for gone in ("stable", "canary", "rollout"):
             if gone in previous and gone not in status:
                 patch[gone] = None  # merge-patch null removes the field
+            elif isinstance(previous.get(gone), dict) and gone in status:
+                # a field the view lost (stable.servedSince once another revision serves)
+                owned = ("version", "revision", "servedSince")
+                left = {k: None for k in owned if k in previous[gone] and k not in status[gone]}
+                patch[gone] = {**status[gone], **left}
         meta = resource["metadata"]
         out.body = client.patch_status(DOCPARSER, meta["namespace"], meta["name"], patch)
         out.status_written = True

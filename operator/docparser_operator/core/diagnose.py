@@ -3,13 +3,14 @@
 A platform engineer should read *why* in ``kubectl get dp`` and Argo CD, not "Pending":
 
 - ``Unschedulable``: the scheduler's own message ("0/3 nodes are available: 3 Insufficient
-  nvidia.com/gpu") from a pod's ``PodScheduled=False`` condition;
+  nvidia.com/gpu") from a pod's ``PodScheduled=False`` condition, and since when it says so;
 - ``CredentialsSecretMissing`` / ``SecretMissing``: the kubelet cannot build a container's
   environment (``CreateContainerConfigError``) because a Secret is absent;
 - ``WeightsChecksumMismatch`` / ``WeightsFetchFailed``: the fetch-weights init container
   exited non-zero; its termination message (the last log lines, see the Deployment's
   ``terminationMessagePolicy``) says which;
-- ``FailedToLoad``: the runtime container exited; the runtime's own message;
+- ``FailedToLoad``: the runtime container exited; the runtime's own message (``Restarting``
+  instead for a pod of the serving revision within its first few restarts: core/stalls.py);
 - ``RouteNotAccepted``: the Gateway did not accept the HTTPRoute (``status.parents``);
 - ``MetricsUnavailable``: the HPA cannot read its metric (``ScalingActive=False``).
 
@@ -23,7 +24,7 @@ from typing import Any
 
 from docparser_operator.api import labels, naming
 from docparser_operator.api.models import DocParserSpec
-from docparser_operator.core.status import Problem
+from docparser_operator.core.status import Problem, tolerated_restart
 
 Key = tuple[str, str]
 MESSAGE_LIMIT = 300
@@ -54,7 +55,7 @@ def _memory_limit(pod: dict[str, Any], container: str) -> str:
     return "none"
 
 
-def _pod_problems(pod: dict[str, Any], spec: DocParserSpec) -> list[Problem]:
+def _pod_problems(pod: dict[str, Any], spec: DocParserSpec, serving: bool) -> list[Problem]:
     name = pod["metadata"].get("name", "?")
     status = pod.get("status") or {}
     found: list[Problem] = []
@@ -64,7 +65,8 @@ def _pod_problems(pod: dict[str, Any], spec: DocParserSpec) -> list[Problem]:
             and cond.get("status") == "False"
             and cond.get("reason") == "Unschedulable"
         ):
-            found.append(Problem("Unschedulable", _short(f"pod {name}: {cond.get('message', '')}")))
+            text = _short(f"pod {name}: {cond.get('message', '')}")
+            found.append(Problem("Unschedulable", text, since=cond.get("lastTransitionTime")))
     credentials = {
         ref.name
         for ref in (
@@ -100,6 +102,9 @@ def _pod_problems(pod: dict[str, Any], spec: DocParserSpec) -> list[Problem]:
             # mismatch there is the same finding as the fetcher's.
             mismatch = "weights_error" in said and "sha256" in said
             reason = "WeightsChecksumMismatch" if mismatch else "FailedToLoad"
+            if reason == "FailedToLoad" and serving and tolerated_restart(ctr):
+                reason = "Restarting"  # core/stalls.py: advisory until a crash loop
+                said = f"{said} (restart {ctr.get('restartCount') or 0} after it served)"
             found.append(Problem(reason, _short(f"pod {name}: {said}")))
     return found
 
@@ -130,14 +135,16 @@ def diagnose(
     revisions: set[str],
     children: dict[Key, dict[str, Any]],
     pods: list[dict[str, Any]],
+    serving: str | None = None,
 ) -> list[Problem]:
     """Problems the cluster reports for the spec's revisions and traffic objects, one per
-    reason (the first pod's message stands for the others)."""
+    reason (the first pod's message stands for the others; the earliest ``since``).
+    ``serving``: the revision serving as stable, whose runtime restarts are tolerated."""
     found: list[Problem] = []
     for pod in pods:
         revision = (pod["metadata"].get("labels") or {}).get(labels.LABEL_REVISION)
         if revision in revisions and not pod["metadata"].get("deletionTimestamp"):
-            found += _pod_problems(pod, spec)
+            found += _pod_problems(pod, spec, revision == serving)
     for (kind, _), obj in sorted(children.items()):
         if kind == "HTTPRoute":
             found += _route_problems(obj)
@@ -145,5 +152,7 @@ def diagnose(
             found += _hpa_problems(obj)
     unique: dict[str, Problem] = {}
     for problem in found:
-        unique.setdefault(problem.reason, problem)
+        first = unique.setdefault(problem.reason, problem)
+        if problem.since and first.since and problem.since < first.since:
+            unique[problem.reason] = Problem(first.reason, first.message, problem.since)
     return list(unique.values())

@@ -31,6 +31,11 @@ def pass_status(
     name, namespace, uid = meta["name"], meta["namespace"], meta["uid"]
     previous = out.previous_status
 
+    # The revision that has served as stable (status.stable.servedSince): its pods' restarts
+    # are tolerated (core/status.py); a revision that never served gets none.
+    before = previous.get("stable") or {}
+    serving = before.get("revision") if before.get("servedSince") else None
+
     def observation(revision: str, version: str | None) -> TrackObservation:
         dep = live.get(("Deployment", naming.revision_name(name, revision)))
         if dep is not None and not owned_by(dep, uid):
@@ -41,7 +46,9 @@ def pass_status(
             if (p["metadata"].get("labels") or {}).get(labels.LABEL_REVISION) == revision
             and not p["metadata"].get("deletionTimestamp")
         ]
-        return TrackObservation(version=version, deployment=dep, pods=mine)
+        return TrackObservation(
+            version=version, deployment=dep, pods=mine, serving=revision == serving
+        )
 
     stable = canary = None
     rolling: list[str] = []
@@ -81,7 +88,12 @@ def pass_status(
                 ready=c_step.ready if c_step else 0,
                 observation=observation(canary_tp.revision, canary_tp.version),
             )
-        rolling = _rolling(step, was_rolling=_condition_true(previous, "Progressing"))
+        asked_before = (previous.get("canary") or {}).get("requestedWeight")
+        rolling = _rolling(
+            step,
+            was_rolling=_condition_true(previous, "Progressing"),
+            weight_asked_before=asked_before == step.requested_weight,
+        )
         if out.analysis is not None and out.analysis.phase in ("Progressing", "Paused"):
             rolling.append(f"canary analysis: {out.analysis.message}")
         ready_serving = step.ready_serving
@@ -115,10 +127,15 @@ def _condition_true(status: dict[str, Any], ctype: str) -> bool:
     )
 
 
-def _rolling(step: rollout.Rollout, *, was_rolling: bool) -> list[str]:
+def _rolling(
+    step: rollout.Rollout, *, was_rolling: bool, weight_asked_before: bool = False
+) -> list[str]:
     """What a spec-driven change still waits for (empty once settled). An autoscaler adding
     pods to a serving revision is not a rollout, so it is not listed, unless a rollout is
-    under way: then it lasts until every spec revision has all its pods Ready."""
+    under way: then it lasts until every spec revision has all its pods Ready. The same for
+    the split: with ``router: service`` new pods of one track Ready before the other's move
+    the effective weight for a moment; a weight that was already asked for at rest
+    (``weight_asked_before``) is no rollout, so GitOps tools keep reading Current."""
     waits = []
     if was_rolling:
         waits = [
@@ -133,6 +150,6 @@ def _rolling(step: rollout.Rollout, *, was_rolling: bool) -> list[str]:
             waits.append(f"revision {r.revision} ({r.role}): 0/{r.target} ready")
         elif r.desired and r.replicas > r.target:
             waits.append(f"revision {r.revision} ({r.role}): {r.replicas} -> {r.target} pods")
-    if step.canary_weight != step.target_weight:
+    if step.canary_weight != step.target_weight and (was_rolling or not weight_asked_before):
         waits.append(f"canary traffic {step.canary_weight}% -> {step.target_weight}%")
     return waits

@@ -6,9 +6,11 @@ Conditions follow the Kubernetes/kstatus conventions so GitOps tools need no cus
   reason, message, lastTransitionTime (changed only when ``status`` flips) and
   observedGeneration;
 - ``Reconciling`` and ``Stalled``: the "abnormal-true" pair kstatus (Flux's health checks, and
-  `kubectl wait`-style tooling built on cli-utils) reads. They mirror Progressing and Degraded,
-  so a finished rollout is Current/Healthy and a failed one Failed/Degraded, never
-  "Progressing forever" (the KServe complaint): every rollout ends in Progressing=False.
+  `kubectl wait`-style tooling built on cli-utils) reads, and the chart's Argo CD script reads
+  the same way. Never both True: each Degraded reason is classed once (core/stalls.py) as
+  stalled (``Stalled=True``, ``Reconciling=False``: Failed/Degraded), progressing or advisory,
+  so a finished rollout is Current/Healthy and a blocked one Failed within one pass, never
+  "Progressing forever" (the KServe complaint) nor InProgress until a GitOps timeout.
 - ``observedGeneration`` equals ``metadata.generation`` only once the operator has acted on the
   spec, which is how kstatus tells a stale status from a current one.
 
@@ -30,10 +32,12 @@ from docparser_operator.api.status_models import (
     Condition,
     DocParserStatus,
     RolloutStatus,
-    TrackStatus,
+    StableStatus,
 )
+from docparser_operator.core.stalls import RESTARTS_TOLERATED, classify
 
-CRASH_REASONS = {"CrashLoopBackOff", "Error", "OOMKilled", "ImagePullBackOff", "ErrImagePull"}
+IMAGE_PULL = {"ImagePullBackOff", "ErrImagePull"}
+CRASH_REASONS = {"CrashLoopBackOff", "Error", "OOMKilled", *IMAGE_PULL}
 
 # Model states, ordered from worst to best (a track reports its least advanced pod).
 FAILED = "FailedToLoad"
@@ -50,15 +54,18 @@ class Problem:
 
     reason: str
     message: str
+    since: str | None = None  # when the cluster first said so (for a reason with a grace period)
 
 
 @dataclass
 class TrackObservation:
-    """What the cluster shows for one revision: its Deployment and its pods."""
+    """What the cluster shows for one revision: its Deployment and its pods. ``serving``: it
+    is the revision serving as stable, whose pods get a few restarts (RESTARTS_TOLERATED)."""
 
     version: str | None
     deployment: dict[str, Any] | None
     pods: list[dict[str, Any]] = field(default_factory=list)
+    serving: bool = False
 
 
 @dataclass(frozen=True)
@@ -88,8 +95,28 @@ def _container_state(status: dict[str, Any]) -> tuple[str, str]:
     return "unknown", ""
 
 
-def pod_model_state(pod: dict[str, Any]) -> tuple[str, str]:
-    """(state, detail) of one runtime pod, from init container and container statuses."""
+def runtime_failure(ctr: dict[str, Any]) -> str | None:
+    """How the runtime container failed, if it did and is not serving again: now, or in its
+    last run while it runs again unready (the same answer through a whole crash loop)."""
+    kind, reason = _container_state(ctr)
+    if reason in CRASH_REASONS or (kind == "terminated" and reason != "Completed"):
+        return reason or kind
+    last = (ctr.get("lastState") or {}).get("terminated")
+    if not ctr.get("ready") and isinstance(last, dict) and last.get("exitCode", 0) != 0:
+        return str(last.get("reason") or f"exit {last.get('exitCode')}")
+    return None
+
+
+def tolerated_restart(ctr: dict[str, Any]) -> bool:
+    """Whether a failed runtime container of the serving revision is only restarting: within
+    RESTARTS_TOLERATED restarts, and not an image that cannot be pulled (it never ran)."""
+    _, reason = _container_state(ctr)
+    return reason not in IMAGE_PULL and (ctr.get("restartCount") or 0) <= RESTARTS_TOLERATED
+
+
+def pod_model_state(pod: dict[str, Any], serving: bool = False) -> tuple[str, str]:
+    """(state, detail) of one runtime pod, from init container and container statuses;
+    ``serving``: the pod belongs to the serving revision (its restarts are tolerated)."""
     status = pod.get("status") or {}
     name = (pod.get("metadata") or {}).get("name", "?")
     for init in status.get("initContainerStatuses") or []:
@@ -117,9 +144,13 @@ def pod_model_state(pod: dict[str, Any]) -> tuple[str, str]:
     for ctr in status.get("containerStatuses") or []:
         if ctr.get("name") != naming.RUNTIME_CONTAINER:
             continue
-        kind, reason = _container_state(ctr)
-        if reason in CRASH_REASONS or (kind == "terminated" and reason != "Completed"):
-            return FAILED, f"pod {name}: runtime container {reason or kind}"
+        kind, _ = _container_state(ctr)
+        failure = runtime_failure(ctr)
+        if failure is not None and serving and tolerated_restart(ctr):
+            restarts = ctr.get("restartCount") or 0
+            return LOADING, f"pod {name}: restarting after {failure} ({restarts} restart(s))"
+        if failure is not None:
+            return FAILED, f"pod {name}: runtime container {failure}"
         if kind == "running":
             if ctr.get("ready"):
                 return LOADED, f"pod {name}: model loaded"
@@ -152,7 +183,7 @@ def track_state(obs: TrackObservation) -> TrackState:
     facts = deployment_facts(obs.deployment)
     if facts.deadline:
         return TrackState(FAILED, "rollout exceeded its progress deadline", facts)
-    states = [pod_model_state(p) for p in obs.pods]
+    states = [pod_model_state(p, obs.serving) for p in obs.pods]
     if states:
         worst = min(states, key=lambda s: _ORDER.index(s[0]))
         if worst[0] != LOADED or facts.done:
@@ -236,18 +267,23 @@ def build_status(
         if view is not None and view.observation is not None
     }
     failed = [(r, s) for r, s in states.items() if s.state == FAILED]
-    degraded_reasons = [p.reason for p in problems] + [FAILED for _ in failed]
-    degraded_msgs = [p.message for p in problems] + [f"{r}: {s.message}" for r, s in failed]
-    degraded = bool(degraded_reasons)
+    found = list(problems) + [Problem(FAILED, f"{r}: {s.message}") for r, s in failed]
+    degraded_msgs = [p.message for p in found]
+    degraded = bool(found)
     spec_broken = any(p.reason == "SpecInvalid" for p in problems)
+    # One classification (core/stalls.py) drives Stalled and Reconciling, so the two are
+    # never True together (kstatus reads Reconciling first) and both tools agree.
+    kinds = [(p, classify(p.reason, since=p.since, now=now, rolling=bool(rolling))) for p in found]
+    stalled = [p for p, kind in kinds if kind == "stalled"]
+    still = [p for p, kind in kinds if kind == "progressing"]
 
-    progressing = bool(rolling) and not spec_broken and not failed
+    progressing = not stalled and bool(rolling or still)
     if progressing:
         loading = [s for s in states.values() if s.state != LOADED]
-        p_reason = loading[0].state if loading else "RollingOut"
-        p_msg = "; ".join(rolling)
-    elif degraded:
-        p_reason, p_msg = "Failed", "rollout stopped: " + "; ".join(degraded_msgs)
+        p_reason = loading[0].state if loading else (still[0].reason if still else "RollingOut")
+        p_msg = "; ".join(rolling + [p.message for p in still])
+    elif stalled:
+        p_reason, p_msg = "Failed", "rollout stopped: " + "; ".join(p.message for p in stalled)
     else:
         p_reason, p_msg = "Complete", "all revisions rolled out"
 
@@ -265,14 +301,19 @@ def build_status(
         detail = worst.message if worst else "no pods yet"
         r_msg = f"{ready_serving}/{max(1, min_ready)} ready pods behind traffic ({detail})"
 
-    d_reason = degraded_reasons[0] if degraded else "AsExpected"
+    d_reason = (stalled or found)[0].reason if degraded else "AsExpected"
     d_msg = "; ".join(degraded_msgs) if degraded else "no problems found"
+    if stalled:
+        s_reason, s_msg = stalled[0].reason, "; ".join(p.message for p in stalled)
+    else:
+        s_reason = "NotStalled"
+        s_msg = "nothing waits on someone" + (f" (degraded: {d_msg})" if degraded else "")
     conds = [
         _condition("Ready", ready, r_reason, r_msg, generation, prev_conditions, now),
         _condition("Progressing", progressing, p_reason, p_msg, generation, prev_conditions, now),
         _condition("Degraded", degraded, d_reason, d_msg, generation, prev_conditions, now),
         _condition("Reconciling", progressing, p_reason, p_msg, generation, prev_conditions, now),
-        _condition("Stalled", degraded, d_reason, d_msg, generation, prev_conditions, now),
+        _condition("Stalled", bool(stalled), s_reason, s_msg, generation, prev_conditions, now),
     ]
     if weights_cached is not None:  # (cached, reason, message): cache_status.py
         ok, reason, message = weights_cached
@@ -280,10 +321,11 @@ def build_status(
             _condition("WeightsCached", ok, reason, message, generation, prev_conditions, now)
         )
     stable_view = (
-        TrackStatus(
+        StableStatus(
             version=stable.version or None,
             revision=stable.revision or None,
             ready_replicas=stable.ready,
+            served_since=_served_since(previous or {}, stable, ready_serving, now),
         )
         if stable is not None
         else None
@@ -311,6 +353,15 @@ def build_status(
         rollout=RolloutStatus.model_validate(rollout) if rollout is not None else None,
     )
     return status.to_wire()
+
+
+def _served_since(previous: dict[str, Any], stable: RoleView, ready: int, now: str) -> str | None:
+    """When the stable revision first served: kept while the revision stays (its pods may all
+    be restarting), set when it first has a Ready pod behind traffic, gone with the revision."""
+    before = previous.get("stable") or {}
+    if before.get("revision") == stable.revision and before.get("servedSince"):
+        return str(before["servedSince"])
+    return now if stable.ready > 0 and ready > 0 else None
 
 
 def endpoint(name: str, namespace: str) -> str:
