@@ -183,9 +183,11 @@ def test_the_documented_argocd_cm_is_the_charts_files() -> None:
     config = yaml.safe_load(block.split("```yaml")[1].split("```")[0])
     files = Path(__file__).resolve().parents[2] / "charts/docparser-operator/files"
     data = config["data"]
-    assert data["resource.customizations.health.docparser.io_DocParser"] == (
-        files / "argocd-health.lua"
-    ).read_text()
-    assert data["resource.customizations.actions.docparser.io_DocParser"] == (
-        files / "argocd-actions.yaml"
-    ).read_text()
+    assert (
+        data["resource.customizations.health.docparser.io_DocParser"]
+        == (files / "argocd-health.lua").read_text()
+    )
+    assert (
+        data["resource.customizations.actions.docparser.io_DocParser"]
+        == (files / "argocd-actions.yaml").read_text()
+    )

@@ -195,3 +195,39 @@ def test_canary_with_the_same_weights_needs_other_runtime_settings(gateway_canar
     assert admit(noop).cel == [f"spec: {message}"]
     with pytest.raises(pydantic.ValidationError, match="canary must differ from stable"):
         DocParser.from_resource(noop)
+
+
+def test_a_runtime_only_canary_needs_no_weights(gateway_canary: dict) -> None:
+    """A canary of a new runtime image or setting: no weights (stable's), accepted by the CRD
+    and the model; the canary's pods run stable's weights with the new image."""
+    image = gateway_canary["spec"]["runtime"]["image"] + "-rc2"
+    canary = {"runtime": {"image": image}, "weight": 10}
+    resource = _with(gateway_canary, canary=canary)
+    assert admit(resource).accepted
+    spec = DocParser.from_resource(resource).spec
+    assert spec.canary_weights == spec.weights and spec.for_canary().runtime.image == image
+    same = _with(gateway_canary, canary={"weight": 10})  # differs in nothing
+    assert admit(same).cel == [
+        "spec: canary must differ from stable: other weights (uri, version or sha256) or "
+        "runtime settings"
+    ]
+    with pytest.raises(pydantic.ValidationError, match="canary must differ from stable"):
+        DocParser.from_resource(same)
+
+
+def test_a_cpu_docparser_can_canary_a_runtime_image() -> None:
+    resource = load_yaml(EXAMPLES_DIR / "rapidocr-runtime-canary.yaml")
+    assert admit(resource).accepted
+    from docparser_operator.core.render import render_all
+
+    images = {
+        o["metadata"]["labels"].get("docparser.io/track"): o["spec"]["template"]["spec"][
+            "containers"
+        ][0]["image"]
+        for o in render_all(resource)
+        if o["kind"] == "Deployment"
+    }
+    assert images == {
+        "stable": "ghcr.io/docparser/docparser-runtime:0.1.0",
+        "canary": "ghcr.io/docparser/docparser-runtime:0.2.0",
+    }

@@ -62,6 +62,8 @@ def test_create_reconciles_children_and_status(cluster: Cluster, operator: Any) 
     status = cluster.get(DOCPARSER, "inv")["status"]
     assert status["observedGeneration"] == dp["metadata"].get("generation", 1)
     assert status["endpoint"] == f"http://inv.{cluster.namespace}.svc:8000"
+    # set by the pass that first saw a Ready pod behind traffic: the one that made it Ready
+    assert status["stable"].pop("servedSince") == ready["lastTransitionTime"]
     assert status["stable"] == {
         "version": "2026-01-27",
         "revision": dep["metadata"]["labels"]["docparser.io/revision"],

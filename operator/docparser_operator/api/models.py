@@ -300,7 +300,7 @@ class CanaryAnalysis(WireModel):
 
 
 class Canary(WireModel):
-    weights: Weights
+    weights: Weights | None = None  # None: stable's (a runtime-only canary)
     runtime: RuntimeOverride | None = None
     weight: Annotated[int, Field(ge=0, le=100)] = 0
     analysis: CanaryAnalysis | None = None
@@ -325,6 +325,13 @@ class DocParserSpec(WireModel):
     auth: Auth | None = None
     pod: PodSettings = Field(default_factory=PodSettings)
 
+    @property
+    def canary_weights(self) -> Weights | None:
+        """The canary's weights: its own, else stable's (a runtime-only canary)."""
+        if self.canary is None:
+            return None
+        return self.canary.weights or self.weights
+
     def for_canary(self) -> DocParserSpec:
         """The spec the canary's pods are rendered from: spec.runtime with the canary's
         runtime override applied (the same spec when there is none)."""
@@ -336,14 +343,14 @@ class DocParserSpec(WireModel):
     def _cel_rules(self) -> DocParserSpec:
         if self.engine == "deepseek-ocr2" and self.weights is None:
             raise ValueError("weights is required for engine deepseek-ocr2")
-        if self.canary is not None and self.weights is not None:
-            ours, theirs = self.weights, self.canary.weights
-            same_weights = (ours.uri, ours.version, ours.sha256) == (
-                theirs.uri,
-                theirs.version,
-                theirs.sha256,
+        if self.canary is not None:
+            theirs = self.canary.weights
+            other_weights = theirs is not None and (
+                self.weights is None
+                or (self.weights.uri, self.weights.version, self.weights.sha256)
+                != (theirs.uri, theirs.version, theirs.sha256)
             )  # the CRD's rule compares these three only (credentials may differ)
-            if same_weights and self.for_canary().runtime == self.runtime:
+            if not other_weights and self.for_canary().runtime == self.runtime:
                 raise ValueError(
                     "canary must differ from stable: other weights (uri, version or sha256) or "
                     "runtime settings"

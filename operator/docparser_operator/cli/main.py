@@ -87,23 +87,27 @@ def _cmd_render(args: argparse.Namespace) -> int:
 
 
 def _cmd_rollout(args: argparse.Namespace) -> int:
+    from docparser_operator.cli.connection import NoConnection, connect
     from docparser_operator.cli.rollout import RolloutCommandError, rewrite_file, run_live
 
+    weight = getattr(args, "weight", None)
     try:
         if getattr(args, "file", None):
             with open(args.file, encoding="utf-8") as handle:
-                text, names = rewrite_file(args.command, handle.read(), args.name)
+                text, names = rewrite_file(args.command, handle.read(), args.name, weight=weight)
             with open(args.file, "w", encoding="utf-8") as handle:
                 handle.write(text)
-            print(f"{args.command}d {', '.join(names)} in {args.file}: commit it", file=sys.stderr)
+            done = "weight set" if args.command == "set-weight" else f"{args.command}d"
+            print(f"{done} {', '.join(names)} in {args.file}: commit it", file=sys.stderr)
             return 0
         if not args.name:
             print("error: NAME or -f FILE is required", file=sys.stderr)
             return EXIT_INVALID
-        return run_live(
-            args.command, args.name, args.namespace, weight=getattr(args, "weight", None)
+        connection = connect(
+            kubeconfig=args.kubeconfig, context=args.context, namespace=args.namespace
         )
-    except (OSError, yaml.YAMLError, RolloutCommandError) as exc:
+        return run_live(args.command, args.name, connection, weight=weight)
+    except (OSError, yaml.YAMLError, RolloutCommandError, NoConnection, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
 
@@ -115,9 +119,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "docparser-operator") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="docparser-operator",
+        prog=prog,
         description="Kubernetes operator for DocParser document-parsing services.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -150,12 +154,17 @@ def build_parser() -> argparse.ArgumentParser:
     }
     for verb, text in verbs.items():
         cmd = sub.add_parser(verb, help=text)
-        with_file = verb in ("promote", "resume")
-        cmd.add_argument("name", nargs="?" if with_file else None, help="DocParser name")
+        with_file = verb in ("promote", "resume", "set-weight")
+        optional_name = verb in ("promote", "resume")  # -f FILE alone: every DocParser in it
+        cmd.add_argument("name", nargs="?" if optional_name else None, help="DocParser name")
         if verb == "set-weight":
             cmd.add_argument("weight", type=int, help="percent of traffic, 0..100")
         cmd.add_argument(
-            "-n", "--namespace", default="default", help="namespace (default: default)"
+            "-n", "--namespace", help="namespace (default: the context's, else default)"
+        )
+        cmd.add_argument("--context", help="kubeconfig context (default: the current one)")
+        cmd.add_argument(
+            "--kubeconfig", help="kubeconfig file (default: KUBECONFIG, else ~/.kube/config)"
         )
         if with_file:
             cmd.add_argument(
@@ -165,9 +174,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, prog: str = "docparser-operator") -> int:
+    args = build_parser(prog).parse_args(argv)
     return int(args.func(args))
+
+
+def kubectl_main() -> int:
+    """``kubectl docparser ...``: kubectl finds the ``kubectl-docparser`` executable on PATH and
+    passes the words after ``docparser``; the same commands as ``docparser-operator``."""
+    return main(prog="kubectl docparser")
 
 
 if __name__ == "__main__":

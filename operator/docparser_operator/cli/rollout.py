@@ -11,8 +11,9 @@ exactly these patches. ``status NAME`` prints the
 rollout as the operator sees it: revisions, pods, traffic,
 conditions and the last events.
 
-Promotion copies the canary's weights into ``spec.weights`` (and its runtime override into
-``spec.runtime``) and removes ``spec.canary``: the
+Promotion copies the canary's weights into ``spec.weights`` (none for a runtime-only canary,
+which runs stable's) and its runtime override into ``spec.runtime``, and removes
+``spec.canary``: the
 canary's revision becomes the stable one. When its pods are Ready that is instant; otherwise
 the operator moves capacity make-before-break. Abort removes ``spec.canary``: traffic returns
 to stable as fast as stable's Ready pods can carry it, then the canary's pods go.
@@ -28,6 +29,7 @@ from typing import Any, TextIO
 import yaml
 
 from docparser_operator.api import labels, naming
+from docparser_operator.cli.connection import Connection
 
 FIELD_MANAGER = naming.CLI_FIELD_MANAGER
 
@@ -44,7 +46,8 @@ def promoted(resource: dict[str, Any]) -> dict[str, Any]:
         name = (resource.get("metadata") or {}).get("name", "?")
         raise RolloutCommandError(f"DocParser {name} has no canary to promote")
     out = copy.deepcopy(resource)
-    out["spec"]["weights"] = copy.deepcopy(canary["weights"])
+    if canary.get("weights"):  # a runtime-only canary runs stable's weights: they stay
+        out["spec"]["weights"] = copy.deepcopy(canary["weights"])
     if canary.get("runtime"):  # the canary's runtime override becomes the runtime
         out["spec"]["runtime"] = {**(spec.get("runtime") or {}), **canary["runtime"]}
     del out["spec"]["canary"]
@@ -54,8 +57,11 @@ def promoted(resource: dict[str, Any]) -> dict[str, Any]:
 def promote_patch(resource: dict[str, Any]) -> dict[str, Any]:
     """The merge patch that promotes the live object (``canary: null`` removes it)."""
     after = promoted(resource)
-    patch = {"weights": after["spec"]["weights"], "canary": None}
-    if ((resource.get("spec") or {}).get("canary") or {}).get("runtime"):
+    canary = (resource.get("spec") or {}).get("canary") or {}
+    patch: dict[str, Any] = {"canary": None}
+    if canary.get("weights"):
+        patch["weights"] = after["spec"]["weights"]
+    if canary.get("runtime"):
         patch["runtime"] = after["spec"]["runtime"]
     return {"spec": patch}
 
@@ -122,27 +128,43 @@ def resume_patch(resource: dict[str, Any], token: str) -> dict[str, Any]:
     return {"spec": {"canary": {"analysis": {"resume": token}}}}
 
 
-def rewrite_file(verb: str, text: str, name: str | None = None) -> tuple[str, list[str]]:
-    """Rewrite a manifest stream: promote (or resume) every DocParser with a canary, or the
-    one named; returns the new text and the names changed. Other documents pass through."""
-    change = promoted if verb == "promote" else lambda doc: resumed(doc, resume_token())
-    documents = list(yaml.safe_load_all(text))
-    done = []
-    for index, doc in enumerate(documents):
-        if not isinstance(doc, dict) or doc.get("kind") != naming.KIND:
-            continue
-        doc_name = (doc.get("metadata") or {}).get("name")
-        if name is not None and doc_name != name:
-            continue
-        if not (doc.get("spec") or {}).get("canary"):
-            if name is not None:
+def rewrite_file(
+    verb: str, text: str, name: str | None = None, *, weight: int | None = None
+) -> tuple[str, list[str]]:
+    """Rewrite a manifest stream: promote (resume, set the weight of) every DocParser with a
+    canary, or the one named; returns the new text and the names changed. Only the changed
+    documents are re-emitted, through a comment-preserving round trip (manifest_edit.py);
+    other documents pass through byte for byte."""
+    from docparser_operator.cli import manifest_edit
+
+    token = resume_token()
+    pure: dict[str, Any] = {
+        "promote": promoted,
+        "resume": lambda doc: resumed(doc, token),
+        "set-weight": lambda doc: with_weight(doc, -1 if weight is None else weight),
+    }
+    edits: dict[str, manifest_edit.Edit] = {
+        "promote": manifest_edit.promote_tree,
+        "resume": manifest_edit.resume_tree(token),
+        "set-weight": manifest_edit.weight_tree(-1 if weight is None else weight),
+    }
+    out, done = [], []
+    for separator, chunk in manifest_edit.split_documents(text):
+        doc = yaml.safe_load(chunk) if chunk.strip() else None
+        doc_name = (doc.get("metadata") or {}).get("name") if isinstance(doc, dict) else None
+        mine = isinstance(doc, dict) and doc.get("kind") == naming.KIND
+        if mine and (name is None or doc_name == name):
+            assert isinstance(doc, dict)
+            if (doc.get("spec") or {}).get("canary"):
+                expected = pure[verb](doc)  # the refusals of the live verbs
+                chunk = manifest_edit.edit_document(chunk, edits[verb], expected)
+                done.append(str(doc_name))
+            elif name is not None:
                 raise RolloutCommandError(f"DocParser {doc_name} has no canary to {verb}")
-            continue
-        documents[index] = change(doc)
-        done.append(str(doc_name))
+        out.append(separator + chunk)
     if not done:
         raise RolloutCommandError("no DocParser with a canary in the file")
-    return yaml.safe_dump_all(documents, sort_keys=False), done
+    return "".join(out), done
 
 
 def _condition_line(c: dict[str, Any]) -> str:
@@ -197,16 +219,19 @@ def render_status(
 
 
 def run_live(
-    verb: str, name: str, namespace: str, out: TextIO = sys.stdout, weight: int | None = None
+    verb: str,
+    name: str,
+    connection: Connection,
+    out: TextIO = sys.stdout,
+    weight: int | None = None,
 ) -> int:
-    """promote / abort / resume / set-weight / status against the cluster of KUBECONFIG (or
-    in-cluster config)."""
+    """promote / abort / resume / set-weight / status against the cluster and namespace of
+    ``connection`` (cli/connection.py: kubectl's rules)."""
     from docparser_operator.api.kinds import DOCPARSER, KNOWN_KINDS
-    from docparser_operator.controller.settings import OperatorSettings
-    from docparser_operator.kube.client import ApiError, KubeClient, load_configuration
+    from docparser_operator.kube.client import ApiError, KubeClient
 
-    cfg = load_configuration(OperatorSettings().kubeconfig)
-    client = KubeClient(cfg, user_agent="docparser-operator-cli")
+    namespace = connection.namespace
+    client = KubeClient(connection.configuration, user_agent="docparser-operator-cli")
     try:
         dp = client.get(DOCPARSER, namespace, name)
         if dp is None:

@@ -71,7 +71,7 @@ def _pod_problems(pod: dict[str, Any], spec: DocParserSpec, serving: bool) -> li
         ref.name
         for ref in (
             spec.weights.credentials_secret_ref if spec.weights else None,
-            spec.canary.weights.credentials_secret_ref if spec.canary else None,
+            spec.canary_weights.credentials_secret_ref if spec.canary_weights else None,
         )
         if ref is not None
     }

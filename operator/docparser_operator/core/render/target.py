@@ -78,7 +78,7 @@ def spec_tracks(resource: DocParser) -> tuple[RoleRevision, ...]:
     stable = RoleRevision("stable", spec.weights)
     if spec.canary is None:
         return (stable,)
-    return (stable, RoleRevision("canary", spec.canary.weights))
+    return (stable, RoleRevision("canary", spec.canary_weights))
 
 
 def revision_of(template: dict[str, Any]) -> str:
