@@ -191,3 +191,15 @@ def test_the_documented_argocd_cm_is_the_charts_files() -> None:
         data["resource.customizations.actions.docparser.io_DocParser"]
         == (files / "argocd-actions.yaml").read_text()
     )
+
+
+def test_promote_of_a_runtime_only_canary_keeps_stables_weights(
+    gitops_check: GitOpsCheck,
+) -> None:
+    dp = example("rapidocr-runtime-canary.yaml") | {"status": {"observedGeneration": 1}}
+    dp["metadata"]["generation"] = 1
+    result = gitops_check.action(dp, "promote")
+    assert result["object"]["spec"] == promoted(dp)["spec"]
+    assert "weights" not in result["object"]["spec"]
+    assert result["object"]["spec"]["runtime"]["image"].endswith(":0.2.0")
+    assert merged(dp, result["patch"]) == merged(dp, promote_patch(dp))

@@ -77,15 +77,13 @@ def test_a_serving_pod_restart_stays_current_until_a_crash_loop(
             )
             assert taken >= 2
         play(restarted(RESTARTS_TOLERATED + 1, ready=False))  # a crash loop now
-        dp = wait_for(
-            "crash loop stalls",
-            lambda: (
-                (d := cluster.get(DOCPARSER, "inv"))
-                and condition(cluster, "inv", "Stalled").get("status") == "True"
-                and d
-            ),
-            timeout=STEP_TIMEOUT,
-        )
+
+        def stalled() -> dict[str, Any] | None:
+            dp = cluster.get(DOCPARSER, "inv") or {}
+            conds = {c["type"]: c for c in (dp.get("status") or {}).get("conditions") or []}
+            return dp if (conds.get("Stalled") or {}).get("status") == "True" else None
+
+        dp = wait_for("crash loop stalls", stalled, timeout=STEP_TIMEOUT)
         assert gitops_check.verdict(dp) == ("Failed", "Degraded")
 
 
@@ -116,3 +114,19 @@ def test_each_stalled_reason_is_failed_in_the_write_that_names_it(
     dp = wait_for(reason, named, timeout=30, interval=0.1)
     assert gitops_check.verdict(dp) == ("Failed", "Degraded"), dp["status"]["conditions"]
     assert ("Current", "Healthy") not in verdicts  # never called done on the way
+
+
+@pytest.mark.realcluster
+def test_a_new_docparser_is_in_progress_before_the_operator_acts(
+    real_api: Any, real_namespace: str, gitops_check: GitOpsCheck
+) -> None:
+    """No operator runs here: the API server serves the CRD's default status
+    (observedGeneration 0), so neither tool calls a DocParser nobody has acted on Current
+    (kstatus would for an object without status)."""
+    dp = docparser("inv")
+    dp["metadata"]["namespace"] = real_namespace
+    base = f"/apis/docparser.io/v1alpha1/namespaces/{real_namespace}/docparsers"
+    created = real_api.create(base, dp)
+    live = real_api.get(f"{base}/inv")
+    assert created["status"] == live["status"] == {"observedGeneration": 0}
+    assert gitops_check.verdict(live) == ("InProgress", "Progressing")
