@@ -58,7 +58,8 @@ REASONS: dict[str, ReasonClass] = {
     ),
     "RouteNotAccepted": ReasonClass("stalled", "the Gateway refuses the HTTPRoute"),
     "SourceNotAllowed": ReasonClass(
-        "stalled", "the analysis' Prometheus URL or golden URI is outside what the operator may reach"
+        "stalled",
+        "the analysis' Prometheus URL or golden URI is outside what the operator may reach",
     ),
     "CanaryFailed": ReasonClass("stalled", "the analysis rolled the canary back"),
     "GoldenRegression": ReasonClass("stalled", "the golden documents read worse on the canary"),
