@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from docparser_operator.api.kinds import DOCPARSER, KNOWN_KINDS
 from docparser_operator.core.stalls import RESTARTS_TOLERATED
-from dp_helpers import condition, create, dep_name, docparser, scale_to
+from dp_helpers import GATEWAY, ROUTE, condition, create, dep_name, docparser, scale_to
 from gitopscheck.checker import GitOpsCheck
 from kube_cluster import Cluster, pod_status, simulate_pods, wait_for
 from kubelet_sim import Kubelet
-from test_diagnose import POD_STATUSES
+from test_diagnose import NOW, POD_STATUSES
 from test_rollout_transitions import STEP_TIMEOUT, settle, stays_current
 
 POD = KNOWN_KINDS["Pod"]
@@ -87,18 +87,19 @@ def test_a_serving_pod_restart_stays_current_until_a_crash_loop(
         assert gitops_check.verdict(dp) == ("Failed", "Degraded")
 
 
-@pytest.mark.parametrize("reason", sorted(POD_STATUSES))
+@pytest.mark.parametrize("reason", [*sorted(POD_STATUSES), "RouteNotAccepted"])
 def test_each_stalled_reason_is_failed_in_the_write_that_names_it(
     cluster: Cluster, operator: Any, gitops_check: GitOpsCheck, reason: str
 ) -> None:
     """A new DocParser whose pods the scheduler or the kubelet refuse (the statuses of
-    test_diagnose.py): the status write that names the reason already reads Failed/Degraded to
+    test_diagnose.py), or whose HTTPRoute the Gateway refuses: the status write that names the reason already reads Failed/Degraded to
     both tools, so Flux reports it at once instead of after its timeout. (Unschedulable since
     2026-01-01, long past its grace period, during the first rollout.)"""
     weights = {**docparser("x")["spec"]["weights"], "credentialsSecretRef": {"name": "s3-creds"}}
-    create(cluster, docparser("inv", weights=weights))
+    create(cluster, docparser("inv", weights=weights, traffic=GATEWAY))
     simulate_pods(cluster, wait_for("stable", lambda: dep_name(cluster, "inv")), "loading")
     pods = wait_for("pods", lambda: cluster.list(POD, "docparser.io/revision"))
+    route = wait_for("route", lambda: cluster.get(ROUTE, "inv"))
     verdicts = []
 
     def named() -> dict[str, Any] | None:
@@ -107,10 +108,17 @@ def test_each_stalled_reason_is_failed_in_the_write_that_names_it(
         conds = {c["type"]: c for c in (dp.get("status") or {}).get("conditions") or []}
         return dp if (conds.get("Degraded") or {}).get("reason") == reason else None
 
-    for p in pods:
-        cluster.client.patch_status(
-            POD, cluster.namespace, p["metadata"]["name"], POD_STATUSES[reason]
-        )
+    if reason == "RouteNotAccepted":  # what the Gateway's controller writes
+        refused = {"type": "Accepted", "status": "False", "reason": "NotAllowedByListeners"}
+        refused |= {"message": "no listener admits this namespace", "lastTransitionTime": NOW}
+        parent = {"parentRef": {"name": "web"}, "controllerName": "example.com/gateway"}
+        parents = [parent | {"conditions": [refused | {"observedGeneration": 1}]}]
+        name = route["metadata"]["name"]
+        cluster.client.patch_status(ROUTE, cluster.namespace, name, {"parents": parents})
+    else:  # what the scheduler or the kubelet writes
+        for p in pods:
+            pod_name = p["metadata"]["name"]
+            cluster.client.patch_status(POD, cluster.namespace, pod_name, POD_STATUSES[reason])
     dp = wait_for(reason, named, timeout=30, interval=0.1)
     assert gitops_check.verdict(dp) == ("Failed", "Degraded"), dp["status"]["conditions"]
     assert ("Current", "Healthy") not in verdicts  # never called done on the way
