@@ -92,8 +92,9 @@ def test_each_stalled_reason_is_failed_in_the_write_that_names_it(
     cluster: Cluster, operator: Any, gitops_check: GitOpsCheck, reason: str
 ) -> None:
     """A new DocParser whose pods the scheduler or the kubelet refuse (the statuses of
-    test_diagnose.py), or whose HTTPRoute the Gateway refuses: the status write that names the reason already reads Failed/Degraded to
-    both tools, so Flux reports it at once instead of after its timeout. (Unschedulable since
+    test_diagnose.py), or whose HTTPRoute the Gateway refuses: the status write that names the
+    reason already reads Failed/Degraded to both tools, so Flux reports it at once instead of
+    after its timeout. (Unschedulable since
     2026-01-01, long past its grace period, during the first rollout.)"""
     weights = {**docparser("x")["spec"]["weights"], "credentialsSecretRef": {"name": "s3-creds"}}
     create(cluster, docparser("inv", weights=weights, traffic=GATEWAY))
