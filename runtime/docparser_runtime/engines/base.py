@@ -30,10 +30,13 @@ class ParseOptions:
     tier: int = 6
     mode: Mode = "markdown"
     max_new_tokens: int = 4096
+    # Not an API option: benchmarks set it to give the random tiny model output lengths.
+    min_new_tokens: int = 0
 
-    def batch_key(self) -> tuple[int, str, int]:
-        """Pages may share one generate() call only when this key is equal."""
-        return (self.tier, self.mode, self.max_new_tokens)
+    def batch_key(self) -> tuple[int, str, int, int]:
+        """Pages may share one generate() call only when this key is equal (a continuous
+        batch mixes any options: each page keeps its own)."""
+        return (self.tier, self.mode, self.max_new_tokens, self.min_new_tokens)
 
 
 @dataclass

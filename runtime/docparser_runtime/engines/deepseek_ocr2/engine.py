@@ -27,7 +27,8 @@ from docparser_runtime.engines.base import (
     ParseOptions,
 )
 from docparser_runtime.engines.deepseek_ocr2.grounding import parse_output
-from docparser_runtime.engines.deepseek_ocr2.prompts import prompt_for
+from docparser_runtime.engines.deepseek_ocr2.prompts import IMAGE_PLACEHOLDER, PROMPTS, prompt_for
+from docparser_runtime.engines.stepping import PageRun, RunningBatch
 from docparser_runtime.errors import EngineFailure, Unavailable, WeightsError
 from docparser_runtime.preprocess.tiling import plan_tiles, processor_image_kwargs
 
@@ -65,12 +66,18 @@ class DeepseekOcr2Engine(Engine):
         version: str = "dev",
         no_repeat_ngram_size: int = 20,
         no_repeat_ngram_window: int = 90,
+        kv_cache_tokens: int = 0,
+        gpu_memory_utilization: float = 0.9,
     ) -> None:
         self.model_path = Path(model_path) if model_path is not None else None
         self.requested_device = device
         self._version = version
         self.no_repeat_ngram_size = no_repeat_ngram_size
         self.no_repeat_ngram_window = no_repeat_ngram_window
+        self.kv_cache_tokens = kv_cache_tokens  # 0: from free device memory after loading
+        self.gpu_memory_utilization = gpu_memory_utilization
+        self._kv_budget: int | None = None
+        self._prompt_text_tokens: dict[str, int] = {}
         self.device: str | None = None
         self.dtype: Any = None
         self._model: Any = None
@@ -91,6 +98,8 @@ class DeepseekOcr2Engine(Engine):
             version=settings.model_version or "dev",
             no_repeat_ngram_size=settings.no_repeat_ngram_size,
             no_repeat_ngram_window=settings.no_repeat_ngram_window,
+            kv_cache_tokens=settings.kv_cache_tokens,
+            gpu_memory_utilization=settings.gpu_memory_utilization,
         )
 
     @property
@@ -138,6 +147,12 @@ class DeepseekOcr2Engine(Engine):
         self._pad_id = tokenizer.pad_token_id
         ids = {tokenizer.bos_token_id, self._pad_id, processor.image_token_id, *self._eos_ids}
         self._drop_ids = {i for i in ids if i is not None}
+        # Prompt lengths without the image, for admission (the tokenizer is not thread-safe:
+        # the scheduler must not call it while the engine thread decodes).
+        self._prompt_text_tokens = {
+            mode: len(tokenizer(prompt.replace(IMAGE_PLACEHOLDER, ""))["input_ids"])
+            for mode, prompt in PROMPTS.items()
+        }
         unk = tokenizer.unk_token_id
         self._whitelist_ids = {
             i
@@ -223,6 +238,62 @@ class DeepseekOcr2Engine(Engine):
         generated = outcome["result"][0, prompt_length:].tolist()
         return self._finish(page, generated, trips=_trips(guard, 1)[0])
 
+    # ---------------------------------------------------- continuous batching (stepping)
+
+    def kv_budget_tokens(self) -> int:
+        from docparser_runtime.engines.deepseek_running import kv_budget_tokens
+
+        if self._kv_budget is None:
+            self._kv_budget = kv_budget_tokens(
+                self._model,
+                self.device or "cpu",
+                configured=self.kv_cache_tokens,
+                utilization=self.gpu_memory_utilization,
+            )
+        return self._kv_budget
+
+    def new_run(
+        self, page: PageImage, options: ParseOptions, on_delta: DeltaCallback | None
+    ) -> PageRun:
+        """A page's run, its prompt length estimated for admission (exact once prefilled)."""
+        text_tokens = self._prompt_text_tokens.get(options.mode, 0)
+        return PageRun(page, options, page.vision_tokens + 1 + text_tokens, on_delta)
+
+    def new_batch(self) -> RunningBatch:
+        from docparser_runtime.engines.deepseek_running import DeepseekRunningBatch, TokenRules
+
+        if self._model is None:
+            raise Unavailable("deepseek-ocr2 engine is not loaded")
+        rules = TokenRules(
+            eos_ids=frozenset(self._eos_ids),
+            drop_ids=frozenset(self._drop_ids),
+            ngram_size=self.no_repeat_ngram_size,
+            ngram_window=self.no_repeat_ngram_window,
+            whitelist=frozenset(self._whitelist_ids),
+            decode=self._decode,
+        )
+        return DeepseekRunningBatch(
+            self._model, lambda run: self._prepare([run.page], run.options), rules
+        )
+
+    def run_done(self, run: PageRun) -> bool:
+        ended = bool(run.generated) and run.generated[-1] in self._eos_ids
+        return ended or run.stopped or run.remaining == 0
+
+    def finish_run(self, run: PageRun) -> PageResult:
+        """As ``infer_batch`` finishes a page; a stream gets the text held back last."""
+        from docparser_runtime.engines.deepseek_ocr2.generation import IncrementalDecoder
+
+        if (
+            run.on_delta is not None
+            and not run.stopped
+            and isinstance(run.decoder, IncrementalDecoder)
+        ):
+            tail = run.decoder.flush()
+            if tail:
+                run.on_delta(tail)
+        return self._finish(run.page, run.generated, trips=run.trips)
+
     # ------------------------------------------------------------------ helpers
 
     def _prepare(self, pages: Sequence[PageImage], options: ParseOptions) -> Any:
@@ -294,6 +365,7 @@ class DeepseekOcr2Engine(Engine):
         return {
             **inputs,
             "max_new_tokens": options.max_new_tokens,
+            "min_new_tokens": options.min_new_tokens or None,
             "do_sample": False,
             "num_beams": 1,
             "eos_token_id": sorted(self._eos_ids),

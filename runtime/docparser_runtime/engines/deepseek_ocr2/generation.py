@@ -147,17 +147,27 @@ class WindowedNoRepeatNGram(LogitsProcessor):
         recent = generated[:, -(self.window + n - 1) :].tolist()
         top = scores.argmax(dim=-1).tolist()
         for row, seq in enumerate(recent):
-            prefix = seq[len(seq) - (n - 1) :] if n > 1 else []
-            banned = {
-                seq[i + n - 1]
-                for i in range(len(seq) - n + 1)
-                if seq[i : i + n - 1] == prefix and seq[i + n - 1] not in self.whitelist
-            }
+            banned = banned_next_tokens(seq, n, self.whitelist)
             if banned:
                 if top[row] in banned and not self._ended[row]:
                     self.trips[row] += 1
                 scores[row, list(banned)] = -float("inf")
         return scores
+
+
+def banned_next_tokens(recent: list[int], ngram_size: int, whitelist: set[int]) -> set[int]:
+    """Tokens that would complete an n-gram already in ``recent`` (the guard's window:
+    the last ``window + n - 1`` generated ids); one rule for ``generate`` and the
+    continuous batch (``deepseek_running``), so both steer a page the same way."""
+    n = ngram_size
+    if len(recent) < n:
+        return set()
+    prefix = recent[len(recent) - (n - 1) :] if n > 1 else []
+    return {
+        recent[i + n - 1]
+        for i in range(len(recent) - n + 1)
+        if recent[i : i + n - 1] == prefix and recent[i + n - 1] not in whitelist
+    }
 
 
 def run_in_thread(
