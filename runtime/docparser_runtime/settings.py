@@ -63,6 +63,24 @@ class Settings(BaseSettings):
     # Batching and backpressure
     max_batch_size: int = Field(8, ge=1, le=256)
     max_wait_ms: float = Field(10.0, ge=0)
+    continuous_batching: bool = Field(
+        True,
+        description="engines that can step (deepseek-ocr2): pages join and leave the running "
+        "batch between decode steps; off: static micro-batches",
+    )
+    kv_cache_tokens: int = Field(
+        0,
+        ge=0,
+        description="cache slots (pages x padded tokens) the running batch may hold; 0: from "
+        "free GPU memory after loading (CPU: 1 GiB worth)",
+    )
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    priority_max_wait_s: float = Field(
+        30.0,
+        gt=0,
+        description="a job or background page waiting this long is admitted like a "
+        "synchronous one (no starvation)",
+    )
     max_queue_pages: int = Field(256, ge=1, description="queued pages before 429")
     max_queue_pixels: int = Field(
         320_000_000,

@@ -31,7 +31,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from docparser_runtime.engines.deepseek_ocr2.generation import IncrementalDecoder, banned_next_tokens
+from docparser_runtime.engines.deepseek_ocr2.generation import (
+    IncrementalDecoder,
+    banned_next_tokens,
+)
 from docparser_runtime.engines.stepping import PageRun
 
 # run -> the processor's inputs for its page, on the model's device and dtype.

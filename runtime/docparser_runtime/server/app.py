@@ -35,7 +35,7 @@ from docparser_runtime.server.error_mapping import install_error_handlers
 from docparser_runtime.server.guards.auth import create_key_store
 from docparser_runtime.server.guards.ratelimit import RateLimiter, enforce_limits
 from docparser_runtime.server.guards.slow_clients import BodyDeadline
-from docparser_runtime.server.inference.batcher import MicroBatcher
+from docparser_runtime.server.inference.continuous import make_batcher
 from docparser_runtime.server.inference.document_loader import DocumentLoader
 from docparser_runtime.server.ops.lifecycle import Lifecycle
 from docparser_runtime.server.ops.metrics import Metrics
@@ -97,15 +97,7 @@ async def _bring_up(app: FastAPI, engine: Engine | None, engine_loaded: bool) ->
         if stop is not None and settings.exit_on_load_failure:
             stop()  # `serve` then exits non-zero with the reason (server/drain.run_server)
         return
-    batcher = MicroBatcher(
-        engine,
-        max_batch_size=settings.max_batch_size,
-        max_wait_ms=settings.max_wait_ms,
-        max_queue_pages=settings.max_queue_pages,
-        max_queue_pixels=settings.max_queue_pixels,
-        metrics=state.metrics,
-        audit=settings.coverage_audit,
-    )
+    batcher = make_batcher(engine, settings, state.metrics)
     batcher.start()
     state.batcher = batcher
     service = ParseService(

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from docparser_runtime.engines.base import (
     DeltaCallback,
@@ -78,6 +78,8 @@ class _Item:
     enqueued: float
     deadline: float | None
     on_delta: DeltaCallback | None = None  # set: a streamed page, always a batch of one
+    priority: int = 0  # server.priorities.Priority; the continuous scheduler orders by it
+    run: Any = None  # engines.stepping.PageRun once the continuous scheduler admitted it
     started: float | None = None
     finished: float | None = None
     key: tuple[tuple[int, str, int], bool] = field(init=False)
@@ -156,12 +158,13 @@ class MicroBatcher:
         deadline: float | None = None,
         timings: SubmitTimings | None = None,
         on_result: Callable[[PageResult], None] | None = None,
+        priority: int = 0,
     ) -> list[PageResult]:
         """Parse ``pages`` (results in input order). ``deadline`` is ``time.monotonic()``-based;
         ``on_result`` is called on the loop as each page finishes (completion order)."""
         if not pages:
             return []
-        items = self._enqueue([(p, None) for p in pages], options, deadline)
+        items = self._enqueue([(p, None) for p in pages], options, deadline, priority)
         if on_result is not None:
             for it in items:
                 it.future.add_done_callback(_report_to(on_result))
@@ -175,14 +178,19 @@ class MicroBatcher:
         *,
         deadline: float | None = None,
         timings: SubmitTimings | None = None,
+        priority: int = 0,
     ) -> PageResult:
         """Parse one page via ``engine.stream_page``; ``on_delta`` runs on the engine thread."""
-        items = self._enqueue([(page, on_delta)], options, deadline)
+        items = self._enqueue([(page, on_delta)], options, deadline, priority)
         return (await self._await(items, deadline, timings))[0]
 
     # -- admission -----------------------------------------------------------------------
     def _enqueue(
-        self, entries: Sequence[_Entry], options: ParseOptions, deadline: float | None
+        self,
+        entries: Sequence[_Entry],
+        options: ParseOptions,
+        deadline: float | None,
+        priority: int = 0,
     ) -> list[_Item]:
         if self._closed:
             raise Unavailable("server shutting down", code="draining")
@@ -213,7 +221,7 @@ class MicroBatcher:
         loop = asyncio.get_running_loop()
         now = time.monotonic()
         items = [
-            _Item(page, options, loop.create_future(), now, deadline, on_delta)
+            _Item(page, options, loop.create_future(), now, deadline, on_delta, priority)
             for page, on_delta in entries
         ]
         self._queue.extend(items)

@@ -123,6 +123,35 @@ class Metrics:
             buckets=BATCH_BUCKETS,
             registry=r,
         )
+        # Continuous batching (engines that step): decode slot occupancy is
+        # rate(slot_steps) / (rate(steps) * slots); evictions are OOMs it recovered from.
+        self.decode_steps = Counter(
+            "docparser_decode_steps", "Decode steps of the running batch.", registry=r
+        )
+        self.decode_slot_steps = Counter(
+            "docparser_decode_slot_steps",
+            "Pages decoded, summed over decode steps (busy slots x steps).",
+            registry=r,
+        )
+        self.running_pages = Gauge(
+            "docparser_running_pages", "Pages in the running batch (decode slots busy).", registry=r
+        )
+        self.cache_tokens = Gauge(
+            "docparser_cache_tokens",
+            "Cache slots the running batch holds (pages x padded length).",
+            registry=r,
+        )
+        self.cache_budget_tokens = Gauge(
+            "docparser_cache_budget_tokens",
+            "Cache slots the scheduler admits pages against (from free GPU memory).",
+            registry=r,
+        )
+        self.evicted_pages = Counter(
+            "docparser_evicted_pages",
+            "Pages taken out of the running batch after a GPU out-of-memory error, to resume "
+            "later (their tokens are kept, their cache recomputed).",
+            registry=r,
+        )
         self._pages = Counter("docparser_pages", "Pages parsed.", IDENTITY, registry=r)
         self._vision_tokens = Counter(
             "docparser_vision_tokens", "Visual tokens of parsed pages.", IDENTITY, registry=r

@@ -22,6 +22,7 @@ from docparser_runtime.errors import Overloaded
 from docparser_runtime.jobs import Backlog, JobStopped, JobWorker, create_job_store
 from docparser_runtime.jobs.worker import CLEANUP_S, JobRunner, ProgressFn
 from docparser_runtime.server.endpoints.parse.request_input import build_parse_request
+from docparser_runtime.server.inference.priorities import Priority
 from docparser_runtime.server.ops.lifecycle import State
 from docparser_runtime.server.ops.metrics import Metrics
 from docparser_runtime.server.state import runtime_state
@@ -40,7 +41,10 @@ def make_runner(app: FastAPI) -> JobRunner:
     async def run(data: bytes, params: dict[str, Any], progress: ProgressFn) -> dict[str, Any]:
         settings: Settings = state.settings
         request = build_parse_request(data, params, settings, allowed_extra=_NOT_OPTIONS)
-        request = replace(request, tenant=str(params.get("tenant") or ""))
+        # Someone waits on a synchronous request; a job yields decode slots to it
+        # (within the scheduler's bound on waiting: server/continuous.py).
+        tenant = str(params.get("tenant") or "")
+        request = replace(request, tenant=tenant, priority=Priority.JOB)
         # The page count comes from the parse itself (the sandboxed decoder opens the
         # document): the server process never parses an untrusted PDF to count pages.
         total = 0

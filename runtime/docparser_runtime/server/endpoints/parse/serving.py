@@ -284,7 +284,12 @@ class ParseService:
             sub, submitted = SubmitTimings(), time.monotonic()
             try:
                 results = await self.batcher.submit(
-                    pages, request.options, deadline=deadline, timings=sub, on_result=on_result
+                    pages,
+                    request.options,
+                    deadline=deadline,
+                    timings=sub,
+                    on_result=on_result,
+                    priority=request.priority,
                 )
             except Overloaded:
                 # The first chunk answers 429 at once; later chunks of an admitted document
@@ -319,7 +324,12 @@ class ParseService:
                 sub, submitted = SubmitTimings(), time.monotonic()
                 with self._outstanding([page], timings):
                     result = await self.batcher.submit_stream(
-                        page, request.options, delta, deadline=deadline, timings=sub
+                        page,
+                        request.options,
+                        delta,
+                        deadline=deadline,
+                        timings=sub,
+                        priority=request.priority,
                     )
                 timings.add(submitted, sub)
                 results.append((result, page.vision_tokens))
