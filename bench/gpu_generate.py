@@ -18,6 +18,7 @@ the released checkpoint's architecture instead.
 
     .venv/bin/python bench/gpu_generate.py --markdown          # on a CUDA machine
     .venv/bin/python bench/gpu_generate.py --dry-run           # whole code path, tiny, CPU
+    .venv/bin/python bench/gpu_generate.py --continuous        # serving: static vs continuous
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "runtime"))  # tiny_deepseek: tokenizer + tiny config
+sys.path.insert(0, str(ROOT / "bench"))  # gpu_continuous, also when imported by tests
 # A GPU machine may have torch + transformers but no installed docparser-runtime: fall back
 # to the working tree's copy (appended, so an installed one wins).
 sys.path.append(str(ROOT / "runtime"))
@@ -278,7 +280,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--dry-run", action="store_true", help="tiny model on CPU: checks the code path only"
     )
+    import gpu_continuous  # bench/, next to this script
+
+    gpu_continuous.add_arguments(parser)
     args = parser.parse_args(argv)
+    if args.continuous:
+        gpu_continuous.check_arguments(args, parser.error)
     args.batches = [int(b) for b in args.batches.split(",") if b.strip()]
     if not args.batches or min(args.batches) < 1 or args.max_new_tokens < 2:
         parser.error("batches must be >= 1 and --max-new-tokens >= 2")
@@ -309,6 +316,12 @@ def main(argv=None) -> int:
     guard = 0 if args.no_ngram_guard else 20
     engine = FixedLengthEngine(None, device=device, no_repeat_ngram_size=guard)
     engine.attach(processor, model, device, dtype)
+    if args.continuous:
+        import gpu_continuous
+
+        return gpu_continuous.run(
+            args, processor, model, device, dtype, synthetic_page, environment
+        )
     print(environment(engine, model, args.dry_run) + f"; model built in {build_s:.1f} s")
     print(table_header(args.markdown), flush=True)
     failures = 0

@@ -23,6 +23,10 @@ model at concurrency 8 with ``max_batch_size`` 8 vs 1.
 Targets (issue 2): HTTP+queueing cost <= 5% of in-process pages/s at concurrency 1;
 tiny model, concurrency 8: max_batch_size 8 serves >= 2x the pages/s of max_batch_size 1.
 Request counts are bounded (``--pages`` per cell); nothing here asserts timings.
+
+``--workload mixed``: static micro-batches against continuous batching on a mixed workload
+(output lengths spread wide, mixed tiers, streams, concurrency 8 and 32, a head-of-line
+case): ``bench/mixed_workload.py``.
 """
 
 from __future__ import annotations
@@ -325,7 +329,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pages", type=int, default=24, help="pages per cell (default 24)")
     parser.add_argument("--engines", default="rapidocr,tiny-deepseek")
     parser.add_argument("--max-new-tokens", type=int, default=32, help="tiny model output cap")
+    parser.add_argument(
+        "--workload",
+        choices=("serving", "mixed"),
+        default="serving",
+        help="mixed: static vs continuous batching on the tiny model (bench/mixed_workload.py)",
+    )
+    import mixed_workload  # bench/, next to this script
+
+    mixed_workload.add_arguments(parser)
     args = parser.parse_args(argv)
+    if args.workload == "mixed":
+        return mixed_workload.run(args)
     count = 8 if args.quick else args.pages
     wanted = set(args.engines.split(","))
     cells: list[Cell] = []

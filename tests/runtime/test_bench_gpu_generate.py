@@ -75,6 +75,30 @@ def test_dry_run_prints_one_row_per_batch_with_the_fixed_output_length():
 
 
 @pytest.mark.slow
+def test_continuous_dry_run_serves_every_page_to_its_length_in_both_modes():
+    """``--continuous``: static and continuous schedulers over the same scripted pages (the
+    bench itself fails when a page does not end at its drawn length)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    argv = ["--continuous", "--dry-run", "--markdown", "--pages", "3", "--slots", "2"]
+    argv += ["--tier", "0", "--min-tokens", "3", "--max-tokens", "6"]
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), *argv],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| ")][1:]
+    modes = [row.strip("|").split("|")[0].strip() for row in rows]
+    assert modes == ["static", "continuous"]
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[2] == "3" and float(cells[4]) > 0  # pages, output tok/s
+
+
+@pytest.mark.slow
 def test_full_size_config_is_the_published_3_4b_architecture():
     import torch
     from tiny_deepseek import _build_tokenizer
@@ -100,6 +124,8 @@ def test_plain_rows_line_up_with_the_header_and_bad_arguments_are_refused():
     row = bench.format_row(bench.failed_row(32, 6, "OOM"), markdown=False)
     assert len(header) == len(row)
     assert bench.parse_args(["--batches", "1,8,32"]).batches == [1, 8, 32]
-    for argv in (["--batches", "0"], ["--max-new-tokens", "1"], ["--batches", ","]):
+    bad = (["--batches", "0"], ["--max-new-tokens", "1"], ["--batches", ","])
+    bad += (["--continuous", "--slots", "0"], ["--continuous", "--min-tokens", "1"])
+    for argv in bad:
         with pytest.raises(SystemExit):
             bench.parse_args(argv)

@@ -137,12 +137,12 @@ class Metrics:
             "docparser_running_pages", "Pages in the running batch (decode slots busy).", registry=r
         )
         self.cache_tokens = Gauge(
-            "docparser_cache_tokens",
+            "docparser_kv_cache_tokens",
             "Cache slots the running batch holds (pages x padded length).",
             registry=r,
         )
         self.cache_budget_tokens = Gauge(
-            "docparser_cache_budget_tokens",
+            "docparser_kv_cache_budget_tokens",
             "Cache slots the scheduler admits pages against (from free GPU memory).",
             registry=r,
         )
