@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from transformers.cache_utils import DynamicLayer
 
 from docparser_runtime.engines.deepseek_ocr2.generation import (
     IncrementalDecoder,
@@ -40,6 +41,7 @@ from docparser_runtime.engines.stepping import PageRun
 # run -> the processor's inputs for its page, on the model's device and dtype.
 Prepare = Callable[[PageRun], Any]
 CPU_CACHE_BYTES = 1 << 30  # the default cache budget on CPU (no device memory to measure)
+ROOM = 64  # spare cache columns per page and layer (RoomyLayer); they come out of the reserve
 
 
 @dataclass(frozen=True)
@@ -196,6 +198,7 @@ class DeepseekRunningBatch:
 
     def _prefill(self, runs: list[PageRun], inputs: Any) -> _Part:
         out = self._model(**inputs, use_cache=True, logits_to_keep=1)
+        _make_roomy(out.cache)
         mask = inputs["attention_mask"]
         for run, length in zip(runs, mask.sum(dim=1).tolist(), strict=True):
             run.prompt_tokens = int(length)
@@ -206,6 +209,7 @@ class DeepseekRunningBatch:
         """Recompute an evicted page's cache: its prompt, then the ids it had generated
         (but the last, which it feeds at the next step)."""
         out = self._model(**inputs, use_cache=True, logits_to_keep=1)
+        _make_roomy(out.cache)
         mask = inputs["attention_mask"]
         run.prompt_tokens = int(mask.shape[1])
         fed = run.generated[:-1]
@@ -256,6 +260,47 @@ class DeepseekRunningBatch:
             if layer.keys is not None and layer.keys.shape[-2] > length:
                 layer.keys = layer.keys[:, :, :length, :]
                 layer.values = layer.values[:, :, :length, :]
+
+
+class RoomyLayer(DynamicLayer):  # type: ignore[no-untyped-call]
+    """A ``DynamicLayer`` whose keys and values are views of buffers with ``ROOM`` spare
+    columns: ``DynamicLayer.update`` concatenates, copying the whole cache of the batch at
+    every step (pages x length x layers); here a step writes its column, and the copy happens
+    once per ``ROOM`` steps or when the batch changes shape (a join or leave builds new
+    tensors, which the next update moves into a new buffer)."""
+
+    _key_room: torch.Tensor | None = None
+    _value_room: torch.Tensor | None = None
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        keys, values = self.keys, self.values
+        if keys is None or values is None or not self.is_initialized:
+            return super().update(key_states, value_states, *args, **kwargs)
+        length = keys.shape[2]
+        need = length + key_states.shape[2]
+        room = self._key_room
+        if room is None or room.data_ptr() != keys.data_ptr() or need > room.shape[2]:
+            self._key_room, self._value_room = _with_room(keys, need), _with_room(values, need)
+        assert self._key_room is not None and self._value_room is not None
+        self._key_room[:, :, length:need] = key_states
+        self._value_room[:, :, length:need] = value_states
+        self.keys, self.values = self._key_room[:, :, :need], self._value_room[:, :, :need]
+        return self.keys, self.values
+
+
+def _with_room(tensor: torch.Tensor, need: int) -> torch.Tensor:
+    pages, heads, length, dim = tensor.shape
+    buffer = tensor.new_empty(pages, heads, need + ROOM, dim)
+    buffer[:, :, :length] = tensor
+    return buffer
+
+
+def _make_roomy(cache: Any) -> None:
+    for layer in cache.layers:
+        if type(layer) is DynamicLayer:
+            layer.__class__ = RoomyLayer
 
 
 @dataclass
