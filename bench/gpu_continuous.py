@@ -4,9 +4,9 @@ static micro-batches against continuous batching, on one GPU (bf16).
 Why: the published reference is vLLM serving DeepSeek-OCR (v1) at about 2,500 output
 tokens/s on one A100-40G (model authors). That figure is a serving figure (many pages, each
 ending at its own length), not one fixed-length ``generate``; this measures the same shape
-through our schedulers (``server/batcher.py``, ``server/continuous.py``) in-process: ``--pages``
-A4 pages at tier 6 (1120 vision tokens) submitted at once, output lengths drawn log-uniformly
-from ``--min-tokens``..``--max-tokens`` (each page ends at its length with EOS:
+through our schedulers in-process (``server/inference/batcher.py`` and ``continuous.py``):
+``--pages`` A4 pages at tier 6 (1120 vision tokens) submitted at once, output lengths drawn
+log-uniformly from ``--min-tokens``..``--max-tokens`` (each page ends at its length with EOS:
 ``mixed_workload.ScriptedLengths``), ``--slots`` decode slots. Output tokens/s counts every
 generated token over the wall time of the whole run, prefill included, as vLLM's
 throughput benchmark does.
@@ -26,7 +26,7 @@ import time
 from typing import Any
 
 from docparser_runtime.engines.base import ParseOptions
-from docparser_runtime.server.continuous import ContinuousBatcher
+from docparser_runtime.server.inference.continuous import ContinuousBatcher
 from mixed_workload import MAX_NEW_TOKENS, ScriptedLengths, make_batcher
 
 COLUMNS = ("mode", "slots", "pages", "new tok/page", "output tok/s", "pages/s", "p50 s",

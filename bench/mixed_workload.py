@@ -41,12 +41,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "runtime"))  # tiny_deepseek
 
 from docparser_runtime.engines.base import PageImage, ParseOptions  # noqa: E402
-from docparser_runtime.engines.deepseek_ocr2 import DeepseekOcr2Engine  # noqa: E402
-from docparser_runtime.engines.deepseek_running import DeepseekRunningBatch  # noqa: E402
+from docparser_runtime.engines.deepseek_ocr2.engine import DeepseekOcr2Engine  # noqa: E402
+from docparser_runtime.engines.deepseek_ocr2.running import DeepseekRunningBatch  # noqa: E402
 from docparser_runtime.engines.stepping import PageRun  # noqa: E402
 from docparser_runtime.preprocess.tiling import plan_tiles  # noqa: E402
-from docparser_runtime.server.batcher import MicroBatcher  # noqa: E402
-from docparser_runtime.server.continuous import ContinuousBatcher  # noqa: E402
+from docparser_runtime.server.inference.batcher import MicroBatcher  # noqa: E402
+from docparser_runtime.server.inference.continuous import ContinuousBatcher  # noqa: E402
 from PIL import Image, ImageDraw  # noqa: E402
 
 TIERS = ((0, (640, 480)), (2, (900, 1200)))  # (tier, page size): 0 and 2 tiles

@@ -12,7 +12,7 @@ import time
 import pytest
 from docparser_runtime.engines.base import ParseOptions
 from docparser_runtime.engines.deepseek_ocr2.engine import DeepseekOcr2Engine
-from docparser_runtime.engines.deepseek_running import DeepseekRunningBatch
+from docparser_runtime.engines.deepseek_ocr2.running import DeepseekRunningBatch
 from docparser_runtime.errors import DeadlineExceeded, GpuOutOfMemory
 from docparser_runtime.server.inference.batcher import MicroBatcher
 from docparser_runtime.server.inference.continuous import ContinuousBatcher, make_batcher

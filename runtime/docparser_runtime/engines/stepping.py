@@ -2,8 +2,9 @@
 
 Why: a static batch generates until its longest page ends, so short pages wait for long ones
 and decode slots idle (OCR outputs range from ~100 to 3,000+ tokens). An engine that can
-*step* lets the scheduler (``server/continuous.py``) add a page to the running batch between
-two decode steps and take a finished one out at once, as vLLM and TGI do. The engine owns
+*step* lets the scheduler (``server/inference/continuous.py``) add a page to the running
+batch between two decode steps and take a finished one out at once, as vLLM and TGI do. The
+engine owns
 the tensors (model, cache); the scheduler owns the policy (which page runs, when one leaves).
 
 ``PageRun`` is one page's generation state. It outlives a stay in the running batch: a page

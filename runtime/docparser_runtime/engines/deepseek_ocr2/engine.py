@@ -241,7 +241,7 @@ class DeepseekOcr2Engine(Engine):
     # ---------------------------------------------------- continuous batching (stepping)
 
     def kv_budget_tokens(self) -> int:
-        from docparser_runtime.engines.deepseek_running import kv_budget_tokens
+        from docparser_runtime.engines.deepseek_ocr2.running import kv_budget_tokens
 
         if self._kv_budget is None:
             self._kv_budget = kv_budget_tokens(
@@ -260,7 +260,7 @@ class DeepseekOcr2Engine(Engine):
         return PageRun(page, options, page.vision_tokens + 1 + text_tokens, on_delta)
 
     def new_batch(self) -> RunningBatch:
-        from docparser_runtime.engines.deepseek_running import DeepseekRunningBatch, TokenRules
+        from docparser_runtime.engines.deepseek_ocr2.running import DeepseekRunningBatch, TokenRules
 
         if self._model is None:
             raise Unavailable("deepseek-ocr2 engine is not loaded")

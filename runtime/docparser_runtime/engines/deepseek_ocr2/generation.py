@@ -158,7 +158,7 @@ class WindowedNoRepeatNGram(LogitsProcessor):
 def banned_next_tokens(recent: list[int], ngram_size: int, whitelist: set[int]) -> set[int]:
     """Tokens that would complete an n-gram already in ``recent`` (the guard's window:
     the last ``window + n - 1`` generated ids); one rule for ``generate`` and the
-    continuous batch (``deepseek_running``), so both steer a page the same way."""
+    continuous batch (``deepseek_ocr2.running``), so both steer a page the same way."""
     n = ngram_size
     if len(recent) < n:
         return set()

@@ -78,7 +78,7 @@ class _Item:
     enqueued: float
     deadline: float | None
     on_delta: DeltaCallback | None = None  # set: a streamed page, always a batch of one
-    priority: int = 0  # server.priorities.Priority; the continuous scheduler orders by it
+    priority: int = 0  # server.inference.priorities.Priority; the continuous scheduler orders by it
     run: Any = None  # engines.stepping.PageRun once the continuous scheduler admitted it
     started: float | None = None
     finished: float | None = None

@@ -42,7 +42,7 @@ def make_runner(app: FastAPI) -> JobRunner:
         settings: Settings = state.settings
         request = build_parse_request(data, params, settings, allowed_extra=_NOT_OPTIONS)
         # Someone waits on a synchronous request; a job yields decode slots to it
-        # (within the scheduler's bound on waiting: server/continuous.py).
+        # (within the scheduler's bound on waiting: server/inference/continuous.py).
         tenant = str(params.get("tenant") or "")
         request = replace(request, tenant=tenant, priority=Priority.JOB)
         # The page count comes from the parse itself (the sandboxed decoder opens the

@@ -47,7 +47,7 @@ class ParseRequest:
     filename: str | None = None
     tenant: str = ""  # the caller's API key id ("" without auth): scopes the result cache
     cache: bool = True  # False: the request opted out of the result cache
-    priority: int = 0  # server.priorities.Priority: jobs set JOB (not a request option)
+    priority: int = 0  # server.inference.priorities.Priority: jobs set JOB (not a request option)
 
 
 # -- options ---------------------------------------------------------------------------
