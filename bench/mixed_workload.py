@@ -260,6 +260,8 @@ async def head_of_line(engine: ScriptedLengths, mode: str, long_tokens: int, sho
     cell = Cell("head-of-line", mode, 1 + shorts, 8)
     start, cpu0 = time.perf_counter(), time.process_time()
     long_task = asyncio.create_task(batcher.submit([long_page], options))
+    long_done: list[float] = []
+    long_task.add_done_callback(lambda _t: long_done.append(time.perf_counter()))
     await asyncio.sleep(0.2)
     tasks = []
     for i in range(shorts):
@@ -271,8 +273,8 @@ async def head_of_line(engine: ScriptedLengths, mode: str, long_tokens: int, sho
         await asyncio.sleep(0.05)
     await asyncio.gather(*tasks)
     await long_task
-    long_s = time.perf_counter() - start
-    cell.wall_s, cell.cpu_s = long_s, time.process_time() - cpu0
+    cell.wall_s, cell.cpu_s = time.perf_counter() - start, time.process_time() - cpu0
+    long_s = long_done[0] - start
     await batcher.close()
     return cell, long_s, idle.latencies[0]
 

@@ -13,7 +13,7 @@ import pytest
 from docparser_runtime.engines.base import ParseOptions
 from docparser_runtime.engines.deepseek_ocr2.engine import DeepseekOcr2Engine
 from docparser_runtime.engines.deepseek_ocr2.running import DeepseekRunningBatch
-from docparser_runtime.errors import DeadlineExceeded, GpuOutOfMemory
+from docparser_runtime.errors import DeadlineExceeded, EngineFailure, GpuOutOfMemory
 from docparser_runtime.server.inference.batcher import MicroBatcher
 from docparser_runtime.server.inference.continuous import ContinuousBatcher, make_batcher
 from docparser_runtime.server.inference.priorities import Priority
@@ -257,3 +257,55 @@ def test_the_deepseek_engine_gets_continuous_batching_and_rapidocr_static(engine
     assert type(make_batcher(RapidOcrEngine(), settings, Metrics())) is MicroBatcher
     off = Settings(continuous_batching=False)
     assert type(make_batcher(engine, off, Metrics())) is MicroBatcher
+
+
+class Faulty(DeepseekOcr2Engine):
+    """Page 13 cannot be prepared; ``broken`` makes the next decode step fail."""
+
+    broken = False
+
+    def _prepare(self, pages, options):
+        if any(p.index == 13 for p in pages):
+            raise EngineFailure("DeepSeek-OCR-2 preprocessing failed: page 13")
+        return super()._prepare(pages, options)
+
+    def new_batch(self):
+        batch = super().new_batch()
+        batch.__class__ = FaultyBatch
+        batch.engine = self
+        return batch
+
+
+class FaultyBatch(DeepseekRunningBatch):
+    engine: Faulty
+
+    def step(self) -> None:
+        if self.engine.broken:
+            self.engine.broken = False
+            raise RuntimeError("device lost")
+        super().step()
+
+
+async def test_a_page_that_fails_to_join_fails_alone_and_a_failed_step_fails_the_batch(
+    tiny_model_dir,
+):
+    engine = Faulty(tiny_model_dir, device="cpu")
+    engine.load()
+    batcher = await make(engine)
+    options = ParseOptions(tier=0, max_new_tokens=6)
+    try:
+        pages = [make_page(i, 500, 400, 0) for i in (12, 13, 14)]
+        outcomes = await asyncio.gather(
+            *(batcher.submit([p], options) for p in pages), return_exceptions=True
+        )
+        assert isinstance(outcomes[1], EngineFailure) and "page 13" in str(outcomes[1])
+        for page, outcome in zip(pages[::2], outcomes[::2], strict=True):
+            assert outcome == [engine.infer_batch([page], options)[0]]
+        engine.broken = True
+        with pytest.raises(EngineFailure, match="RuntimeError"):
+            await batcher.submit([pages[0]], options)
+        assert not batcher._running
+        [again] = await batcher.submit([pages[2]], options)  # a new batch serves on
+        assert again.output_tokens == 6
+    finally:
+        await batcher.close()
