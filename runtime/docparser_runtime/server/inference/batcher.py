@@ -180,7 +180,8 @@ class MicroBatcher:
         timings: SubmitTimings | None = None,
         priority: int = 0,
     ) -> PageResult:
-        """Parse one page via ``engine.stream_page``; ``on_delta`` runs on the engine thread."""
+        """Parse one page, streaming (``engine.stream_page`` here, the running batch in
+        ``ContinuousBatcher``); ``on_delta`` runs on the engine thread."""
         items = self._enqueue([(page, on_delta)], options, deadline, priority)
         return (await self._await(items, deadline, timings))[0]
 

@@ -112,8 +112,9 @@ class ParseService:
         """Parse one document. ``deadline`` (``time.monotonic()``) defaults to now +
         ``sync_deadline_s`` (the request timeout, within the drain window). Pages are
         decoded as the pipeline needs them, at most ``decode_lookahead`` ahead of inference.
-        With ``on_delta`` pages are generated one at a time through ``engine.stream_page``
-        (streaming), otherwise batched."""
+        With ``on_delta`` pages are generated one at a time and streamed (in the running
+        batch with continuous batching, else alone through ``engine.stream_page``),
+        otherwise batched."""
         with self.tracing.span(
             "docparser.parse", tier=request.options.tier, mode=request.options.mode
         ) as span:
