@@ -28,7 +28,7 @@ from docparser_runtime.engines.base import (
 )
 from docparser_runtime.engines.deepseek_ocr2.grounding import parse_output
 from docparser_runtime.engines.deepseek_ocr2.prompts import IMAGE_PLACEHOLDER, PROMPTS, prompt_for
-from docparser_runtime.engines.stepping import PageRun, RunningBatch
+from docparser_runtime.engines.deepseek_ocr2.steps import ContinuousSteps
 from docparser_runtime.errors import EngineFailure, Unavailable, WeightsError
 from docparser_runtime.preprocess.tiling import plan_tiles, processor_image_kwargs
 
@@ -53,7 +53,7 @@ def resolve_device(requested: str, cuda_available: bool) -> str:
     return requested
 
 
-class DeepseekOcr2Engine(Engine):
+class DeepseekOcr2Engine(ContinuousSteps, Engine):
     """DeepSeek-OCR-2 through transformers; one instance owns one model on one device."""
 
     name = "deepseek-ocr2"
@@ -237,62 +237,6 @@ class DeepseekOcr2Engine(Engine):
             raise EngineFailure(f"generation failed: {outcome['error']}") from outcome["error"]
         generated = outcome["result"][0, prompt_length:].tolist()
         return self._finish(page, generated, trips=_trips(guard, 1)[0])
-
-    # ---------------------------------------------------- continuous batching (stepping)
-
-    def kv_budget_tokens(self) -> int:
-        from docparser_runtime.engines.deepseek_ocr2.running import kv_budget_tokens
-
-        if self._kv_budget is None:
-            self._kv_budget = kv_budget_tokens(
-                self._model,
-                self.device or "cpu",
-                configured=self.kv_cache_tokens,
-                utilization=self.gpu_memory_utilization,
-            )
-        return self._kv_budget
-
-    def new_run(
-        self, page: PageImage, options: ParseOptions, on_delta: DeltaCallback | None
-    ) -> PageRun:
-        """A page's run, its prompt length estimated for admission (exact once prefilled)."""
-        text_tokens = self._prompt_text_tokens.get(options.mode, 0)
-        return PageRun(page, options, page.vision_tokens + 1 + text_tokens, on_delta)
-
-    def new_batch(self) -> RunningBatch:
-        from docparser_runtime.engines.deepseek_ocr2.running import DeepseekRunningBatch, TokenRules
-
-        if self._model is None:
-            raise Unavailable("deepseek-ocr2 engine is not loaded")
-        rules = TokenRules(
-            eos_ids=frozenset(self._eos_ids),
-            drop_ids=frozenset(self._drop_ids),
-            ngram_size=self.no_repeat_ngram_size,
-            ngram_window=self.no_repeat_ngram_window,
-            whitelist=frozenset(self._whitelist_ids),
-            decode=self._decode,
-        )
-        return DeepseekRunningBatch(
-            self._model, lambda run: self._prepare([run.page], run.options), rules
-        )
-
-    def run_done(self, run: PageRun) -> bool:
-        ended = bool(run.generated) and run.generated[-1] in self._eos_ids
-        return ended or run.stopped or run.remaining == 0
-
-    def finish_run(self, run: PageRun) -> PageResult:
-        """As ``infer_batch`` finishes a page; a stream gets the text held back last."""
-        from docparser_runtime.engines.deepseek_ocr2.generation import IncrementalDecoder
-
-        if (
-            run.on_delta is not None
-            and not run.stopped
-            and isinstance(run.decoder, IncrementalDecoder)
-        ):
-            tail = run.decoder.flush()
-            if tail:
-                run.on_delta(tail)
-        return self._finish(run.page, run.generated, trips=run.trips)
 
     # ------------------------------------------------------------------ helpers
 

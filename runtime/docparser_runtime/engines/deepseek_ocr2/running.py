@@ -262,7 +262,7 @@ class DeepseekRunningBatch:
                 layer.values = layer.values[:, :, :length, :]
 
 
-class RoomyLayer(DynamicLayer):  # type: ignore[no-untyped-call]
+class RoomyLayer(DynamicLayer):
     """A ``DynamicLayer`` whose keys and values are views of buffers with ``ROOM`` spare
     columns: ``DynamicLayer.update`` concatenates, copying the whole cache of the batch at
     every step (pages x length x layers); here a step writes its column, and the copy happens

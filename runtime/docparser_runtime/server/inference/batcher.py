@@ -20,8 +20,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from docparser_runtime.engines.base import (
     DeltaCallback,
@@ -40,52 +39,19 @@ from docparser_runtime.errors import (
     PayloadTooLarge,
     Unavailable,
 )
+from docparser_runtime.server.inference.queued import (
+    SubmitTimings as SubmitTimings,  # public here too: callers time their submits with it
+)
+from docparser_runtime.server.inference.queued import (
+    _Entry,
+    _Item,
+    _report_to,
+    is_out_of_memory,
+)
 from docparser_runtime.server.ops.metrics import Metrics
 
 log = logging.getLogger("docparser.batcher")
 T = TypeVar("T")
-PageFuture = asyncio.Future[PageResult]
-_Entry = tuple[PageImage, DeltaCallback | None]  # a page to queue, and its stream callback
-
-
-def is_out_of_memory(exc: BaseException) -> bool:
-    """torch.cuda.OutOfMemoryError (by name: the batcher never imports torch) or an
-    engine's own out-of-memory error message."""
-    return type(exc).__name__ == "OutOfMemoryError" or "out of memory" in str(exc).lower()
-
-
-def _report_to(callback: Callable[[PageResult], None]) -> Callable[[PageFuture], None]:
-    def done(fut: PageFuture) -> None:
-        if not fut.cancelled() and fut.exception() is None:
-            callback(fut.result())
-
-    return done
-
-
-@dataclass
-class SubmitTimings:
-    """Filled by ``submit``: seconds waiting in the queue and inside engine calls."""
-
-    queue_s: float = 0.0
-    inference_s: float = 0.0
-
-
-@dataclass(eq=False)
-class _Item:
-    page: PageImage
-    options: ParseOptions
-    future: PageFuture
-    enqueued: float
-    deadline: float | None
-    on_delta: DeltaCallback | None = None  # set: a streamed page, always a batch of one
-    priority: int = 0  # server.inference.priorities.Priority; the continuous scheduler orders by it
-    run: Any = None  # engines.stepping.PageRun once the continuous scheduler admitted it
-    started: float | None = None
-    finished: float | None = None
-    key: tuple[tuple[int, str, int], bool] = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.key = (self.options.batch_key(), self.on_delta is not None)
 
 
 class MicroBatcher:

@@ -41,8 +41,9 @@ from docparser_runtime.engines.stepping import (
     projected_peak_tokens,
 )
 from docparser_runtime.errors import DeadlineExceeded, DocParserError, EngineFailure, GpuOutOfMemory
-from docparser_runtime.server.inference.batcher import MicroBatcher, _Item, is_out_of_memory
+from docparser_runtime.server.inference.batcher import MicroBatcher
 from docparser_runtime.server.inference.priorities import Priority
+from docparser_runtime.server.inference.queued import _Item, is_out_of_memory
 from docparser_runtime.server.ops.metrics import Metrics
 from docparser_runtime.settings import Settings
 
@@ -141,14 +142,14 @@ class ContinuousBatcher(MicroBatcher):
                 gone.append(item)
         for item in gone:
             self._forget(item)
-        return [item.run for item in gone]
+        return _runs(gone)
 
     def _admit(self) -> list[PageRun]:
         free = self.max_batch_size - len(self._running)
         if free <= 0 or not self._queue:
             return []
         now = time.monotonic()
-        rows = [(it.run.length, it.run.remaining) for it in self._running]
+        rows = [(run.length, run.remaining) for run in _runs(self._running)]
         chosen: list[_Item] = []
         for item in sorted(self._queue, key=lambda it: self._rank(it, now)):
             if len(chosen) >= min(free, MAX_PREFILL_PAGES):
@@ -169,7 +170,7 @@ class ContinuousBatcher(MicroBatcher):
             item.started = item.started or now
             self._running.append(item)
             self._items[id(item.run)] = item
-        return [item.run for item in chosen]
+        return _runs(chosen)
 
     def _forget(self, item: _Item) -> None:
         self._running = [it for it in self._running if it is not item]
@@ -294,7 +295,7 @@ class ContinuousBatcher(MicroBatcher):
             return
         if error is not None:
             item.future.set_exception(error)
-        else:
+        elif result is not None:
             item.future.set_result(result)
 
     def _fail_all(self, exc: Exception) -> None:
@@ -308,6 +309,11 @@ class ContinuousBatcher(MicroBatcher):
     def occupancy(self) -> float:
         """Busy decode slots over all slots of the steps run so far."""
         return self.slot_steps / (self.steps * self.max_batch_size) if self.steps else 0.0
+
+
+def _runs(items: list[_Item]) -> list[PageRun]:
+    """The runs of admitted items (every admitted item has one)."""
+    return [item.run for item in items if item.run is not None]
 
 
 def _as_failure(exc: BaseException, engine: str) -> BaseException:

@@ -24,12 +24,13 @@ from docparser_runtime.errors import InvalidInput, Overloaded
 from docparser_runtime.preprocess.sandbox import release_memory
 from docparser_runtime.result_cache import PageCallback, PageDeltaCallback, Reply, TotalCallback
 from docparser_runtime.server.endpoints.parse.request_input import ParseRequest
-from docparser_runtime.server.inference.batcher import MicroBatcher, SubmitTimings
+from docparser_runtime.server.inference.batcher import MicroBatcher
 from docparser_runtime.server.inference.document_loader import (
     DocumentLoader,
     OpenDocument,
     create_decoder,
 )
+from docparser_runtime.server.inference.queued import SubmitTimings
 from docparser_runtime.server.ops.metrics import Metrics
 from docparser_runtime.server.ops.tracing import Tracing
 from docparser_runtime.settings import Settings
