@@ -348,6 +348,7 @@ def kv_budget_tokens(model: Any, device: str, *, configured: int, utilization: f
     per_token *= torch.finfo(model.dtype).bits // 8
     if not device.startswith("cuda"):
         return int(CPU_CACHE_BYTES // per_token)
+    torch.cuda.empty_cache()  # blocks torch holds but does not use (warm-up) count as free
     free, total = torch.cuda.mem_get_info(torch.device(device))
     spare = free - (1.0 - utilization) * total - PREFILL_RESERVE_BYTES
     return max(0, int(spare // per_token))
