@@ -122,8 +122,8 @@ class FixedLengthEngine(DeepseekOcr2Engine):
         self._configure_tokens(processor, model)
         self._processor, self._model = processor, model
 
-    def _generate_kwargs(self, inputs, options, stop_criteria=None) -> dict:
-        kwargs = super()._generate_kwargs(inputs, options, stop_criteria)
+    def _generate_kwargs(self, inputs, options, guard=None, stop_criteria=None) -> dict:
+        kwargs = super()._generate_kwargs(inputs, options, guard, stop_criteria)
         kwargs["min_new_tokens"] = options.max_new_tokens  # EOS suppressed until the cap
         return kwargs
 
@@ -182,7 +182,8 @@ def _timed_generate(engine, inputs, options) -> tuple[float, object]:
     _sync(engine.device)
     start = time.perf_counter()
     with torch.inference_mode():
-        output = engine._model.generate(**engine._generate_kwargs(inputs, options))
+        guard = engine._repetition_guard(inputs)  # the production path's guard, as timed
+        output = engine._model.generate(**engine._generate_kwargs(inputs, options, guard))
     _sync(engine.device)
     return time.perf_counter() - start, output
 
