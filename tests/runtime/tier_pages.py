@@ -1,0 +1,260 @@
+"""Generated pages of every kind for the ``tier: auto`` selector, with their text (issue 25).
+
+WHY: the selector is judged by how small a tier still reads a page, which depends on the
+text's size in pixels, the page's size and aspect (they decide the tile grid) and how it
+was made (clean render or scan). These pages span that: letters in large type, body text
+from 12 to 42 px, dense pages, 2 and 3 columns, ruled and borderless tables, formulas,
+CJK (when a CJK font is installed), scans, slides, receipts and small low-resolution pages.
+``bench/tier_calibration.py`` labels them with the CPU engine; tests use a few of them with
+the labels the sweep found (see ``tests/runtime/test_tier_select.py``).
+
+Everything is deterministic: words come from ``random.Random(seed)``.
+"""
+
+from __future__ import annotations
+
+import io
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import documents
+import numpy as np
+from page_corpus import CJK_PHRASES, WORDS, full_line, sentence
+from PIL import Image, ImageDraw, ImageFilter, ImageFont
+
+
+def a4(dpi: int) -> tuple[int, int]:
+    return round(8.27 * dpi), round(11.69 * dpi)
+
+
+@dataclass
+class TierPage:
+    """A page and its text as a list of drawn pieces (lines, cells, formula parts)."""
+
+    name: str
+    kind: str
+    image: Image.Image
+    pieces: list[str] = field(default_factory=list)
+
+
+class Pen:
+    """Draws text and remembers it."""
+
+    def __init__(self, size: tuple[int, int], paper: int = 255) -> None:
+        self.image = Image.new("RGB", size, (paper, paper, paper))
+        self.draw = ImageDraw.Draw(self.image)
+        self.pieces: list[str] = []
+
+    def text(self, xy, text: str, font: ImageFont.FreeTypeFont) -> None:
+        self.draw.text(xy, text, font=font, fill=documents.INK)
+        self.pieces.append(text)
+
+    def rule(self, x0: int, y0: int, x1: int, y1: int, width: int = 2) -> None:
+        self.draw.line([(x0, y0), (x1, y1)], fill=documents.INK, width=width)
+
+    def page(self, name: str, kind: str) -> TierPage:
+        return TierPage(name, kind, self.image, self.pieces)
+
+
+def _font(px: int, bold: bool = False) -> ImageFont.FreeTypeFont:
+    return documents.font(px, bold=bold)
+
+
+def column_text(pen: Pen, rng, px: int, x: int, y: int, width: int, bottom: int) -> int:
+    font = _font(px)
+    step = round(px * 1.45)
+    while y + step < bottom:
+        pen.text((x, y), full_line(rng, font, width), font)
+        y += step
+    return y
+
+
+def letter(name: str, size, px: int, lines: int, seed: int) -> TierPage:
+    """A plain one-column letter: heading, a few short paragraphs, wide margins."""
+    rng = random.Random(seed)
+    w, h = size
+    pen = Pen(size)
+    margin = w // 9
+    pen.text((margin, h // 14), "Dear Customer,", _font(round(px * 1.2), bold=True))
+    y = h // 14 + px * 3
+    for i in range(lines):
+        pen.text((margin, y), sentence(rng, rng.randrange(5, 8)), _font(px))
+        y += round(px * (2.4 if i % 4 == 3 else 1.6))
+    return pen.page(name, "letter")
+
+
+def body(name: str, size, px: int, seed: int, columns: int = 1, kind: str = "text") -> TierPage:
+    """Full pages of running text in ``columns`` columns."""
+    rng = random.Random(seed)
+    w, h = size
+    pen = Pen(size)
+    margin = w // 16
+    gutter = max(px * 2, w // 30)
+    pen.text((margin, margin), sentence(rng, 4), _font(round(px * 1.6), bold=True))
+    col_w = (w - 2 * margin - gutter * (columns - 1)) // columns
+    for c in range(columns):
+        x = margin + c * (col_w + gutter)
+        column_text(pen, rng, px, x, margin + px * 4, col_w, h - margin)
+    return pen.page(name, kind)
+
+
+def table(name: str, size, px: int, seed: int, *, ruled: bool, rows: int = 16) -> TierPage:
+    """A heading, a paragraph and a table of words and numbers, ruled or borderless."""
+    rng = random.Random(seed)
+    w, h = size
+    pen = Pen(size)
+    margin = w // 12
+    font = _font(px)
+    pen.text((margin, margin), "Quarterly figures by region", _font(round(px * 1.5), bold=True))
+    pen.text((margin, margin + px * 3), sentence(rng, 8), font)
+    top = margin + px * 6
+    cols = 5
+    col_w = (w - 2 * margin) // cols
+    row_h = round(px * 2.1)
+    for r in range(rows):
+        cells = [rng.choice(WORDS).capitalize()] + [
+            f"{rng.randrange(10, 99999):,}" for _ in range(cols - 1)
+        ]
+        for c, cell in enumerate(cells):
+            pen.text((margin + c * col_w + px // 2, top + r * row_h + px // 2), cell, font)
+    if ruled:
+        for r in range(rows + 1):
+            pen.rule(margin, top + r * row_h, margin + cols * col_w, top + r * row_h)
+        for c in range(cols + 1):
+            x = margin + c * col_w
+            pen.rule(x, top, x, top + rows * row_h)
+    y = top + rows * row_h + px * 2
+    column_text(pen, rng, px, margin, y, w - 2 * margin, min(h - margin, y + px * 12))
+    return pen.page(name, "ruled table" if ruled else "borderless table")
+
+
+def formulas(name: str, size, px: int, seed: int) -> TierPage:
+    """Text lines between display formulas: fractions with bars, super- and subscripts."""
+    rng = random.Random(seed)
+    w, h = size
+    pen = Pen(size)
+    margin = w // 10
+    font, small = _font(px), _font(round(px * 0.68))
+    y = margin
+    while y + px * 8 < h - margin:
+        pen.text((margin, y), full_line(rng, font, w - 2 * margin), font)
+        y += round(px * 2.2)
+        a, b = rng.randrange(2, 99), rng.randrange(2, 99)
+        x = margin + px * 3
+        pen.text((x, y + px // 2), f"f(x) = {a}x", font)
+        x += round(font.getlength(f"f(x) = {a}x"))
+        pen.text((x, y - px // 4), f"n+{b}", small)
+        x += round(small.getlength(f"n+{b}")) + px
+        pen.text((x, y + px // 2), "+", font)
+        x += px * 2
+        num, den = f"{a} + y", f"{b} - z"
+        pen.text((x, y - px // 3), num, small)
+        bar = round(max(small.getlength(num), small.getlength(den)))
+        pen.rule(x, y + px, x + bar, y + px, max(1, px // 12))
+        pen.text((x, y + px + px // 4), den, small)
+        x += bar + px
+        pen.text((x, y + px // 2), "y", font)
+        pen.text((x + round(font.getlength("y")), y + px), f"k{a}", small)
+        y += round(px * 3.4)
+    return pen.page(name, "formulas")
+
+
+def cjk(name: str, size, px: int, seed: int) -> TierPage | None:
+    path = documents.cjk_font_path()
+    if path is None:
+        return None
+    rng = random.Random(seed)
+    w, h = size
+    pen = Pen(size)
+    font = ImageFont.truetype(str(path), px)
+    margin = w // 10
+    y = margin
+    while y + px * 2 < h - margin:
+        parts = [rng.choice(CJK_PHRASES) for _ in range(max(2, (w - 2 * margin) // (px * 5)))]
+        pen.text((margin, y), "".join(parts), font)
+        y += round(px * 1.7)
+    return pen.page(name, "cjk")
+
+
+def scan(page: TierPage, seed: int) -> TierPage:
+    """The page printed and scanned: grey paper, a slight turn, blur, noise, JPEG."""
+    rng = np.random.default_rng(seed)
+    image = page.image.rotate(0.6, resample=Image.Resampling.BICUBIC, fillcolor=(255,) * 3)
+    image = image.filter(ImageFilter.GaussianBlur(0.8))
+    pixels = np.asarray(image).astype(np.float32) * 0.9 + 8
+    pixels += rng.normal(0, 9, pixels.shape[:2])[..., None]
+    buf = io.BytesIO()
+    Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8)).save(buf, "JPEG", quality=60)
+    scanned = Image.open(io.BytesIO(buf.getvalue())).convert("RGB")
+    return TierPage(page.name, "scan", scanned, page.pieces)
+
+
+def dense_two_columns_table(name: str = "dense-2col-table", seed: int = 60) -> TierPage:
+    """The issue's high-tier page: small type in two columns with a ruled table."""
+    rng = random.Random(seed)
+    w, h = a4(150)
+    px = 13
+    pen = Pen((w, h))
+    margin, gutter = 70, 40
+    col_w = (w - 2 * margin - gutter) // 2
+    pen.text((margin, 50), "Annual report: operations and results", _font(26, bold=True))
+    column_text(pen, rng, px, margin, 110, col_w, h - 70)
+    x = margin + col_w + gutter
+    y = column_text(pen, rng, px, x, 110, col_w, 700)
+    cell_w, row_h = col_w // 3, 30
+    for r in range(12):
+        cells = [rng.choice(WORDS), f"{rng.randrange(100, 99999):,}", f"{rng.randrange(1, 99)}%"]
+        for c, cell in enumerate(cells):
+            pen.text((x + c * cell_w + 6, y + 20 + r * row_h + 7), cell, _font(px))
+    for r in range(13):
+        pen.rule(x, y + 20 + r * row_h, x + 3 * cell_w, y + 20 + r * row_h, 1)
+    for c in range(4):
+        pen.rule(x + c * cell_w, y + 20, x + c * cell_w, y + 20 + 12 * row_h, 1)
+    column_text(pen, rng, px, x, y + 60 + 12 * row_h, col_w, h - 70)
+    return pen.page(name, "dense 2 columns + table")
+
+
+def plain_letter() -> TierPage:
+    """The issue's low-tier page: a short letter in 12 pt at 150 dpi."""
+    return letter("letter-150dpi-25px", a4(150), 25, 12, 1)
+
+
+def _pages() -> list[Callable[[], TierPage | None]]:
+    return [
+        plain_letter,
+        lambda: letter("letter-200dpi-33px", a4(200), 33, 14, 2),
+        lambda: letter("letter-300dpi-42px", a4(300), 42, 16, 3),
+        lambda: body("text-150dpi-24px", a4(150), 24, 4),
+        lambda: body("text-150dpi-20px", a4(150), 20, 5),
+        lambda: body("text-150dpi-17px", a4(150), 17, 6),
+        lambda: body("text-150dpi-14px", a4(150), 14, 7, kind="dense text"),
+        lambda: body("text-150dpi-12px", a4(150), 12, 8, kind="dense text"),
+        lambda: body("text-300dpi-42px", a4(300), 42, 9),
+        lambda: body("text-300dpi-30px", a4(300), 30, 10, kind="dense text"),
+        lambda: body("2col-150dpi-18px", a4(150), 18, 11, columns=2, kind="2 columns"),
+        lambda: body("2col-150dpi-14px", a4(150), 14, 12, columns=2, kind="2 columns"),
+        lambda: body("3col-150dpi-14px", a4(150), 14, 13, columns=3, kind="3 columns"),
+        lambda: body("3col-200dpi-24px", a4(200), 24, 14, columns=3, kind="3 columns"),
+        lambda: table("ruled-150dpi-20px", a4(150), 20, 15, ruled=True),
+        lambda: table("ruled-150dpi-14px", a4(150), 14, 16, ruled=True, rows=24),
+        lambda: table("borderless-150dpi-18px", a4(150), 18, 17, ruled=False),
+        lambda: table("borderless-150dpi-13px", a4(150), 13, 18, ruled=False, rows=26),
+        lambda: formulas("formulas-150dpi-26px", a4(150), 26, 19),
+        lambda: formulas("formulas-150dpi-18px", a4(150), 18, 20),
+        lambda: cjk("cjk-150dpi-26px", a4(150), 26, 21),
+        lambda: cjk("cjk-150dpi-17px", a4(150), 17, 22),
+        lambda: scan(letter("scan-letter-200dpi-30px", a4(200), 30, 14, 23), 23),
+        lambda: scan(body("scan-text-200dpi-22px", a4(200), 22, 24), 24),
+        lambda: scan(body("scan-2col-300dpi-30px", a4(300), 30, 25, columns=2), 25),
+        lambda: body("slide-1920x1080-40px", (1920, 1080), 40, 26, kind="slide"),
+        lambda: body("slide-1920x1080-22px", (1920, 1080), 22, 27, columns=2, kind="slide"),
+        lambda: body("receipt-600x1800-18px", (600, 1800), 18, 28, kind="receipt"),
+        lambda: body("small-700x990-14px", (700, 990), 14, 29, kind="small page"),
+        dense_two_columns_table,
+    ]
+
+
+def tier_pages() -> list[TierPage]:
+    """Every page (CJK pages only with a CJK font installed)."""
+    return [page for page in (make() for make in _pages()) if page is not None]
