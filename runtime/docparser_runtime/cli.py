@@ -1,4 +1,4 @@
-"""``docparser-runtime``: serve the HTTP API or fetch model weights.
+"""``docparser-runtime``: serve the HTTP API, fetch model weights, or advise on tiers.
 
 Flags override ``DOCPARSER_*`` environment variables, which override defaults
 (``Settings``). ``serve`` runs uvicorn with a graceful shutdown bounded by
@@ -61,7 +61,26 @@ def _build_parser() -> argparse.ArgumentParser:
         "make-manifest", help="hash a model directory into docparser-manifest.json"
     )
     manifest.add_argument("directory", type=Path, help="model directory")
+    _add_advise(sub)
     return parser
+
+
+def _add_advise(sub) -> None:
+    advise = sub.add_parser(
+        "advise", help="tier and capacity advice from a folder of sample documents"
+    )
+    advise.add_argument("directory", type=Path, help="folder of images and PDFs (recursive)")
+    advise.add_argument("--max-tier", type=int, default=6, choices=range(7), help="tier cap")
+    advise.add_argument("--engine", default="deepseek-ocr2", help="sizing engine")
+    advise.add_argument("--max-batch-size", type=int, default=8, help="runtime.maxBatchSize")
+    advise.add_argument("--max-new-tokens", type=int, default=4096, help="runtime.maxNewTokens")
+    advise.add_argument("--gpu-memory", help="resources.gpuMemory to check, e.g. 40Gi")
+    advise.add_argument("--pages-per-hour", type=float, help="target load for the replica count")
+    advise.add_argument(
+        "--throughput", help="measured pages/s of one replica by tier, e.g. 0=5.2,6=2.1"
+    )
+    advise.add_argument("--json", action="store_true", help="print the advice as JSON")
+    advise.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def _settings_from_args(args: argparse.Namespace) -> Settings:
@@ -145,8 +164,67 @@ def make_manifest(args: argparse.Namespace) -> int:
     return 0
 
 
+def advise(args: argparse.Namespace) -> int:
+    """Print tier and capacity advice for a folder of sample documents (see ``advise``)."""
+    import json
+
+    from docparser_runtime import advise as adv
+    from docparser_runtime.advise_table import render
+    from docparser_runtime.preprocess.pipeline import DecodeLimits
+    from docparser_runtime.settings import Settings
+
+    try:
+        throughput = _parse_throughput(args.throughput)
+        opts = adv.AdviseOptions(
+            max_tier=args.max_tier, engine=args.engine, max_batch_size=args.max_batch_size,
+            max_new_tokens=args.max_new_tokens, gpu_memory=args.gpu_memory,
+            pages_per_hour=args.pages_per_hour, throughput=throughput,
+        )  # fmt: skip
+        if args.gpu_memory:
+            from docparser_runtime.capacity import parse_quantity
+
+            parse_quantity(args.gpu_memory)
+        if args.engine not in ("deepseek-ocr2", "rapidocr"):
+            raise ValueError(f"unknown engine {args.engine!r}: deepseek-ocr2 or rapidocr")
+    except ValueError as exc:
+        print(f"advise: {exc}", file=sys.stderr)
+        return 2
+    if not args.directory.is_dir():
+        print(f"advise: {args.directory} is not a folder", file=sys.stderr)
+        return 2
+    files = adv.sample_files(args.directory)
+    show = not args.no_progress and sys.stderr.isatty() and len(files) > 1
+    limits = DecodeLimits.from_settings(Settings())
+    pages, skipped = adv.analyse(
+        files, args.directory, limits, args.max_tier, adv.progress_bar() if show else None
+    )
+    advice = adv.report(pages, skipped, opts)
+    if args.json:
+        print(json.dumps(advice, indent=1))
+    else:
+        print(render(advice))
+    return 0 if pages else 1
+
+
+def _parse_throughput(text: str | None) -> dict[int, float] | None:
+    if not text:
+        return None
+    out: dict[int, float] = {}
+    for item in text.split(","):
+        tier, _, value = item.partition("=")
+        try:
+            out[int(tier)] = float(value)
+        except ValueError:
+            raise ValueError(f"--throughput wants TIER=PAGES_PER_S,..., got {item!r}") from None
+        if not 0 <= int(tier) <= 6 or out[int(tier)] <= 0:
+            raise ValueError(f"--throughput: tier 0..6 and a positive rate, got {item!r}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _build_parser().parse_args(argv)
+    if args.command == "advise":
+        return advise(args)
     if args.command == "serve":
         return serve(args)
     if args.command == "make-manifest":
