@@ -4,7 +4,7 @@ operator's, so the advisor's "fits gpuMemory" is the verdict the operator will r
 from __future__ import annotations
 
 import pytest
-from docparser_operator import sizing
+from docparser_operator.core import sizing
 
 capacity = pytest.importorskip("docparser_runtime.capacity")
 
