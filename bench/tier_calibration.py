@@ -7,7 +7,8 @@ grid's canvas of 768 px tiles, each axis on its own, never enlarged), then read 
 RapidOCR engine. The page's error is order-free: each drawn line, cell or formula part is
 looked up in the reply (``page_corpus.line_error``), weighted by its length.
 
-Label: the lowest plan whose error is within ``--margin`` of the largest plan's (tier 6).
+Label: the lowest plan whose error is within ``--margin`` of the largest plan's (tier 6);
+labels are recomputed from the cached errors, so another margin needs no new OCR.
 The selector (``preprocess.tier_select.choose_tier``) is then scored over distinct plans:
 right (the label's plan), too low (a smaller plan: it loses text) or too high (wastes
 tokens). Nothing asserts; it prints tables (``--markdown`` for docs/benchmarks.md).
@@ -86,8 +87,7 @@ def label_pages(pages, engine, margin: float) -> dict[str, dict]:
                     "view": list(view.size),
                 }
             )
-        top = plans[-1]["error"]
-        label = next(p for p in plans if p["error"] <= top + margin)
+        label = label_of(plans, margin)
         labels[page.name] = {
             "kind": page.kind,
             "size": [w, h],
@@ -105,10 +105,18 @@ def label_pages(pages, engine, margin: float) -> dict[str, dict]:
     return labels
 
 
-def score(pages, labels: dict[str, dict]) -> list[dict]:
+def label_of(plans: list[dict], margin: float) -> dict:
+    """The lowest plan whose error is within ``margin`` of the largest plan's."""
+    top = plans[-1]["error"]
+    return next(p for p in plans if p["error"] <= top + margin)
+
+
+def score(pages, labels: dict[str, dict], margin: float) -> list[dict]:
     rows = []
     for page in pages:
         entry = labels[page.name]
+        label = label_of(entry["plans"], margin)
+        entry = {**entry, "label_tier": label["tier"], "label_tokens": label["tokens"]}
         t0 = time.perf_counter()
         choice = choose_tier(page.image)
         select_ms = 1000 * (time.perf_counter() - t0)
@@ -189,9 +197,10 @@ def main(argv: list[str] | None = None) -> int:
     if todo:
         engine = engine_class("rapidocr")(threads=1)
         engine.load()
-        labels.update(label_pages(todo, engine, args.margin))
-        args.cache.write_text(json.dumps(labels, indent=1))
-    rows = score(pages, labels)
+        for page in todo:  # the cache is written after every page: a long sweep can stop
+            labels.update(label_pages([page], engine, args.margin))
+            args.cache.write_text(json.dumps(labels, indent=1))
+    rows = score(pages, labels, args.margin)
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0

@@ -80,6 +80,8 @@ INVALID_SPECS = {
     "deepseek-without-weights": with_changes(weights=None),
     "canary-same-weights": with_changes(canary={"weights": BASE_SPEC["weights"], "weight": 10}),
     "gateway-without-ref": with_changes(traffic={"router": "gateway"}),
+    "tier-not-auto": with_changes(tier="max"),
+    "tier-above-6": with_changes(tier=7),
 }
 
 
@@ -128,10 +130,12 @@ def test_valid_spec_is_accepted_by_server_and_model(real_api: KubeApi, real_name
         canary={"weights": {**BASE_SPEC["weights"], "version": "2026-03-01", "sha256": SHA_B}},
         replicas={"min": 1, "max": 4},
         traffic={"router": "gateway", "gatewayRef": {"name": "web", "namespace": "infra"}},
+        tier="auto",
     )
     DocParserSpec.model_validate(spec)
     created = real_api.create(path(real_namespace), docparser("valid", spec))
     assert created["spec"]["canary"]["weights"]["sha256"] == SHA_B
+    assert created["spec"]["tier"] == "auto"
     assert created["metadata"]["generation"] == 1
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from docparser_operator.api.models import DocParser
+from docparser_operator.core import sizing
 from docparser_operator.core.render import render_all
 from docparser_operator.core.render.deployment import (
     PRESTOP_SLEEP_S,
@@ -221,6 +222,23 @@ def test_runtime_settings_reach_the_pod_as_env() -> None:
     assert env["DOCPARSER_MAX_TIER"] == "2"
     assert env["DOCPARSER_WEIGHTS_SHA256"] == resource["spec"]["weights"]["sha256"]
     assert env["DOCPARSER_REDIS_URL"] == {"secretKeyRef": {"name": "ocr-redis", "key": "url"}}
+
+
+def test_tier_auto_reaches_the_pod_with_the_cap_at_6_and_is_sized_there() -> None:
+    resource = GATEWAY.resource()
+    resource["spec"]["tier"] = "auto"
+    resource["spec"]["resources"]["gpuMemory"] = "16Gi"
+    env = {e["name"]: e.get("value") for e in _container(_deployments(resource)["stable"])["env"]}
+    assert (env["DOCPARSER_DEFAULT_TIER"], env["DOCPARSER_MAX_TIER"]) == ("auto", "6")
+    auto = DocParser.from_resource(resource).spec
+    resource["spec"]["tier"] = 6
+    six = DocParser.from_resource(resource).spec
+    assert sizing.estimate_for_spec(auto) == sizing.estimate_for_spec(six)
+    assert sizing.gpu_memory_problem(auto) == sizing.gpu_memory_problem(six)
+    resource["spec"]["tier"] = 0
+    assert sizing.estimate_for_spec(DocParser.from_resource(resource).spec).total < (
+        sizing.estimate_for_spec(auto).total
+    )
 
 
 def test_redis_url_comes_only_from_its_secret_and_only_when_configured() -> None:

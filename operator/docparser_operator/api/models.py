@@ -11,13 +11,14 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from docparser_operator.api import naming
 from docparser_operator.api.status_models import DocParserStatus
 from docparser_operator.api.wire import WireModel
 
 EngineName = Literal["deepseek-ocr2", "rapidocr"]
+MAX_TIER = 6  # tiles are 0 or 2..6 (DESIGN); auto is sized and capped here
 SHA256_PATTERN = r"^[0-9a-f]{64}$"
 QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$"
 CPU_PATTERN = r"^[0-9]+(\.[0-9]+)?m?$"
@@ -313,7 +314,7 @@ class Auth(WireModel):
 class DocParserSpec(WireModel):
     engine: EngineName = "deepseek-ocr2"
     weights: Weights | None = None
-    tier: Annotated[int, Field(ge=0, le=6)] = 6
+    tier: int | Literal["auto"] = 6
     replicas: Replicas = Field(default_factory=Replicas)
     rollout: Rollout = Field(default_factory=Rollout)
     weights_cache: WeightsCache = Field(default_factory=WeightsCache)
@@ -338,6 +339,20 @@ class DocParserSpec(WireModel):
         if self.canary is None or self.canary.runtime is None:
             return self
         return self.model_copy(update={"runtime": self.canary.runtime.applied_to(self.runtime)})
+
+    @field_validator("tier", mode="before")
+    @classmethod
+    def _tier_rule(cls, tier: object) -> object:
+        """The CRD's rule, before pydantic would turn "6" into 6 (the API server refuses it)."""
+        number = isinstance(tier, int) and not isinstance(tier, bool) and 0 <= tier <= MAX_TIER
+        if not (number or tier == "auto"):
+            raise ValueError("tier must be an integer 0..6 or auto")
+        return tier
+
+    @property
+    def max_tier(self) -> int:
+        """The most tiles a request may get: ``tier``, or 6 for ``auto`` (sizing, the cap)."""
+        return MAX_TIER if self.tier == "auto" else self.tier
 
     @model_validator(mode="after")
     def _cel_rules(self) -> DocParserSpec:

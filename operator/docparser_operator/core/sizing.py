@@ -125,7 +125,7 @@ def estimate_gpu_memory(
 def estimate_for_spec(spec: DocParserSpec) -> GpuEstimate:
     return estimate_gpu_memory(
         spec.engine,
-        tier=spec.tier,
+        tier=spec.max_tier,
         max_batch_size=spec.runtime.max_batch_size,
         max_new_tokens=spec.runtime.max_new_tokens,
     )
@@ -137,7 +137,7 @@ def largest_batch_that_fits(spec: DocParserSpec, gpu_bytes: int) -> int:
     for batch in range(1, spec.runtime.max_batch_size + 1):
         est = estimate_gpu_memory(
             spec.engine,
-            tier=spec.tier,
+            tier=spec.max_tier,
             max_batch_size=batch,
             max_new_tokens=spec.runtime.max_new_tokens,
         )
@@ -166,7 +166,7 @@ def gpu_memory_problem(spec: DocParserSpec) -> tuple[str, str] | None:
     return (
         "InsufficientGPUMemory",
         f"resources.gpuMemory {spec.resources.gpu_memory} cannot hold the worst case at tier "
-        f"{spec.tier}, maxBatchSize {spec.runtime.max_batch_size} and maxNewTokens "
+        f"{spec.max_tier}, maxBatchSize {spec.runtime.max_batch_size} and maxNewTokens "
         f"{spec.runtime.max_new_tokens}: needs {estimate.describe()}; {advice}, or lower tier "
         f"or maxNewTokens",
     )

@@ -61,7 +61,7 @@ def _env(spec: DocParserSpec, tp: RoleRevision, meta: ObjectMeta) -> list[dict[s
         "DOCPARSER_DEFAULT_MAX_NEW_TOKENS": str(spec.runtime.max_new_tokens),
         "DOCPARSER_MAX_NEW_TOKENS_LIMIT": str(spec.runtime.max_new_tokens),
         "DOCPARSER_DEFAULT_TIER": str(spec.tier),
-        "DOCPARSER_MAX_TIER": str(spec.tier),
+        "DOCPARSER_MAX_TIER": str(spec.max_tier),
         "DOCPARSER_MODEL_VERSION": tp.version or "embedded",
         "DOCPARSER_DEVICE": "cuda" if spec.gpus else "cpu",
         "DOCPARSER_DRAIN_GRACE_S": str(RUNTIME_DRAIN_GRACE_S),
