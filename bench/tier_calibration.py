@@ -123,7 +123,7 @@ def score(pages, labels: dict[str, dict], margin: float) -> list[dict]:
         want = entry["label_tokens"]
         got = choice.plan.vision_tokens
         verdict = "right" if got == want else ("too low" if got < want else "too high")
-        engine_ms = 1000 * entry["plans"][-1]["engine_s"]
+        engine_s = entry["plans"][-1]["engine_s"]  # None: relabelled from a log
         rows.append(
             {
                 "page": page.name,
@@ -134,7 +134,7 @@ def score(pages, labels: dict[str, dict], margin: float) -> list[dict]:
                 "tokens": got,
                 "verdict": verdict,
                 "select_ms": select_ms,
-                "engine_ms": engine_ms,
+                "engine_ms": 1000 * engine_s if engine_s else None,
                 "text_px_global": choice.signals.text_height_global,
                 "errors": [round(p["error"], 3) for p in entry["plans"]],
                 "plan_tiers": [p["tier"] for p in entry["plans"]],
@@ -160,7 +160,7 @@ def print_tables(rows: list[dict], markdown: bool) -> None:
     fixed = 1120 * n
     auto = sum(r["tokens"] for r in rows)
     ideal = sum(r["label_tokens"] for r in rows)
-    ratio = [r["select_ms"] / r["engine_ms"] for r in rows]
+    ratio = [r["select_ms"] / r["engine_ms"] for r in rows if r["engine_ms"]] or [0.0]
     print()
     print(
         f"selector v{SELECTOR_VERSION} over {n} pages (distinct plans): "
@@ -188,10 +188,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--markdown", action="store_true")
     parser.add_argument("--json", action="store_true", help="print the scored rows as JSON")
     args = parser.parse_args(argv)
-    pages = tier_pages.tier_pages()
     if args.pages:
-        wanted = set(args.pages.split(","))
-        pages = [p for p in pages if p.name in wanted]
+        chosen = (tier_pages.page(name) for name in args.pages.split(","))
+        pages = [p for p in chosen if p is not None]
+    else:
+        pages = tier_pages.tier_pages()
     labels = json.loads(args.cache.read_text()) if args.cache.exists() else {}
     todo = [p for p in pages if args.relabel or p.name not in labels]
     if todo:

@@ -19,6 +19,7 @@ class PageImage:
     image: Image.Image
     tiles: int
     vision_tokens: int
+    tier: int | None = None  # the tier this page is planned at (``auto``: the selector's)
 
     @property
     def width(self) -> int:

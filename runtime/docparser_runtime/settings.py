@@ -8,7 +8,7 @@ Nothing else in the runtime reads ``os.environ``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -117,7 +117,11 @@ class Settings(BaseSettings):
         description="pages of one request decoded per chunk; the next chunk decodes while one "
         "is inferred, so at most two chunks of decoded pages are held per request",
     )
-    default_tier: int = Field(6, ge=0, le=6)
+    default_tier: Annotated[int, Field(ge=0, le=6)] | Literal["auto"] = Field(
+        6,
+        description="tier of requests that name none: 0..6, or auto (each page the smallest "
+        "tier that reads it, at most max_tier)",
+    )
     max_tier: int = Field(
         6, ge=0, le=6, description="most tiles this deployment serves (GPU memory is sized for it)"
     )

@@ -220,41 +220,45 @@ def plain_letter() -> TierPage:
     return letter("letter-150dpi-25px", a4(150), 25, 12, 1)
 
 
-def _pages() -> list[Callable[[], TierPage | None]]:
-    return [
-        plain_letter,
-        lambda: letter("letter-200dpi-33px", a4(200), 33, 14, 2),
-        lambda: letter("letter-300dpi-42px", a4(300), 42, 16, 3),
-        lambda: body("text-150dpi-24px", a4(150), 24, 4),
-        lambda: body("text-150dpi-20px", a4(150), 20, 5),
-        lambda: body("text-150dpi-17px", a4(150), 17, 6),
-        lambda: body("text-150dpi-14px", a4(150), 14, 7, kind="dense text"),
-        lambda: body("text-150dpi-12px", a4(150), 12, 8, kind="dense text"),
-        lambda: body("text-300dpi-42px", a4(300), 42, 9),
-        lambda: body("text-300dpi-30px", a4(300), 30, 10, kind="dense text"),
-        lambda: body("2col-150dpi-18px", a4(150), 18, 11, columns=2, kind="2 columns"),
-        lambda: body("2col-150dpi-14px", a4(150), 14, 12, columns=2, kind="2 columns"),
-        lambda: body("3col-150dpi-14px", a4(150), 14, 13, columns=3, kind="3 columns"),
-        lambda: body("3col-200dpi-24px", a4(200), 24, 14, columns=3, kind="3 columns"),
-        lambda: table("ruled-150dpi-20px", a4(150), 20, 15, ruled=True),
-        lambda: table("ruled-150dpi-14px", a4(150), 14, 16, ruled=True, rows=24),
-        lambda: table("borderless-150dpi-18px", a4(150), 18, 17, ruled=False),
-        lambda: table("borderless-150dpi-13px", a4(150), 13, 18, ruled=False, rows=26),
-        lambda: formulas("formulas-150dpi-26px", a4(150), 26, 19),
-        lambda: formulas("formulas-150dpi-18px", a4(150), 18, 20),
-        lambda: cjk("cjk-150dpi-26px", a4(150), 26, 21),
-        lambda: cjk("cjk-150dpi-17px", a4(150), 17, 22),
-        lambda: scan(letter("scan-letter-200dpi-30px", a4(200), 30, 14, 23), 23),
-        lambda: scan(body("scan-text-200dpi-22px", a4(200), 22, 24), 24),
-        lambda: scan(body("scan-2col-300dpi-30px", a4(300), 30, 25, columns=2), 25),
-        lambda: body("slide-1920x1080-40px", (1920, 1080), 40, 26, kind="slide"),
-        lambda: body("slide-1920x1080-22px", (1920, 1080), 22, 27, columns=2, kind="slide"),
-        lambda: body("receipt-600x1800-18px", (600, 1800), 18, 28, kind="receipt"),
-        lambda: body("small-700x990-14px", (700, 990), 14, 29, kind="small page"),
-        dense_two_columns_table,
-    ]
+PAGES: dict[str, Callable[[str], TierPage | None]] = {
+    "letter-150dpi-25px": lambda n: plain_letter(),
+    "letter-200dpi-33px": lambda n: letter(n, a4(200), 33, 14, 2),
+    "letter-300dpi-42px": lambda n: letter(n, a4(300), 42, 16, 3),
+    "text-150dpi-24px": lambda n: body(n, a4(150), 24, 4),
+    "text-150dpi-20px": lambda n: body(n, a4(150), 20, 5),
+    "text-150dpi-17px": lambda n: body(n, a4(150), 17, 6),
+    "text-150dpi-14px": lambda n: body(n, a4(150), 14, 7, kind="dense text"),
+    "text-150dpi-12px": lambda n: body(n, a4(150), 12, 8, kind="dense text"),
+    "text-300dpi-42px": lambda n: body(n, a4(300), 42, 9),
+    "text-300dpi-30px": lambda n: body(n, a4(300), 30, 10, kind="dense text"),
+    "2col-150dpi-18px": lambda n: body(n, a4(150), 18, 11, columns=2, kind="2 columns"),
+    "2col-150dpi-14px": lambda n: body(n, a4(150), 14, 12, columns=2, kind="2 columns"),
+    "3col-150dpi-14px": lambda n: body(n, a4(150), 14, 13, columns=3, kind="3 columns"),
+    "3col-200dpi-24px": lambda n: body(n, a4(200), 24, 14, columns=3, kind="3 columns"),
+    "ruled-150dpi-20px": lambda n: table(n, a4(150), 20, 15, ruled=True),
+    "ruled-150dpi-14px": lambda n: table(n, a4(150), 14, 16, ruled=True, rows=24),
+    "borderless-150dpi-18px": lambda n: table(n, a4(150), 18, 17, ruled=False),
+    "borderless-150dpi-13px": lambda n: table(n, a4(150), 13, 18, ruled=False, rows=26),
+    "formulas-150dpi-26px": lambda n: formulas(n, a4(150), 26, 19),
+    "formulas-150dpi-18px": lambda n: formulas(n, a4(150), 18, 20),
+    "cjk-150dpi-26px": lambda n: cjk(n, a4(150), 26, 21),
+    "cjk-150dpi-17px": lambda n: cjk(n, a4(150), 17, 22),
+    "scan-letter-200dpi-30px": lambda n: scan(letter(n, a4(200), 30, 14, 23), 23),
+    "scan-text-200dpi-22px": lambda n: scan(body(n, a4(200), 22, 24), 24),
+    "scan-2col-300dpi-30px": lambda n: scan(body(n, a4(300), 30, 25, columns=2), 25),
+    "slide-1920x1080-40px": lambda n: body(n, (1920, 1080), 40, 26, kind="slide"),
+    "slide-1920x1080-22px": lambda n: body(n, (1920, 1080), 22, 27, columns=2, kind="slide"),
+    "receipt-600x1800-18px": lambda n: body(n, (600, 1800), 18, 28, kind="receipt"),
+    "small-700x990-14px": lambda n: body(n, (700, 990), 14, 29, kind="small page"),
+    "dense-2col-table": dense_two_columns_table,
+}
+
+
+def page(name: str) -> TierPage | None:
+    """One page by name (None: a CJK page without a CJK font)."""
+    return PAGES[name](name)
 
 
 def tier_pages() -> list[TierPage]:
     """Every page (CJK pages only with a CJK font installed)."""
-    return [page for page in (make() for make in _pages()) if page is not None]
+    return [p for p in (page(name) for name in PAGES) if p is not None]

@@ -32,6 +32,9 @@ class ParseOptions:
     max_new_tokens: int = 4096
     # Not an API option: benchmarks set it to give the random tiny model output lengths.
     min_new_tokens: int = 0
+    # ``tier: auto``: ``tier`` is the cap and each page gets the selector's tier (resolved
+    # before queueing; the batcher only ever sees resolved options, auto False).
+    auto: bool = False
 
     def batch_key(self) -> tuple[int, str, int, int]:
         """Pages may share one generate() call only when this key is equal (a continuous
@@ -85,6 +88,7 @@ class PageResult:
     coverage: list[BBox] | None = None
     warnings: list[PageWarning] = field(default_factory=list)
     audit_s: float = 0.0
+    tier: int | None = None  # the tier the page was read at (set by the parse service)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -92,6 +96,7 @@ class PageResult:
             "content": self.content,
             "width": self.width,
             "height": self.height,
+            "tier": self.tier,
             "tiles": self.tiles,
             "vision_tokens": self.vision_tokens,
             "blocks": [b.to_dict() for b in self.blocks],

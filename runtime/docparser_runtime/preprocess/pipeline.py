@@ -24,6 +24,7 @@ from docparser_runtime.preprocess.pdf import (
     render_pdf_page,
     select_pdf_pages,
 )
+from docparser_runtime.preprocess.tier_select import choose_tier
 from docparser_runtime.preprocess.tiling import MAX_TIER, plan_tiles
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ def validate_tier(tier: object) -> int:
 
 
 def load_document(
-    data: bytes, *, tier: int, pages: str | None, limits: DecodeLimits
+    data: bytes, *, tier: int, pages: str | None, limits: DecodeLimits, auto: bool = False
 ) -> list[PageImage]:
     """Decode an image or PDF into ``PageImage``s, each with its tiling plan.
 
@@ -81,13 +82,24 @@ def load_document(
     else:
         parse_page_ranges(pages, 1)
         rendered = [(0, decode_image(data, max_pixels=limits.max_pixels))]
-    return [to_page_image(index, image, tier) for index, image in rendered]
+    return [to_page_image(index, image, tier, auto=auto) for index, image in rendered]
 
 
-def to_page_image(index: int, image: Image.Image, tier: int) -> PageImage:
-    """A decoded page with its tiling plan (the visual-token accounting)."""
-    plan = plan_tiles(image.width, image.height, tier)
-    return PageImage(index=index, image=image, tiles=plan.tiles, vision_tokens=plan.vision_tokens)
+def to_page_image(index: int, image: Image.Image, tier: int, *, auto: bool = False) -> PageImage:
+    """A decoded page with its tiling plan (the visual-token accounting).
+
+    ``auto``: ``tier`` is the cap and the page gets the smallest tier that reads it
+    (``tier_select.choose_tier``), decided here, where the page is decoded (in the decoder
+    pool, off the event loop), so the page is queued with its tier already known.
+    """
+    if auto:
+        choice = choose_tier(image, tier)
+        chosen, plan = choice.tier, choice.plan
+    else:
+        chosen, plan = tier, plan_tiles(image.width, image.height, tier)
+    return PageImage(
+        index=index, image=image, tiles=plan.tiles, vision_tokens=plan.vision_tokens, tier=chosen
+    )
 
 
 @dataclass(frozen=True)

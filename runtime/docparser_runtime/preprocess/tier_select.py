@@ -164,6 +164,36 @@ def _text_columns(ink: np.ndarray, bands, strip_w: int) -> int:
 def _fraction_bars(ink: np.ndarray, rule_rows: np.ndarray, text_height: float) -> int:
     """Thin strokes (blank two rows above and below) longer than 1.5 text heights that are
     not table rules: fraction bars (and underlines, which err towards a higher tier)."""
+    longest = max(int(1.5 * text_height), 2)
+    thin = ink[2:-2] & ~ink[:-4] & ~ink[4:]
+    rows = thin[(thin.sum(axis=1) >= longest) & ~rule_rows[2:-2]]
+    if not rows.size:
+        return 0
+    run = np.cumsum(rows, axis=1, dtype=np.int32)
+    window = (run[:, longest - 1 :] - np.pad(run, ((0, 0), (1, 0)))[:, : -longest]) == longest
+    # one window start per run of at least ``longest`` thin pixels
+    starts = window[:, 1:] & ~window[:, :-1]
+    return int(starts.sum() + window[:, 0].sum())
+
+
+def _text_columns(ink: np.ndarray, bands, strip_w: int) -> int:
+    """Pixel columns with ink inside text bands, summed over strips (~ text line length)."""
+    total = 0
+    h = ink.shape[0]
+    for strip in range(STRIPS):
+        mine = sorted((top, top + height) for s, top, height in bands if s == strip)
+        if not mine:
+            continue
+        cuts = [edge for top, end in mine for edge in (top, end) if edge < h]
+        part = ink[:, strip * strip_w : (strip + 1) * strip_w]
+        segments = np.logical_or.reduceat(part, cuts, axis=0)
+        total += int(segments[::2].sum())
+    return total
+
+
+def _fraction_bars(ink: np.ndarray, rule_rows: np.ndarray, text_height: float) -> int:
+    """Thin strokes (blank two rows above and below) longer than 1.5 text heights that are
+    not table rules: fraction bars (and underlines, which err towards a higher tier)."""
     thin = np.zeros_like(ink)
     thin[2:-2] = ink[2:-2] & ~ink[:-4] & ~ink[4:]
     longest = int(1.5 * text_height)

@@ -1,0 +1,90 @@
+"""``tier: auto``'s selector on a fixed labelled set: it must not regress (issue 25).
+
+The labels are what ``bench/tier_calibration.py`` found with the CPU engine (the lowest
+distinct tile plan whose error stays within 0.02 of tier 6's; see docs/benchmarks.md).
+A page read at a smaller plan than its label loses text: that is the costly mistake, so it
+fails here on every page; pages the selector gets exactly right must stay right.
+"""
+
+from __future__ import annotations
+
+import pytest
+import tier_pages
+from docparser_runtime.preprocess.tier_select import (
+    SELECTOR_VERSION,
+    choose_tier,
+    distinct_plans,
+    measure,
+)
+from docparser_runtime.preprocess.tiling import plan_tiles
+from PIL import Image
+
+# page -> (label tier from the sweep, whether selector v1 picks exactly that plan)
+LABELLED = {
+    "letter-150dpi-25px": (0, True),
+    "text-150dpi-17px": (0, True),
+    "text-150dpi-12px": (6, True),
+    "letter-300dpi-42px": (0, True),
+}
+
+
+@pytest.fixture(scope="module")
+def pages() -> dict:
+    return {name: tier_pages.page(name) for name in LABELLED}
+
+
+@pytest.mark.parametrize("name", sorted(LABELLED))
+def test_never_below_the_label_and_right_where_it_was(pages, name) -> None:
+    page = pages[name]
+    label, exact = LABELLED[name]
+    w, h = page.image.size
+    want = plan_tiles(w, h, label).vision_tokens
+    choice = choose_tier(page.image)
+    assert choice.plan.vision_tokens >= want, f"{name}: too low ({choice.reason})"
+    if exact:
+        assert choice.plan.vision_tokens == want, f"{name}: too high now ({choice.reason})"
+    assert choice.plan == plan_tiles(w, h, choice.tier)  # the plan is the real tiling's
+    assert choice.version == SELECTOR_VERSION
+
+
+def test_the_issue_pages_plain_letter_low_dense_two_columns_with_table_high() -> None:
+    letter = choose_tier(tier_pages.plain_letter().image)
+    dense = choose_tier(tier_pages.dense_two_columns_table().image)
+    assert letter.tier <= 1 and letter.plan.vision_tokens == 256
+    assert dense.tier == 6 and dense.plan.vision_tokens == 1120
+    assert dense.signals.columns == 2 and dense.signals.rules >= 3
+
+
+def test_the_cap_bounds_the_choice() -> None:
+    dense = tier_pages.dense_two_columns_table().image
+    for cap in range(7):
+        choice = choose_tier(dense, cap)
+        assert choice.tier <= cap
+        assert choice.plan.vision_tokens <= plan_tiles(*dense.size, cap).vision_tokens
+
+
+def test_blank_and_tiny_pages_take_the_global_view() -> None:
+    for image in (Image.new("RGB", (1240, 1754), "white"), Image.new("RGB", (40, 30), "grey")):
+        choice = choose_tier(image)
+        assert (choice.tier, choice.plan.tiles) == (0, 0)
+        assert choice.signals.text_height == 0
+
+
+def test_signals_see_columns_rules_and_formulas() -> None:
+    two = measure(tier_pages.page("2col-150dpi-18px").image)
+    three = measure(tier_pages.page("3col-150dpi-14px").image)
+    ruled = measure(tier_pages.page("ruled-150dpi-20px").image)
+    formulas = measure(tier_pages.page("formulas-150dpi-26px").image)
+    letter = measure(tier_pages.plain_letter().image)
+    assert (two.columns, three.columns, letter.columns) == (2, 3, 1)
+    assert ruled.rules >= 10 and letter.rules == 0 and two.rules == 0
+    assert formulas.formula and not ruled.formula and not letter.formula and not two.formula
+    # smaller type reads as smaller text
+    assert three.text_height < two.text_height < letter.text_height
+
+
+def test_distinct_plans_fold_equal_grids() -> None:
+    # A4 portrait: tiers 0/1 global only, 2..5 one column of two tiles, 6 two by three
+    plans = distinct_plans(1240, 1754)
+    assert [tier for tier, _ in plans] == [0, 2, 6]
+    assert [(p.cols, p.rows) for _, p in plans] == [(0, 0), (1, 2), (2, 3)]
