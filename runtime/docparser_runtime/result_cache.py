@@ -3,7 +3,8 @@
 Users re-send the same scans (retries, re-runs of a batch, the same letterhead); a GPU
 minute saved per hit is the point. The key is the sha256 of the input bytes plus
 everything that changes the output: options, page range, PDF render DPI, engine name,
-model version and the pinned weights digest, so a new model never serves stale results;
+model version and the pinned weights digest, so a new model never serves stale results
+(``tier: auto`` adds the cap and the selector's version: a new rule re-parses);
 and the caller's API key id, so one tenant never learns (or receives) what another parsed
 (``DOCPARSER_CACHE_SHARED`` shares it deliberately). A request can opt out (``cache: false``).
 
@@ -36,6 +37,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from docparser_runtime.preprocess.tier_select import SELECTOR_VERSION
 from docparser_runtime.settings import Settings
 
 log = logging.getLogger("docparser.cache")
@@ -130,6 +132,8 @@ def cache_key(request: CacheableRequest, *, engine: str, version: str, settings:
         # answers another's request unless the deployment shares it on purpose.
         "tenant": "" if settings.cache_shared else request.tenant,
     }
+    if opts.auto:  # per-page tiers come from the selector: its version decides them
+        material.update(tier="auto", max_tier=opts.tier, selector=SELECTOR_VERSION)
     canonical = json.dumps(material, sort_keys=True, separators=(",", ":"))
     return settings.redis_prefix + KEY_SPACE + hashlib.sha256(canonical.encode()).hexdigest()
 

@@ -67,6 +67,7 @@ def test_documented_page_grammar_is_accepted(spec):
         ({"tier": 1.0}, "invalid_tier"),
         ({"tier": False}, "invalid_tier"),
         ({"tier": [1]}, "invalid_tier"),
+        ({"tier": "AUTO"}, "invalid_tier"),
         ({"mode": "MARKDOWN"}, "invalid_mode"),
         ({"mode": []}, "invalid_mode"),
         ({"mode": {}}, "invalid_mode"),
@@ -97,6 +98,7 @@ def test_invalid_json_options(fields, code):
     [
         ([("tier", "1.5")], "invalid_tier"),
         ([("tier", "max")], "invalid_tier"),
+        ([("tier", "Auto")], "invalid_tier"),
         ([("mode", "poetry")], "invalid_mode"),
         ([("stream", "maybe")], "invalid_option"),
         ([("pages", "a-b")], "invalid_pages"),
@@ -120,12 +122,15 @@ def test_messages_never_echo_the_value():
 
 def test_schema_is_generated_from_the_model():
     form = options_schema(form=True)
-    assert form["tier"] == {**form["tier"], "type": "integer", "minimum": 0, "maximum": 6}
+    assert form["tier"]["anyOf"] == [
+        {"type": "integer", "minimum": 0, "maximum": 6},
+        {"type": "string", "const": "auto"},
+    ]
     assert form["mode"]["enum"] == ["markdown", "text", "grounding"]
     assert re.fullmatch(form["pages"]["pattern"], "1-3, 7,9-")
     assert not re.fullmatch(form["pages"]["pattern"], "1-3-4")
     json_tier = options_schema(form=False)["tier"]
-    assert {v["type"] for v in json_tier["anyOf"]} == {"integer", "null"}
+    assert [v["type"] for v in json_tier["anyOf"]] == ["integer", "string", "null"]
     assert "stream" not in options_schema(form=True, include_stream=False)
 
 
@@ -154,6 +159,20 @@ def test_bad_base64(value):
     with pytest.raises(InvalidInput) as info:
         decode_base64_document(value)
     assert info.value.code == "invalid_base64"
+
+
+def test_auto_from_form_json_or_the_default_caps_at_max_tier():
+    settings = Settings(default_tier="auto", max_tier=3)
+    for req in (
+        build_parse_request(b"x", options_from_form([("tier", "auto")]), SETTINGS),
+        build_parse_request(b"x", {"tier": "auto"}, SETTINGS),
+    ):
+        assert (req.options.auto, req.options.tier) == (True, 6)
+    assert build_parse_request(b"x", {}, settings).options == ParseOptions(
+        tier=3, max_new_tokens=4096, auto=True
+    )
+    named = build_parse_request(b"x", {"tier": 2}, settings).options
+    assert (named.auto, named.tier) == (False, 2)
 
 
 def test_tier_above_the_deployments_max_tier_is_refused_and_default_is_capped():

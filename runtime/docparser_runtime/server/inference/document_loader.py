@@ -18,6 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar, TypeVarTuple
 
+from PIL import Image
+
 from docparser_runtime.engines.base import PageImage
 from docparser_runtime.errors import DeadlineExceeded, DocParserError, InvalidInput
 from docparser_runtime.preprocess.pipeline import (
@@ -46,6 +48,7 @@ class OpenDocument:
     plan: DocumentPlan
     token: str = field(default_factory=lambda: uuid.uuid4().hex)
     decoded: list[PageImage] | None = None  # a test loader's pages, decoded at open
+    auto: bool = False  # ``tier`` is the cap; each page gets the selector's tier
 
     @property
     def page_count(self) -> int:
@@ -56,12 +59,20 @@ class Decoder(Protocol):
     """What ``ParseService`` asks of a decoder: open a document, then decode its pages."""
 
     async def open(
-        self, data: bytes, tier: int, pages: str | None, deadline: float
+        self, data: bytes, tier: int, pages: str | None, deadline: float, *, auto: bool = False
     ) -> OpenDocument: ...
     async def page(self, doc: OpenDocument, position: int, deadline: float) -> PageImage: ...
     def start(self) -> None: ...
     async def wait_started(self) -> None: ...
     def close(self) -> None: ...
+
+
+async def planned(doc: OpenDocument, index: int, image: Image.Image) -> PageImage:
+    """The decoded page with its tiling plan. ``auto`` runs the tier selector (numpy, a few
+    ms) on a worker thread, so the event loop never waits on it."""
+    if doc.auto:
+        return await asyncio.to_thread(to_page_image, index, image, doc.tier, auto=True)
+    return to_page_image(index, image, doc.tier)
 
 
 def _classified(exc: Exception) -> DocParserError:
@@ -111,16 +122,16 @@ class InProcessDecoder(_ThreadDecoding):
         self.limits = limits
 
     async def open(
-        self, data: bytes, tier: int, pages: str | None, deadline: float
+        self, data: bytes, tier: int, pages: str | None, deadline: float, *, auto: bool = False
     ) -> OpenDocument:
         validate_tier(tier)
         plan = await self._run(deadline, plan_document, data, pages, self.limits)
-        return OpenDocument(data, tier, plan)
+        return OpenDocument(data, tier, plan, auto=auto)
 
     async def page(self, doc: OpenDocument, position: int, deadline: float) -> PageImage:
         index = doc.plan.indices[position]
         image = await self._run(deadline, render_page, doc.data, doc.plan.fmt, index, self.limits)
-        return to_page_image(index, image, doc.tier)
+        return await planned(doc, index, image)
 
 
 class LoaderDecoder(_ThreadDecoding):
@@ -131,15 +142,16 @@ class LoaderDecoder(_ThreadDecoding):
         self.loader = loader
 
     async def open(
-        self, data: bytes, tier: int, pages: str | None, deadline: float
+        self, data: bytes, tier: int, pages: str | None, deadline: float, *, auto: bool = False
     ) -> OpenDocument:
         decoded = await self._run(deadline, self.loader, data, tier, pages)
         plan = DocumentPlan("preloaded", tuple(p.index for p in decoded))
-        return OpenDocument(data, tier, plan, decoded=list(decoded))
+        return OpenDocument(data, tier, plan, decoded=list(decoded), auto=auto)
 
     async def page(self, doc: OpenDocument, position: int, deadline: float) -> PageImage:
         assert doc.decoded is not None
-        return doc.decoded[position]
+        page = doc.decoded[position]
+        return await planned(doc, page.index, page.image) if doc.auto else page
 
 
 class SandboxDecoder:
@@ -150,10 +162,10 @@ class SandboxDecoder:
         self.pool = pool
 
     async def open(
-        self, data: bytes, tier: int, pages: str | None, deadline: float
+        self, data: bytes, tier: int, pages: str | None, deadline: float, *, auto: bool = False
     ) -> OpenDocument:
         validate_tier(tier)
-        doc = OpenDocument(data, tier, DocumentPlan("", ()))
+        doc = OpenDocument(data, tier, DocumentPlan("", ()), auto=auto)
         doc.plan = await self.pool.plan(doc.token, data, pages, self.limits, deadline)
         return doc
 
@@ -162,7 +174,7 @@ class SandboxDecoder:
         image = await self.pool.render(
             doc.token, doc.data, doc.plan.fmt, index, self.limits, deadline
         )
-        return to_page_image(index, image, doc.tier)
+        return await planned(doc, index, image)
 
     def start(self) -> None:
         """Spawn the workers now."""

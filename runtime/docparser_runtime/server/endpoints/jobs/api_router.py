@@ -108,7 +108,7 @@ async def create_job(
         if parsed.stream:
             raise InvalidInput("a job cannot stream; poll GET /v1/jobs/{id}", code="invalid_option")
         params = {
-            "tier": parsed.options.tier,
+            "tier": "auto" if parsed.options.auto else parsed.options.tier,
             "mode": parsed.options.mode,
             "max_new_tokens": parsed.options.max_new_tokens,
             "pages": parsed.pages,

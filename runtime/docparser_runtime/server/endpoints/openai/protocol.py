@@ -58,7 +58,9 @@ class ChatCompletionRequest(BaseModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int = Field(1, ge=1, le=1)
-    tier: int | None = Field(None, ge=0, le=6, description="docparser: most local tiles")
+    tier: Annotated[int, Field(ge=0, le=6)] | Literal["auto"] | None = Field(
+        None, description="docparser: most local tiles (0..6), or auto"
+    )
 
 
 def _inline_refs(schema: dict[str, Any]) -> dict[str, Any]:

@@ -19,7 +19,7 @@ Messages never echo the offending value (it could be megabytes, or nested 100,00
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import ErrorDetails, PydanticCustomError
@@ -52,11 +52,10 @@ class RequestOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    tier: int | None = Field(
+    tier: Annotated[int, Field(ge=0, le=MAX_TIER)] | Literal["auto"] | None = Field(
         None,
-        ge=0,
-        le=MAX_TIER,
-        description="most local 768x768 tiles per page (0..DOCPARSER_MAX_TIER); "
+        description="most local 768x768 tiles per page (0..DOCPARSER_MAX_TIER), or auto: each "
+        "page the smallest tier that still reads it, at most DOCPARSER_MAX_TIER; "
         "default DOCPARSER_DEFAULT_TIER",
     )
     mode: Mode | None = Field(

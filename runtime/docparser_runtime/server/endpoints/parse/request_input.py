@@ -73,9 +73,14 @@ def build_parse_request(
     if not data:
         raise InvalidInput("the document is empty", code="empty_document")
     # The deployment's GPU memory is sized for max_tier: a higher tier is refused, not run.
+    # ``auto`` picks per page at or under it (the selector runs as each page is decoded).
     max_tier = settings.max_tier
-    if opts.tier is None:
-        tier = min(settings.default_tier, max_tier)
+    wanted = settings.default_tier if opts.tier is None else opts.tier
+    auto = wanted == "auto"
+    if auto:
+        tier = max_tier
+    elif opts.tier is None:
+        tier = min(int(wanted), max_tier)
     elif opts.tier > max_tier:
         raise InvalidInput(
             f"tier must be within 0..{max_tier} on this deployment, got {opts.tier}",
@@ -96,7 +101,9 @@ def build_parse_request(
     pages = opts.pages if opts.pages and opts.pages.strip() else None
     return ParseRequest(
         data=data,
-        options=ParseOptions(tier=tier, mode=opts.mode or "markdown", max_new_tokens=mnt),
+        options=ParseOptions(
+            tier=tier, mode=opts.mode or "markdown", max_new_tokens=mnt, auto=auto
+        ),
         pages=pages,
         stream=bool(opts.stream),
         filename=filename,

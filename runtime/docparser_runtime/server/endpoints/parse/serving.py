@@ -17,9 +17,9 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from docparser_runtime.engines.base import Engine, PageImage, PageResult
+from docparser_runtime.engines.base import Engine, PageImage, PageResult, ParseOptions
 from docparser_runtime.errors import InvalidInput, Overloaded
 from docparser_runtime.preprocess.sandbox import release_memory
 from docparser_runtime.result_cache import PageCallback, PageDeltaCallback, Reply, TotalCallback
@@ -31,6 +31,7 @@ from docparser_runtime.server.inference.document_loader import (
     create_decoder,
 )
 from docparser_runtime.server.inference.queued import SubmitTimings
+from docparser_runtime.server.inference.tiers import page_tier, tag, tagging
 from docparser_runtime.server.ops.metrics import Metrics
 from docparser_runtime.server.ops.tracing import Tracing
 from docparser_runtime.settings import Settings
@@ -176,6 +177,8 @@ class ParseService:
         m.observe_stage("total", t2 - t0)
         output_tokens = sum(r.output_tokens for r in results)
         m.count_parsed(pages=len(results), vision_tokens=tokens, output_tokens=output_tokens)
+        for r in results:
+            m.count_tier(tier=r.tier, auto=request.options.auto, vision_tokens=r.vision_tokens)
         self._count_outcomes(results)
         return self._reply(results, tokens, output_tokens, t0, t2, timings)
 
@@ -194,7 +197,11 @@ class ParseService:
         started = time.monotonic()
         try:
             doc = await self.decoder.open(
-                request.data, request.options.tier, request.pages, deadline
+                request.data,
+                request.options.tier,
+                request.pages,
+                deadline,
+                auto=request.options.auto,
             )
         finally:
             self._decoding -= 1
@@ -282,12 +289,51 @@ class ParseService:
         *,
         first: bool,
     ) -> list[PageResult]:
+        """Pages of one tier share a static batch: ``tier: auto`` splits a chunk by the
+        tiers its pages were given (each group with its own options, all at once)."""
+        groups: dict[int, list[int]] = {}
+        for position, page in enumerate(pages):
+            groups.setdefault(page_tier(page, request.options), []).append(position)
+        results: list[PageResult | None] = [None] * len(pages)
+
+        async def run(tier: int, positions: list[int]) -> None:
+            options = replace(request.options, tier=tier, auto=False)
+            part = [pages[i] for i in positions]
+            got = await self._submit_group(
+                part, request, options, deadline, timings, tagging(tier, on_result), first
+            )
+            for i, result in zip(positions, got, strict=True):
+                results[i] = tag(result, tier)
+
+        if len(groups) == 1:  # one tier (always without auto): no extra task
+            ((tier, positions),) = groups.items()
+            await run(tier, positions)
+        else:
+            tasks = [asyncio.ensure_future(run(t, p)) for t, p in groups.items()]
+            try:
+                await asyncio.gather(*tasks)  # the first error as it is (a 4xx stays a 4xx)
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+        return [r for r in results if r is not None]
+
+    async def _submit_group(
+        self,
+        pages: list[PageImage],
+        request: ParseRequest,
+        options: ParseOptions,
+        deadline: float,
+        timings: _Timings,
+        on_result: Callable[[PageResult], None] | None,
+        first: bool,
+    ) -> list[PageResult]:
         while True:
             sub, submitted = SubmitTimings(), time.monotonic()
             try:
                 results = await self.batcher.submit(
                     pages,
-                    request.options,
+                    options,
                     deadline=deadline,
                     timings=sub,
                     on_result=on_result,
@@ -324,15 +370,18 @@ class ParseService:
                     return stop.is_set()
 
                 sub, submitted = SubmitTimings(), time.monotonic()
+                tier = page_tier(page, request.options)
+                options = replace(request.options, tier=tier, auto=False)
                 with self._outstanding([page], timings):
                     result = await self.batcher.submit_stream(
                         page,
-                        request.options,
+                        options,
                         delta,
                         deadline=deadline,
                         timings=sub,
                         priority=request.priority,
                     )
+                tag(result, tier)
                 timings.add(submitted, sub)
                 results.append((result, page.vision_tokens))
                 if on_page is not None:
