@@ -19,7 +19,14 @@ PARSE = "/v1/document/parse"
 @pytest.fixture(scope="module")
 def server():
     # the default tier is auto, as the operator renders it for spec.tier: auto
-    with LiveServer(env={"DOCPARSER_DEFAULT_TIER": "auto", "DOCPARSER_MAX_TIER": "6"}) as live:
+    # a full A4 page takes the CPU engine minutes on a loaded machine: a long request timeout
+    env = {
+        "DOCPARSER_DEFAULT_TIER": "auto",
+        "DOCPARSER_MAX_TIER": "6",
+        "DOCPARSER_REQUEST_TIMEOUT_S": "900",
+        "DOCPARSER_DRAIN_TIMEOUT_S": "900",
+    }
+    with LiveServer(env=env) as live:
         live.wait_ready(timeout=120)
         yield live
 
@@ -37,10 +44,11 @@ def tier_counts(text: str) -> dict[tuple[str, str], float]:
 def test_letter_low_dense_two_columns_with_table_high(server) -> None:
     letter = documents.png_bytes(tier_pages.plain_letter().image)
     dense = documents.png_bytes(tier_pages.dense_two_columns_table().image)
-    with httpx.Client(base_url=server.url, timeout=300) as client:
+    with httpx.Client(base_url=server.url, timeout=1000) as client:
         # the default (auto) for the letter, an explicit form field for the dense page
-        low = client.post(PARSE, files={"file": ("letter.png", letter, "image/png")},
-                          data={"mode": "text"})  # fmt: skip
+        low = client.post(
+            PARSE, files={"file": ("letter.png", letter, "image/png")}, data={"mode": "text"}
+        )
         high = client.post(
             PARSE, json={"image": base64.b64encode(dense).decode(), "tier": "auto", "mode": "text"}
         )

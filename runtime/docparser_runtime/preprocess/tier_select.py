@@ -167,44 +167,14 @@ def _fraction_bars(ink: np.ndarray, rule_rows: np.ndarray, text_height: float) -
     not table rules: fraction bars (and underlines, which err towards a higher tier)."""
     longest = max(int(1.5 * text_height), 2)
     thin = ink[2:-2] & ~ink[:-4] & ~ink[4:]
-    rows = thin[(thin.sum(axis=1) >= longest) & ~rule_rows[2:-2]]
+    rows = thin[(np.count_nonzero(thin, axis=1) >= longest) & ~rule_rows[2:-2]]
     if not rows.size:
         return 0
-    run = np.cumsum(rows, axis=1, dtype=np.int32)
-    window = (run[:, longest - 1 :] - np.pad(run, ((0, 0), (1, 0)))[:, :-longest]) == longest
-    # one window start per run of at least ``longest`` thin pixels
-    starts = window[:, 1:] & ~window[:, :-1]
-    return int(starts.sum() + window[:, 0].sum())
-
-
-def _text_columns(ink: np.ndarray, bands, strip_w: int) -> int:
-    """Pixel columns with ink inside text bands, summed over strips (~ text line length)."""
-    total = 0
-    h = ink.shape[0]
-    for strip in range(STRIPS):
-        mine = sorted((top, top + height) for s, top, height in bands if s == strip)
-        if not mine:
-            continue
-        cuts = [edge for top, end in mine for edge in (top, end) if edge < h]
-        part = ink[:, strip * strip_w : (strip + 1) * strip_w]
-        segments = np.logical_or.reduceat(part, cuts, axis=0)
-        total += int(segments[::2].sum())
-    return total
-
-
-def _fraction_bars(ink: np.ndarray, rule_rows: np.ndarray, text_height: float) -> int:
-    """Thin strokes (blank two rows above and below) longer than 1.5 text heights that are
-    not table rules: fraction bars (and underlines, which err towards a higher tier)."""
-    thin = np.zeros_like(ink)
-    thin[2:-2] = ink[2:-2] & ~ink[:-4] & ~ink[4:]
-    longest = int(1.5 * text_height)
-    bars = 0
-    for row in np.flatnonzero((thin.sum(axis=1) >= longest) & ~rule_rows):
-        padded = np.concatenate(([0], thin[row].astype(np.int8), [0]))
-        edges = np.diff(padded)
-        runs = np.flatnonzero(edges == -1) - np.flatnonzero(edges == 1)
-        bars += int((runs >= longest).sum())
-    return bars
+    padded = np.zeros((rows.shape[0], rows.shape[1] + 2), dtype=np.int8)
+    padded[:, 1:-1] = rows
+    edges = np.diff(padded, axis=1).ravel()  # each row's runs start (+1) and end (-1) in it
+    runs = np.flatnonzero(edges == -1) - np.flatnonzero(edges == 1)
+    return int(np.count_nonzero(runs >= longest))
 
 
 def measure(image: Image.Image) -> PageSignals:
@@ -293,5 +263,5 @@ def choose_tier(image: Image.Image, cap: int = MAX_TIER) -> TierChoice:
             tier, plan = plans[i + 1]
             return TierChoice(tier, plan, signals, f"text {seen:.1f}px, structured: one up")
         return TierChoice(tier, plan, signals, f"text {seen:.1f}px at this plan")
-    tier, plan = plans[-1]
+    tier, plan = distinct_plans(width, height, cap)[-1]  # unsure: the most the cap allows
     return TierChoice(tier, plan, signals, "small text: the largest plan allowed")
