@@ -17,6 +17,9 @@ Signals (numpy on a grey copy, a few ms on an A4 page; measured by ``bench/tier_
 * **formula-like lines**: a fraction's bar or a stacked sub/superscript makes a tall band
   with a thin full row inside; scripts are set about 0.7x the body, so such a page is judged
   at 0.7x its text height.
+* **grey paper** (a scan or photo): blur, noise and JPEG cost legibility, so the text of a
+  scan is judged at 0.75x its height (the calibration's scans lost text where clean pages at
+  the same height did not).
 * **ruled lines** and **columns** (white gutters): structure the model must rebuild from
   cell and column boundaries; when the text only just clears the threshold at the chosen
   plan (less than ``UNSURE_MARGIN``), such a page takes the next larger plan: a tier too
@@ -48,6 +51,8 @@ SELECTOR_VERSION = "1"
 MIN_TEXT_PX = 6.2  # smallest text-band height (ascender to descender) the model must see
 UNSURE_MARGIN = 1.15  # structured pages within this factor of MIN_TEXT_PX go one plan up
 SCRIPT_SCALE = 0.7  # sub/superscripts and fraction parts against body text
+SCAN_PAPER = 250  # paper darker than this (90th grey percentile) is a scan or a photo
+SCAN_SCALE = 0.75  # a scan's text reads like clean text this much smaller
 MIN_GAIN = 1.25  # a larger plan must keep this much more resolution to be worth choosing
 MAX_COMPRESSION = 10.0  # estimated text tokens per visual token, at most
 CHARS_PER_TOKEN = 3.5  # BPE on Latin text; CJK is closer to one, the estimate errs low
@@ -66,6 +71,7 @@ class PageSignals:
     rules: int  # long thin horizontal lines
     formula: bool
     text_tokens: int  # estimated text tokens on the page
+    scan: bool = False  # grey paper: a scan or photo, whose blur and noise cost legibility
 
     def to_dict(self) -> dict:
         return {k: round(v, 3) if isinstance(v, float) else v for k, v in asdict(self).items()}
@@ -95,7 +101,7 @@ def _otsu(hist: np.ndarray) -> int:
     return int(np.argmax(between))
 
 
-def _ink_mask(image: Image.Image) -> tuple[np.ndarray, int]:
+def _ink_mask(image: Image.Image) -> tuple[np.ndarray, int, int]:
     """Ink of a grey copy reduced by an integer factor; isolated specks dropped."""
     gray_image = image.convert("L")
     factor = max(1, max(gray_image.size) // WORK_LONG_SIDE)
@@ -110,7 +116,7 @@ def _ink_mask(image: Image.Image) -> tuple[np.ndarray, int]:
     # A pixel with no inked right or lower neighbour is a speck (scan noise), not a stroke.
     kept = np.zeros_like(ink)
     kept[:-1, :-1] = ink[:-1, :-1] & (ink[:-1, 1:] | ink[1:, :-1])
-    return kept, factor
+    return kept, factor, paper
 
 
 def _bands(strip_rows: np.ndarray) -> list[tuple[int, int, int]]:
@@ -179,7 +185,7 @@ def _fraction_bars(ink: np.ndarray, rule_rows: np.ndarray, text_height: float) -
 
 def measure(image: Image.Image) -> PageSignals:
     """The page's signals (see the module docstring)."""
-    ink, factor = _ink_mask(image)
+    ink, factor, paper = _ink_mask(image)
     h, w = ink.shape
     strip_w = max(w // STRIPS, 1)
     counts = ink[:, : strip_w * STRIPS].reshape(h, STRIPS, strip_w).sum(axis=2)
@@ -202,6 +208,7 @@ def measure(image: Image.Image) -> PageSignals:
         rules=int(np.count_nonzero(np.diff(rule_rows.astype(np.int8)) == 1)),
         formula=bars >= 2,
         text_tokens=int(chars / CHARS_PER_TOKEN),
+        scan=paper < SCAN_PAPER,
     )
 
 
@@ -252,6 +259,7 @@ def choose_tier(image: Image.Image, cap: int = MAX_TIER) -> TierChoice:
         tier, plan = plans[0]
         return TierChoice(tier, plan, signals, "no text found")
     need = signals.text_height * (SCRIPT_SCALE if signals.formula else 1.0)
+    need *= SCAN_SCALE if signals.scan else 1.0
     structured = signals.formula or signals.rules >= 3 or signals.columns >= 2
     for i, (tier, plan) in enumerate(plans):
         seen = need * view_scale(width, height, plan)
