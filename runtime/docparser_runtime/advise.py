@@ -21,6 +21,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any, TextIO
 
 from docparser_runtime import capacity
 from docparser_runtime.errors import DocParserError
@@ -95,7 +96,7 @@ def analyse(
     return pages, skipped
 
 
-def _fixed_tiers(pages: list[PageAdvice], cap: int) -> list[dict]:
+def _fixed_tiers(pages: list[PageAdvice], cap: int) -> list[dict[str, Any]]:
     rows = []
     for tier in range(cap + 1):
         tokens = [plan_tiles(p.width, p.height, tier).vision_tokens for p in pages]
@@ -130,9 +131,15 @@ def _throughput(pages: list[PageAdvice], measured: dict[int, float] | None) -> t
     return len(pages) / seconds, measured_all
 
 
-def report(pages: list[PageAdvice], skipped: list[tuple[str, str]], opts: AdviseOptions) -> dict:
+def report(
+    pages: list[PageAdvice], skipped: list[tuple[str, str]], opts: AdviseOptions
+) -> dict[str, Any]:
     """The advice as plain data (what ``--json`` prints and the table shows)."""
-    out: dict = {"selector_version": SELECTOR_VERSION, "pages": len(pages), "skipped": skipped}
+    out: dict[str, Any] = {
+        "selector_version": SELECTOR_VERSION,
+        "pages": len(pages),
+        "skipped": skipped,
+    }
     if not pages:
         return out
     by_tier = Counter(p.tier for p in pages)
@@ -168,7 +175,7 @@ def report(pages: list[PageAdvice], skipped: list[tuple[str, str]], opts: Advise
         max_batch_size=opts.max_batch_size,
         max_new_tokens=opts.max_new_tokens,
     )
-    memory: dict = {
+    memory: dict[str, Any] = {
         **sizing,
         "worst_case_gib": worst.total / capacity.GIB,
         f"tier_{opts.max_tier}_gib": at_top.total / capacity.GIB,
@@ -210,7 +217,7 @@ def report(pages: list[PageAdvice], skipped: list[tuple[str, str]], opts: Advise
         served = pages if tier == "auto" else _at_tier(pages, int(tier))
         pps, measured = _throughput(served, opts.throughput)
         top_pps, _ = _throughput(_at_tier(pages, opts.max_tier), opts.throughput)
-        tp: dict = {
+        tp: dict[str, Any] = {
             "pages_per_s_per_replica": pps,
             "estimate": not measured,
             f"tier_{opts.max_tier}_pages_per_s_per_replica": top_pps,
@@ -226,7 +233,7 @@ def report(pages: list[PageAdvice], skipped: list[tuple[str, str]], opts: Advise
     return out
 
 
-def progress_bar(stream=sys.stderr) -> Callable[[int, int], None]:
+def progress_bar(stream: TextIO = sys.stderr) -> Callable[[int, int], None]:
     """A one-line bar on a terminal (``\\r`` redraws), ended with a newline."""
 
     def show(done: int, total: int) -> None:

@@ -6,12 +6,14 @@ can change without touching it.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 def _pct(share: float) -> str:
     return f"{100 * share:.0f} %"
 
 
-def render(advice: dict) -> str:
+def render(advice: dict[str, Any]) -> str:
     """Sections: pages by chosen tier, fixed tiers, recommendation, GPU memory, replicas."""
     lines = [f"{advice['pages']} pages (selector v{advice['selector_version']})"]
     for name, why in advice["skipped"]:

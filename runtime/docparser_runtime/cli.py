@@ -65,7 +65,7 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_advise(sub) -> None:
+def _add_advise(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     advise = sub.add_parser(
         "advise", help="tier and capacity advice from a folder of sample documents"
     )

@@ -165,7 +165,15 @@ def test_crd_names_subresources_and_printer_columns() -> None:
         assert node["type"] == kind
     columns = [c["name"] for c in version["additionalPrinterColumns"]]
     assert columns == [
-        "Ready", "Stable", "Canary", "Weight", "Analysis", "Step", "Tier", "Replicas", "Age"
+        "Ready",
+        "Stable",
+        "Canary",
+        "Weight",
+        "Analysis",
+        "Step",
+        "Tier",
+        "Replicas",
+        "Age",
     ]
     assert "&" not in CRD_FILE.read_text().split("apiVersion:", 1)[1].replace("&&", "")
 

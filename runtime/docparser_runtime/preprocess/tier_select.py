@@ -73,7 +73,7 @@ class PageSignals:
     text_tokens: int  # estimated text tokens on the page
     scan: bool = False  # grey paper: a scan or photo, whose blur and noise cost legibility
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         return {k: round(v, 3) if isinstance(v, float) else v for k, v in asdict(self).items()}
 
 
@@ -153,7 +153,7 @@ def _columns(ink: np.ndarray, text_height: float) -> int:
     return best
 
 
-def _text_columns(ink: np.ndarray, bands, strip_w: int) -> int:
+def _text_columns(ink: np.ndarray, bands: list[tuple[int, int, int]], strip_w: int) -> int:
     """Pixel columns with ink inside text bands, summed over strips (~ text line length)."""
     total = 0
     h = ink.shape[0]

@@ -24,8 +24,14 @@ def tag(result: PageResult, tier: int) -> PageResult:
     return result
 
 
-def tagging(tier: int, on_result: Callable | None) -> Callable | None:
+def tagging(
+    tier: int, on_result: Callable[[PageResult], None] | None
+) -> Callable[[PageResult], None] | None:
     """``on_result`` that sees each page result with its tier already set."""
     if on_result is None:
         return None
-    return lambda result: on_result(tag(result, tier))
+
+    def tagged(result: PageResult) -> None:
+        on_result(tag(result, tier))
+
+    return tagged

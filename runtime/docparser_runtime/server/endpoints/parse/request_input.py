@@ -79,15 +79,17 @@ def build_parse_request(
     auto = wanted == "auto"
     if auto:
         tier = max_tier
+    elif not isinstance(wanted, int):  # the option models allow only ints and auto
+        raise InvalidInput(f"tier must be 0..{max_tier} or auto", code="invalid_tier")
     elif opts.tier is None:
-        tier = min(int(wanted), max_tier)
-    elif opts.tier > max_tier:
+        tier = min(wanted, max_tier)
+    elif wanted > max_tier:
         raise InvalidInput(
             f"tier must be within 0..{max_tier} on this deployment, got {opts.tier}",
             code="invalid_tier",
         )
     else:
-        tier = opts.tier
+        tier = wanted
     limit = settings.max_new_tokens_limit
     if opts.max_new_tokens is None:
         mnt = min(settings.default_max_new_tokens, limit)

@@ -178,7 +178,8 @@ class ParseService:
         output_tokens = sum(r.output_tokens for r in results)
         m.count_parsed(pages=len(results), vision_tokens=tokens, output_tokens=output_tokens)
         for r in results:
-            m.count_tier(tier=r.tier, auto=request.options.auto, vision_tokens=r.vision_tokens)
+            tier = request.options.tier if r.tier is None else r.tier
+            m.count_tier(tier=tier, auto=request.options.auto, vision_tokens=r.vision_tokens)
         self._count_outcomes(results)
         return self._reply(results, tokens, output_tokens, t0, t2, timings)
 
