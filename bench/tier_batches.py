@@ -8,7 +8,9 @@ mixed workload twice: every page at a fixed tier 6 (one batch key), and ``tier: 
 (pages of tier 0 and tier 6 in separate batches). It prints engine calls, mean pages per
 call, visual tokens and pages/s.
 
-The tiny model's CPU time says nothing about a GPU's; what carries over is the batch
+The counting wrapper cannot step, so the app runs the static micro-batcher (what ``rapidocr``
+and ``DOCPARSER_CONTINUOUS_BATCHING=false`` use; continuous batching mixes tiers in one
+running batch). The tiny model's CPU time says nothing about a GPU's; what carries over is the batch
 structure (how many more, smaller calls the split makes) and the tokens it saves. Bounded:
 ``--requests`` concurrent requests of ``--pages`` pages each.
 

@@ -17,13 +17,14 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from functools import partial
 
 from docparser_runtime.engines.base import Engine, PageImage, PageResult, ParseOptions
 from docparser_runtime.errors import InvalidInput, Overloaded
 from docparser_runtime.preprocess.sandbox import release_memory
 from docparser_runtime.result_cache import PageCallback, PageDeltaCallback, Reply, TotalCallback
 from docparser_runtime.server.endpoints.parse.request_input import ParseRequest
+from docparser_runtime.server.endpoints.parse.timings import ParseTimings
 from docparser_runtime.server.inference.batcher import MicroBatcher
 from docparser_runtime.server.inference.document_loader import (
     DocumentLoader,
@@ -31,7 +32,7 @@ from docparser_runtime.server.inference.document_loader import (
     create_decoder,
 )
 from docparser_runtime.server.inference.queued import SubmitTimings
-from docparser_runtime.server.inference.tiers import page_tier, tag, tagging
+from docparser_runtime.server.inference.tiers import resolved, submit_by_tier, tag
 from docparser_runtime.server.ops.metrics import Metrics
 from docparser_runtime.server.ops.tracing import Tracing
 from docparser_runtime.settings import Settings
@@ -45,33 +46,6 @@ PAGE_SEPARATOR = "\n\n<--- Page Split --->\n\n"
 Served = tuple[PageResult, int]
 _OVERLOAD_POLL_S = 0.2
 _TRIM_AFTER_PIXELS = 16_000_000
-
-
-@dataclass
-class _Timings:
-    """Stage times of one parse: decoding (summed over pages) and the engine's wall span."""
-
-    preprocess_s: float = 0.0
-    pixels: int = 0  # decoded, over all pages
-    planned: int = 0  # pages counted in the outstanding-pages gauge
-    settled: int = 0  # of those, pages whose engine call ended
-    queue_s: float | None = None
-    first_start: float | None = None
-    last_end: float | None = None
-
-    def add(self, submitted: float, sub: SubmitTimings) -> None:
-        start = submitted + sub.queue_s
-        if self.queue_s is None:
-            self.queue_s = sub.queue_s
-        self.first_start = start if self.first_start is None else min(self.first_start, start)
-        end = start + sub.inference_s
-        self.last_end = end if self.last_end is None else max(self.last_end, end)
-
-    @property
-    def inference_s(self) -> float:
-        if self.first_start is None or self.last_end is None:
-            return 0.0
-        return self.last_end - self.first_start
 
 
 class ParseService:
@@ -143,7 +117,7 @@ class ParseService:
         t0 = time.monotonic()
         if deadline is None:
             deadline = t0 + self.settings.sync_deadline_s
-        timings = _Timings()
+        timings = ParseTimings()
         m.outstanding_requests.inc()
         try:
             with self.tracing.span("docparser.decode", bytes=len(request.data)):
@@ -184,7 +158,7 @@ class ParseService:
         return self._reply(results, tokens, output_tokens, t0, t2, timings)
 
     async def _open(
-        self, request: ParseRequest, deadline: float, timings: _Timings
+        self, request: ParseRequest, deadline: float, timings: ParseTimings
     ) -> OpenDocument:
         # Documents being opened hold their upload in memory: bound them like the page
         # queue, so a burst of large uploads gets 429s instead of an OOM.
@@ -212,7 +186,7 @@ class ParseService:
         return doc
 
     async def _decode(
-        self, doc: OpenDocument, position: int, deadline: float, timings: _Timings
+        self, doc: OpenDocument, position: int, deadline: float, timings: ParseTimings
     ) -> PageImage:
         started = time.monotonic()
         try:
@@ -223,7 +197,7 @@ class ParseService:
         return page
 
     @contextlib.contextmanager
-    def _outstanding(self, pages: list[PageImage], timings: _Timings) -> Iterator[None]:
+    def _outstanding(self, pages: list[PageImage], timings: ParseTimings) -> Iterator[None]:
         """Decoded pages on their way through the engine: their visual tokens are
         outstanding work (pages are counted from the plan on, in ``parse``)."""
         m = self.metrics
@@ -237,7 +211,7 @@ class ParseService:
             m.outstanding_vision_tokens.dec(tokens)
 
     async def _decode_chunk(
-        self, doc: OpenDocument, positions: range, deadline: float, timings: _Timings
+        self, doc: OpenDocument, positions: range, deadline: float, timings: ParseTimings
     ) -> list[PageImage]:
         tasks = [asyncio.ensure_future(self._decode(doc, p, deadline, timings)) for p in positions]
         try:
@@ -253,7 +227,7 @@ class ParseService:
         request: ParseRequest,
         on_page: PageCallback | None,
         deadline: float,
-        timings: _Timings,
+        timings: ParseTimings,
     ) -> list[Served]:
         """Pages go to the batcher in chunks of ``decode_lookahead`` (so a document's pages
         still share engine batches); the next chunk decodes while this one is inferred, so
@@ -271,8 +245,9 @@ class ParseService:
                         self._decode_chunk(doc, chunks[number + 1], deadline, timings)
                     )
                 with self._outstanding(pages, timings):
-                    results = await self._submit(pages, request, deadline, timings, on_result,
-                                                 first=number == 0)  # fmt: skip
+                    submit = partial(self._submit, request=request, deadline=deadline,
+                                     timings=timings, first=number == 0)  # fmt: skip
+                    results = await submit_by_tier(pages, request.options, on_result, submit)
                 done.extend((r, p.vision_tokens) for r, p in zip(results, pages, strict=True))
                 del pages, results  # decoded pixels go as soon as their chunk is parsed
         finally:
@@ -283,52 +258,15 @@ class ParseService:
     async def _submit(
         self,
         pages: list[PageImage],
-        request: ParseRequest,
-        deadline: float,
-        timings: _Timings,
+        options: ParseOptions,
         on_result: Callable[[PageResult], None] | None,
         *,
-        first: bool,
-    ) -> list[PageResult]:
-        """Pages of one tier share a static batch: ``tier: auto`` splits a chunk by the
-        tiers its pages were given (each group with its own options, all at once)."""
-        groups: dict[int, list[int]] = {}
-        for position, page in enumerate(pages):
-            groups.setdefault(page_tier(page, request.options), []).append(position)
-        results: list[PageResult | None] = [None] * len(pages)
-
-        async def run(tier: int, positions: list[int]) -> None:
-            options = replace(request.options, tier=tier, auto=False)
-            part = [pages[i] for i in positions]
-            got = await self._submit_group(
-                part, request, options, deadline, timings, tagging(tier, on_result), first
-            )
-            for i, result in zip(positions, got, strict=True):
-                results[i] = tag(result, tier)
-
-        if len(groups) == 1:  # one tier (always without auto): no extra task
-            ((tier, positions),) = groups.items()
-            await run(tier, positions)
-        else:
-            tasks = [asyncio.ensure_future(run(t, p)) for t, p in groups.items()]
-            try:
-                await asyncio.gather(*tasks)  # the first error as it is (a 4xx stays a 4xx)
-            finally:
-                for task in tasks:
-                    task.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
-        return [r for r in results if r is not None]
-
-    async def _submit_group(
-        self,
-        pages: list[PageImage],
         request: ParseRequest,
-        options: ParseOptions,
         deadline: float,
-        timings: _Timings,
-        on_result: Callable[[PageResult], None] | None,
+        timings: ParseTimings,
         first: bool,
     ) -> list[PageResult]:
+        """One tier's pages of a chunk (``tiers.submit_by_tier`` groups them)."""
         while True:
             sub, submitted = SubmitTimings(), time.monotonic()
             try:
@@ -357,7 +295,7 @@ class ParseService:
         on_page: PageCallback | None,
         on_delta: PageDeltaCallback,
         deadline: float,
-        timings: _Timings,
+        timings: ParseTimings,
     ) -> list[Served]:
         loop = asyncio.get_running_loop()
         stop = threading.Event()
@@ -371,8 +309,7 @@ class ParseService:
                     return stop.is_set()
 
                 sub, submitted = SubmitTimings(), time.monotonic()
-                tier = page_tier(page, request.options)
-                options = replace(request.options, tier=tier, auto=False)
+                tier, options = resolved(page, request.options)
                 with self._outstanding([page], timings):
                     result = await self.batcher.submit_stream(
                         page,
@@ -424,7 +361,7 @@ class ParseService:
         output_tokens: int,
         t0: float,
         t2: float,
-        timings: _Timings,
+        timings: ParseTimings,
     ) -> Reply:
         audit_s = sum(r.audit_s for r in results)
         warnings = sum(len(r.warnings) for r in results)
