@@ -8,6 +8,7 @@ Building the images takes minutes and root; `make images` does it (docs/benchmar
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -155,12 +156,17 @@ def test_every_image_lock_is_in_the_repository() -> None:
     assert (REPO / "runtime/requirements-image-cuda.lock").is_file()
 
 
+def _normalized(name: str) -> str:
+    """A distribution's name as PEP 503 compares it (``ruamel.yaml`` is ``ruamel-yaml``)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 def _pins(text: str) -> dict[str, str]:
     pins = {}
     for line in text.splitlines():
         if "==" in line and not line.startswith((" ", "#")):
             name, _, rest = line.partition("==")
-            pins[name.strip().lower().replace("_", "-")] = rest.split()[0].split(";")[0]
+            pins[_normalized(name.strip())] = rest.split()[0].split(";")[0]
     return pins
 
 
@@ -187,4 +193,4 @@ def test_locks_pin_what_the_pyprojects_pin(pyproject, extras, lock) -> None:
     pins = _pins((REPO / lock).read_text())
     for requirement in wanted:
         name, _, version = requirement.partition("==")
-        assert pins.get(name.lower().replace("_", "-")) == version, (lock, requirement)
+        assert pins.get(_normalized(name)) == version, (lock, requirement)
