@@ -86,7 +86,8 @@ class Settings(BaseSettings):
         320_000_000,
         ge=0,
         description="decoded pixels queued for inference before 429 (memory follows pixels, "
-        "about 3 bytes each plus tiles); a page above it is 413; 0: pages only",
+        "about 3 bytes each plus tiles); a page above it is 413; 0: pages only. Every decoded "
+        "page is also charged to the host memory budget until its engine call ends",
     )
     request_timeout_s: float = Field(600.0, gt=0)
     coverage_audit: bool = Field(
@@ -95,7 +96,19 @@ class Settings(BaseSettings):
 
     # Request limits
     max_upload_bytes: int = Field(50 * 1024 * 1024, ge=1)
-    max_image_pixels: int = Field(80_000_000, ge=1, description="checked before decode")
+    max_image_pixels: int | None = Field(
+        None,
+        ge=1,
+        description="checked in the header, before decode; unset: the largest image whose "
+        "full-size decode fits the host memory budget (the budget also checks each decode's "
+        "bytes before it starts)",
+    )
+    memory_limit_bytes: int = Field(
+        0,
+        ge=0,
+        description="host memory this server may use; 0: its cgroup's limit (the smallest up "
+        "the hierarchy, v1 or v2), else the machine's RAM. Admission is sized from it",
+    )
     max_pages: int = Field(200, ge=1)
     pdf_dpi: int = Field(144, ge=36, le=600)
     decode_workers: int = Field(

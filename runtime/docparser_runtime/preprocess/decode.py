@@ -6,9 +6,11 @@ Every upload is hostile until proven otherwise. The order of operations matters:
    decoder sees it.
 2. ``Image.open`` only parses the header; the pixel count is checked against our limit
    *before* ``load()`` allocates anything (a 50000x50000 PNG is a few hundred bytes).
-3. Only then the first frame is decoded and normalised: EXIF orientation applied, and
-   CMYK / 16-bit / palette / alpha converted to plain 8-bit RGB on a white background
-   (what a scanner would have produced), because both engines expect RGB.
+3. Only then the first frame is decoded, at the size the engine uses (``page_size``: a
+   JPEG at a reduced DCT scale, anything else shrunk right after its decode, before any
+   conversion copy), and normalised: EXIF orientation applied, and CMYK / 16-bit /
+   palette / alpha converted to plain 8-bit RGB on a white background (what a scanner
+   would have produced), because both engines expect RGB.
 Every failure becomes an error from ``docparser_runtime.errors`` with a stable code.
 """
 
@@ -18,9 +20,15 @@ import io
 import warnings
 
 import numpy as np
-from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
+from PIL import Image, ImageFile, UnidentifiedImageError
 
 from docparser_runtime.errors import InvalidInput, PayloadTooLarge, UnsupportedMediaType
+from docparser_runtime.preprocess.page_size import (
+    RESAMPLE_MODES,
+    PageSize,
+    image_decode_cost,
+    shrink,
+)
 
 IMAGE_FORMATS = ("png", "jpeg", "webp", "tiff", "bmp", "gif")
 ALL_FORMATS = (*IMAGE_FORMATS, "pdf")
@@ -28,6 +36,19 @@ ALL_FORMATS = (*IMAGE_FORMATS, "pdf")
 # Never silently accept half an image: a truncated upload must be an error, not a page
 # that is grey at the bottom.
 ImageFile.LOAD_TRUNCATED_IMAGES = False
+# Our own limit (``max_pixels``, and the host memory budget) applies before decoding;
+# Pillow's fixed one would refuse images the budget can hold.
+Image.MAX_IMAGE_PIXELS = None
+_EXIF_ORIENTATION = 0x0112
+_TRANSPOSE = {
+    2: Image.Transpose.FLIP_LEFT_RIGHT,
+    3: Image.Transpose.ROTATE_180,
+    4: Image.Transpose.FLIP_TOP_BOTTOM,
+    5: Image.Transpose.TRANSPOSE,
+    6: Image.Transpose.ROTATE_270,
+    7: Image.Transpose.TRANSVERSE,
+    8: Image.Transpose.ROTATE_90,
+}
 
 _MAGIC: tuple[tuple[bytes, str], ...] = (
     (b"\x89PNG\r\n\x1a\n", "png"),
@@ -85,8 +106,9 @@ def _is_mostly_text(chunk: bytes) -> bool:
     return printable >= 0.95 * max(len(text), 1)
 
 
-def decode_image(data: bytes, *, max_pixels: int) -> Image.Image:
-    """Decode an image upload into a loaded 8-bit RGB ``Image`` (first frame, upright).
+def decode_image(data: bytes, *, max_pixels: int, page: PageSize | None = None) -> Image.Image:
+    """Decode an image upload into a loaded 8-bit RGB ``Image`` (first frame, upright),
+    no larger than ``page`` (the engine's size; None: as stored).
 
     Raises ``PayloadTooLarge`` when the header announces more than ``max_pixels``
     pixels (checked before decoding), ``UnsupportedMediaType`` for non-images
@@ -101,16 +123,48 @@ def decode_image(data: bytes, *, max_pixels: int) -> Image.Image:
         _check_pixels(img.width, img.height, max_pixels)
         if getattr(img, "n_frames", 1) > 1:
             img.seek(0)  # animated GIF/WebP/APNG or multi-page TIFF: the first frame
+        out = _reduced(img, page)
         try:
+            orientation = img.getexif().get(_EXIF_ORIENTATION, 1)
             img.load()
-            upright = ImageOps.exif_transpose(img)
-            rgb = to_rgb(upright)
+            small = img if img.mode in RESAMPLE_MODES else to_rgb(img)
+            small = shrink(small, out)
+            if orientation in _TRANSPOSE:
+                small = small.transpose(_TRANSPOSE[orientation])
+            rgb = to_rgb(small)
         except (OSError, SyntaxError, ValueError, EOFError) as exc:
             raise InvalidInput(f"corrupt {fmt.upper()} image: {exc}", code="corrupt_image") from exc
         except Image.DecompressionBombError as exc:  # pragma: no cover - defensive
             raise PayloadTooLarge(str(exc), code="image_too_large") from exc
         _check_pixels(rgb.width, rgb.height, max_pixels)
         return rgb
+    finally:
+        img.close()
+
+
+def _reduced(img: Image.Image, page: PageSize | None) -> tuple[int, int]:
+    """The output size for ``img`` at ``page``; a JPEG is set to decode at the smallest
+    DCT scale (1/2, 1/4, 1/8) still at least that large (``draft``: no pixel is decoded
+    twice, and a 1/8 decode holds 1/64 of the memory)."""
+    if page is None:
+        return img.size
+    out = page.fit(*img.size)
+    if img.format == "JPEG" and out != img.size:
+        img.draft(img.mode, out)
+        out = page.fit(*img.size) if img.size != out else out
+    return out
+
+
+def image_cost(data: bytes, fmt: str, *, max_pixels: int, page: PageSize | None) -> tuple[int, int]:
+    """``(peak decode bytes, output pixels)`` of ``decode_image`` on ``data``, from its
+    header alone (no pixel decoded): what the host memory budget is charged before.
+    Raises like ``decode_image`` for a bad header or too many pixels."""
+    img = _open_header(data, fmt)
+    try:
+        _check_pixels(img.width, img.height, max_pixels)
+        out = _reduced(img, page)
+        width, height = img.size
+        return image_decode_cost(width, height, img.mode, out), out[0] * out[1]
     finally:
         img.close()
 

@@ -16,13 +16,20 @@ from PIL import Image
 from docparser_runtime.errors import InvalidInput, PayloadTooLarge
 from docparser_runtime.preprocess.decode import to_rgb
 from docparser_runtime.preprocess.page_ranges import parse_page_ranges
+from docparser_runtime.preprocess.page_size import PageSize, pdf_render_cost
 
 PDFIUM_LOCK = threading.Lock()
 _POINTS_PER_INCH = 72.0
 
 
 def render_pdf(
-    data: bytes, *, dpi: int, max_pages: int, pages: str | None, max_pixels: int
+    data: bytes,
+    *,
+    dpi: int,
+    max_pages: int,
+    pages: str | None,
+    max_pixels: int,
+    page: PageSize | None = None,
 ) -> list[tuple[int, Image.Image]]:
     """Render the pages that ``pages`` selects (1-based spec, all when None).
 
@@ -31,13 +38,14 @@ def render_pdf(
     ``PayloadTooLarge`` (``too_many_pages``) when more than ``max_pages`` pages are
     selected. A page larger than ``max_pixels`` at ``dpi`` is rendered at the highest
     resolution that fits: the page is vector data, so shrinking it loses nothing the
-    user sent, whereas refusing a valid PDF would.
+    user sent, whereas refusing a valid PDF would. For the same reason a page larger than
+    ``page`` (the engine's size) is rendered at that size.
     """
     with PDFIUM_LOCK:
         doc = _open(data)
         try:
             selected = select_pdf_pages(doc, pages, max_pages)
-            return [(index, _render_page(doc, index, dpi, max_pixels)) for index in selected]
+            return [(i, _render_page(doc, i, dpi, max_pixels, page)) for i in selected]
         finally:
             doc.close()
 
@@ -63,10 +71,42 @@ def open_pdf(data: bytes) -> pdfium.PdfDocument:
 
 
 def render_pdf_page(
-    doc: pdfium.PdfDocument, index: int, *, dpi: int, max_pixels: int
+    doc: pdfium.PdfDocument,
+    index: int,
+    *,
+    dpi: int,
+    max_pixels: int,
+    page: PageSize | None = None,
 ) -> Image.Image:
     """Render one page of an open document (see ``render_pdf`` for the pixel cap)."""
-    return _render_page(doc, index, dpi, max_pixels)
+    return _render_page(doc, index, dpi, max_pixels, page)
+
+
+def pdf_page_cost(
+    doc: pdfium.PdfDocument, index: int, *, dpi: int, max_pixels: int, page: PageSize | None
+) -> tuple[int, int]:
+    """``(peak render bytes, output pixels)`` of page ``index``, from its size alone."""
+    try:
+        width_pt, height_pt = doc.get_page_size(index)
+    except pdfium.PdfiumError as exc:
+        raise InvalidInput(f"corrupt PDF: page {index + 1}: {exc}", code="corrupt_pdf") from exc
+    if not (width_pt > 0 and height_pt > 0):
+        return 0, 0  # refused when rendered, with the page's own message
+    scale = _scale(width_pt, height_pt, dpi, max_pixels, page)
+    out = (math.ceil(width_pt * scale), math.ceil(height_pt * scale))
+    return pdf_render_cost(out), out[0] * out[1]
+
+
+def _scale(
+    width_pt: float, height_pt: float, dpi: int, max_pixels: int, page: PageSize | None
+) -> float:
+    """Points -> pixels: ``dpi``, then shrunk to ``max_pixels`` and the engine's size."""
+    scale = dpi / _POINTS_PER_INCH
+    pixels = (width_pt * scale) * (height_pt * scale)
+    if pixels > max_pixels:
+        scale *= math.sqrt(max_pixels / pixels) * 0.999
+    fit = 1.0 if page is None else page.scale(width_pt * scale, height_pt * scale)
+    return scale * fit * 0.999 if fit < 1.0 else scale
 
 
 def pdf_page_count(data: bytes) -> int:
@@ -92,7 +132,9 @@ def _open(data: bytes) -> pdfium.PdfDocument:
         raise InvalidInput(f"corrupt PDF: {text}", code="corrupt_pdf") from exc
 
 
-def _render_page(doc: pdfium.PdfDocument, index: int, dpi: int, max_pixels: int) -> Image.Image:
+def _render_page(
+    doc: pdfium.PdfDocument, index: int, dpi: int, max_pixels: int, page_size: PageSize | None
+) -> Image.Image:
     try:
         page = doc[index]
     except pdfium.PdfiumError as exc:
@@ -104,10 +146,7 @@ def _render_page(doc: pdfium.PdfDocument, index: int, dpi: int, max_pixels: int)
                 f"corrupt PDF: page {index + 1} has no area ({width_pt}x{height_pt} pt)",
                 code="corrupt_pdf",
             )
-        scale = dpi / _POINTS_PER_INCH
-        pixels = (width_pt * scale) * (height_pt * scale)
-        if pixels > max_pixels:
-            scale *= math.sqrt(max_pixels / pixels) * 0.999
+        scale = _scale(width_pt, height_pt, dpi, max_pixels, page_size)
         try:
             bitmap = page.render(scale=scale, fill_color=(255, 255, 255, 255))
             image = bitmap.to_pil()

@@ -15,11 +15,13 @@ from PIL import Image
 
 from docparser_runtime.errors import InvalidInput
 from docparser_runtime.pages import PageImage
-from docparser_runtime.preprocess.decode import decode_image, sniff_format
+from docparser_runtime.preprocess.decode import decode_image, image_cost, sniff_format
 from docparser_runtime.preprocess.page_ranges import parse_page_ranges
+from docparser_runtime.preprocess.page_size import PageSize
 from docparser_runtime.preprocess.pdf import (
     PDFIUM_LOCK,
     open_pdf,
+    pdf_page_cost,
     render_pdf,
     render_pdf_page,
     select_pdf_pages,
@@ -32,21 +34,30 @@ if TYPE_CHECKING:
 
     from docparser_runtime.settings import Settings
 
+DEFAULT_MAX_PIXELS = 80_000_000  # header limit when neither the settings nor a budget say
+
 
 @dataclass(frozen=True)
 class DecodeLimits:
-    """Per-request resource limits (from ``Settings``: max_image_pixels, max_pages, pdf_dpi)."""
+    """Per-request resource limits (from ``Settings``: max_image_pixels, max_pages, pdf_dpi)
+    and ``page``, the engine's size: no page is decoded larger (None: as stored)."""
 
     max_pixels: int
     max_pages: int
     pdf_dpi: int
+    page: PageSize | None = None
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> DecodeLimits:
+    def from_settings(
+        cls, settings: Settings, *, max_pixels: int | None = None, page: PageSize | None = None
+    ) -> DecodeLimits:
+        """``max_pixels``: the header limit when ``settings.max_image_pixels`` is unset (the
+        server derives it from the host memory budget)."""
         return cls(
-            max_pixels=settings.max_image_pixels,
+            max_pixels=settings.max_image_pixels or max_pixels or DEFAULT_MAX_PIXELS,
             max_pages=settings.max_pages,
             pdf_dpi=settings.pdf_dpi,
+            page=page,
         )
 
 
@@ -78,10 +89,11 @@ def load_document(
             max_pages=limits.max_pages,
             pages=pages,
             max_pixels=limits.max_pixels,
+            page=limits.page,
         )
     else:
         parse_page_ranges(pages, 1)
-        rendered = [(0, decode_image(data, max_pixels=limits.max_pixels))]
+        rendered = [(0, decode_image(data, max_pixels=limits.max_pixels, page=limits.page))]
     return [to_page_image(index, image, tier, auto=auto) for index, image in rendered]
 
 
@@ -104,22 +116,33 @@ def to_page_image(index: int, image: Image.Image, tier: int, *, auto: bool = Fal
 
 @dataclass(frozen=True)
 class DocumentPlan:
-    """What a document will produce, known before any page is rendered."""
+    """What a document will produce, known before any page is rendered: per page also
+    ``costs``, (peak decode bytes, output pixels) from headers and page sizes only, so the
+    host memory budget is charged before the memory is spent (empty: unknown)."""
 
     fmt: str
     indices: tuple[int, ...]  # 0-based page indices, in order
+    costs: tuple[tuple[int, int], ...] = ()
 
 
 def plan_document(data: bytes, pages: str | None, limits: DecodeLimits) -> DocumentPlan:
-    """Sniff the format and select pages (PDF: opens it and reads the page tree only)."""
+    """Sniff the format and select pages (PDF: opens it and reads the page tree and the
+    selected pages' sizes only; an image: its header)."""
     fmt = sniff_format(data)
     if fmt != "pdf":
         parse_page_ranges(pages, 1)
-        return DocumentPlan(fmt, (0,))
+        cost = image_cost(data, fmt, max_pixels=limits.max_pixels, page=limits.page)
+        return DocumentPlan(fmt, (0,), (cost,))
     with PDFIUM_LOCK:
         doc = open_pdf(data)
         try:
-            return DocumentPlan(fmt, tuple(select_pdf_pages(doc, pages, limits.max_pages)))
+            selected = tuple(select_pdf_pages(doc, pages, limits.max_pages))
+            costs = tuple(
+                pdf_page_cost(doc, i, dpi=limits.pdf_dpi, max_pixels=limits.max_pixels,
+                              page=limits.page)
+                for i in selected
+            )  # fmt: skip
+            return DocumentPlan(fmt, selected, costs)
         finally:
             doc.close()
 
@@ -130,12 +153,14 @@ def render_page(
     """Decode one page to RGB: the image itself, or page ``index`` of a PDF (``doc``: an
     already open ``PdfDocument`` of ``data`` to reuse, else the PDF is opened here)."""
     if fmt != "pdf":
-        return decode_image(data, max_pixels=limits.max_pixels)
+        return decode_image(data, max_pixels=limits.max_pixels, page=limits.page)
     with PDFIUM_LOCK:
         own = doc is None
         pdf = open_pdf(data) if doc is None else doc
         try:
-            return render_pdf_page(pdf, index, dpi=limits.pdf_dpi, max_pixels=limits.max_pixels)
+            return render_pdf_page(
+                pdf, index, dpi=limits.pdf_dpi, max_pixels=limits.max_pixels, page=limits.page
+            )
         finally:
             if own:
                 pdf.close()

@@ -12,7 +12,7 @@ and the request gets ``422 document_too_complex`` naming the limit that was hit;
 server and the other requests carry on.
 
 Protocol (``multiprocessing`` pipe, one job at a time per worker): ``("plan", token,
-data|None, pages, limits)`` -> ``("ok", (fmt, indices))``; ``("render", token, data|None,
+data|None, pages, limits)`` -> ``("ok", (fmt, indices, costs))``; ``("render", token, data|None,
 (fmt, index), limits)`` -> ``("page", (width, height))`` + the raw RGB bytes. ``data`` is
 sent only when the worker does not hold the document ``token`` already, so rendering a
 PDF page by page does not re-send (or re-parse) it for every page.
@@ -94,7 +94,7 @@ def _worker_main(conn: Any, limits: SandboxLimits) -> None:  # pragma: no cover 
             _arm_cpu_budget(resource, limits.cpu_s)
             if op == "plan":
                 plan = plan_document(held["data"], args, decode_limits)
-                conn.send(("ok", (plan.fmt, plan.indices)))
+                conn.send(("ok", (plan.fmt, plan.indices, plan.costs)))
             else:
                 fmt, index = args
                 if fmt == "pdf" and held["doc"] is None:
@@ -244,8 +244,8 @@ class DecodePool:
 
     async def plan(self, token: str, data: bytes, pages: str | None, limits: DecodeLimits,
                    deadline: float) -> DocumentPlan:  # fmt: skip
-        fmt, indices = await self._call("plan", token, data, pages, limits, deadline)
-        return DocumentPlan(fmt, tuple(indices))
+        fmt, indices, costs = await self._call("plan", token, data, pages, limits, deadline)
+        return DocumentPlan(fmt, tuple(indices), tuple(costs))
 
     async def render(self, token: str, data: bytes, fmt: str, index: int,
                      limits: DecodeLimits, deadline: float) -> Image.Image:  # fmt: skip

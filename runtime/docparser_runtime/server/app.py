@@ -23,6 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from docparser_runtime.engines.base import Engine
 from docparser_runtime.engines.registry import create_engine
+from docparser_runtime.host_memory import budget_for
 from docparser_runtime.result_cache import with_result_cache
 from docparser_runtime.server.endpoints.health import api_router as health_api
 from docparser_runtime.server.endpoints.jobs import api_router as jobs_api
@@ -97,6 +98,8 @@ async def _bring_up(app: FastAPI, engine: Engine | None, engine_loaded: bool) ->
         if stop is not None and settings.exit_on_load_failure:
             stop()  # `serve` then exits non-zero with the reason (server/drain.run_server)
         return
+    budget = budget_for(settings.memory_limit_bytes, engine.name, settings.decode_workers)
+    log.info("host memory: %s", budget.describe())
     batcher = make_batcher(engine, settings, state.metrics)
     batcher.start()
     state.batcher = batcher
@@ -107,6 +110,7 @@ async def _bring_up(app: FastAPI, engine: Engine | None, engine_loaded: bool) ->
         state.metrics,
         loader=state.document_loader,
         tracing=state.tracing,
+        host_budget=budget,
     )
     state.parse_service = with_result_cache(service, settings, state.metrics.registry)
     await service.decoder.wait_started()

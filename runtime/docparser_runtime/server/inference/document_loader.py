@@ -22,6 +22,7 @@ from PIL import Image
 
 from docparser_runtime.engines.base import PageImage
 from docparser_runtime.errors import DeadlineExceeded, DocParserError, InvalidInput
+from docparser_runtime.preprocess.page_size import PageSize
 from docparser_runtime.preprocess.pipeline import (
     DecodeLimits,
     DocumentPlan,
@@ -194,10 +195,14 @@ def create_decoder(
     *,
     workers: int = 2,
     on_replace: Callable[[str], None] | None = None,
+    max_pixels: int | None = None,
+    page: PageSize | None = None,
 ) -> Decoder:
     """The decoder the settings ask for (``loader`` wins: it is the tests' hook);
-    ``on_replace(reason)`` hears of every sandboxed decoder killed and replaced."""
-    limits = DecodeLimits.from_settings(settings)
+    ``on_replace(reason)`` hears of every sandboxed decoder killed and replaced;
+    ``max_pixels`` (the header limit when the settings leave it unset) and ``page`` (the
+    engine's size) come from the host memory budget and the engine."""
+    limits = DecodeLimits.from_settings(settings, max_pixels=max_pixels, page=page)
     if loader is not None:
         return LoaderDecoder(loader, workers)
     if settings.decode_workers <= 0:

@@ -21,6 +21,8 @@ from functools import partial
 
 from docparser_runtime.engines.base import Engine, PageImage, PageResult, ParseOptions
 from docparser_runtime.errors import InvalidInput, Overloaded
+from docparser_runtime.host_memory import HostBudget, MemoryBudget, budget_for, engine_page
+from docparser_runtime.preprocess.page_size import PAGE_BYTES_PER_PIXEL
 from docparser_runtime.preprocess.sandbox import release_memory
 from docparser_runtime.result_cache import PageCallback, PageDeltaCallback, Reply, TotalCallback
 from docparser_runtime.server.endpoints.parse.request_input import ParseRequest
@@ -59,6 +61,7 @@ class ParseService:
         loader: DocumentLoader | None = None,
         preprocess_workers: int | None = None,
         tracing: Tracing | None = None,
+        host_budget: HostBudget | None = None,
     ) -> None:
         self.settings = settings
         self.tracing = tracing or Tracing()
@@ -67,9 +70,15 @@ class ParseService:
         self.metrics = metrics
         workers = preprocess_workers or max(1, min(4, os.cpu_count() or 1))
         restarts = metrics.decoder_restarts
-        self.decoder = create_decoder(
-            settings, loader, workers=workers, on_replace=lambda r: restarts.labels(reason=r).inc()
+        budget = host_budget or budget_for(
+            settings.memory_limit_bytes, engine.name, settings.decode_workers
         )
+        # Decodes and decoded pages are charged to this before their memory is spent.
+        self.memory = MemoryBudget(budget)
+        self.decoder = create_decoder(
+            settings, loader, workers=workers, on_replace=lambda r: restarts.labels(reason=r).inc(),
+            max_pixels=budget.max_decode_pixels(), page=engine_page(engine.name),
+        )  # fmt: skip
         self.decoder.start()
         self._decoding = 0  # documents being opened (their upload held, pages unknown)
 
@@ -134,6 +143,7 @@ class ParseService:
             else:
                 done = await self._batch(doc, request, on_page, deadline, timings)
         finally:
+            self.memory.release(sum(timings.held.values()))  # pages that never reached the engine
             m.pages_settled(timings.planned - timings.settled)
             m.outstanding_requests.dec()
             if timings.pixels >= _TRIM_AFTER_PIXELS:
@@ -183,16 +193,35 @@ class ParseService:
             timings.preprocess_s += time.monotonic() - started
         if doc.page_count == 0:
             raise InvalidInput("the document has no pages to parse", code="no_pages")
+        for position, (decode, pixels) in enumerate(doc.plan.costs):
+            # Before any page is decoded: a page that could never fit is refused now.
+            index = doc.plan.indices[position]
+            what = f"page {index + 1}" if doc.plan.fmt == "pdf" else "the image"
+            self.memory.check(decode + pixels * PAGE_BYTES_PER_PIXEL, what)
         return doc
 
     async def _decode(
         self, doc: OpenDocument, position: int, deadline: float, timings: ParseTimings
     ) -> PageImage:
+        """One page: its full decode and the page it yields are charged to the host memory
+        budget first (waiting for room); the decode's share comes back when the page does,
+        the page's when its engine call ends (``_outstanding``) or the parse does."""
+        decode, page_bytes = 0, 0
+        if doc.plan.costs:
+            decode, pixels = doc.plan.costs[position]
+            page_bytes = pixels * PAGE_BYTES_PER_PIXEL
+            what = f"page {doc.plan.indices[position] + 1}"
+            await self.memory.reserve(decode + page_bytes, what, deadline)
         started = time.monotonic()
         try:
             page = await self.decoder.page(doc, position, deadline)
+        except BaseException:
+            self.memory.release(decode + page_bytes)
+            raise
         finally:
             timings.preprocess_s += time.monotonic() - started
+        self.memory.release(decode)
+        timings.held[page.index] = timings.held.get(page.index, 0) + page_bytes
         timings.pixels += page.width * page.height
         return page
 
@@ -209,6 +238,7 @@ class ParseService:
             m.pages_settled(len(pages))
             timings.settled += len(pages)
             m.outstanding_vision_tokens.dec(tokens)
+            self.memory.release(sum(timings.held.pop(p.index, 0) for p in pages))
 
     async def _decode_chunk(
         self, doc: OpenDocument, positions: range, deadline: float, timings: ParseTimings

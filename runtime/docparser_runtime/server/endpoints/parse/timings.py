@@ -7,7 +7,7 @@ batches are not counted twice.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from docparser_runtime.server.inference.queued import SubmitTimings
 
@@ -23,6 +23,7 @@ class ParseTimings:
     queue_s: float | None = None
     first_start: float | None = None
     last_end: float | None = None
+    held: dict[int, int] = field(default_factory=dict)  # page index -> host memory bytes
 
     def add(self, submitted: float, sub: SubmitTimings) -> None:
         start = submitted + sub.queue_s
