@@ -35,7 +35,7 @@ GIB = 2**30
 
 # PSS of a ready server process at rest, engine loaded (deepseek-ocr2: its host side after
 # the weights went to the GPU; the load itself reads them through the page cache).
-SERVER_BYTES = {"rapidocr": 450 * MIB, "deepseek-ocr2": 2 * GIB}
+SERVER_BYTES = {"rapidocr": 650 * MIB, "deepseek-ocr2": 1536 * MIB}
 DECODER_BYTES = 70 * MIB  # one idle sandboxed decoder process (Python, Pillow, PDFium)
 HEADROOM = 0.10  # of the limit, never handed out
 # The size each engine really uses; no page is decoded larger. RapidOCR shrinks every
@@ -49,8 +49,9 @@ ENGINE_PAGE = {
 # The engine's own working set per pixel of the page it runs (rapidocr: the detector's
 # float tensors and feature maps, crops, grey copies; deepseek-ocr2: the processor's
 # tensors on the host), one page at a time.
-ENGINE_BYTES_PER_PIXEL = {"rapidocr": 40, "deepseek-ocr2": 16}
+ENGINE_BYTES_PER_PIXEL = {"rapidocr": 100, "deepseek-ocr2": 16}
 DEFAULT_ENGINE = "rapidocr"  # the figures used for an engine not listed (test engines)
+DEFAULT_WORK_BYTES = GIB  # what the operator sizes a pod's admission for
 MIN_WORK_BYTES = 64 * MIB  # below this no page could be admitted: a configuration error
 MAX_DECODE_PIXELS = 1_000_000_000  # never more, whatever the memory (Pillow, decode time)
 

@@ -106,8 +106,37 @@ def test_gpu_too_small_even_for_one_page() -> None:
     assert reason == "InsufficientGPUMemory" and "use a GPU with more memory" in message
 
 
+def test_host_memory_numbers_are_the_runtimes() -> None:
+    """The operator sizes a pod with the runtime's own equation and numbers, and the
+    runtime, under the limit the operator sets, gives admission at least the work the pod
+    was sized for."""
+    host_memory = pytest.importorskip("docparser_runtime.host_memory")
+    cgroup_memory = pytest.importorskip("docparser_runtime.cgroup_memory")
+    settings = pytest.importorskip("docparser_runtime.settings")
+    assert settings.Settings().decode_workers == sizing.HOST_DECODERS
+    assert sizing.HOST_DECODER_BYTES == host_memory.DECODER_BYTES
+    assert sizing.HOST_HEADROOM == host_memory.HEADROOM
+    assert sizing.HOST_WORK_BYTES == host_memory.DEFAULT_WORK_BYTES
+    specs = {
+        "rapidocr": DocParser.from_resource(Case("rapidocr-minimal").resource()).spec,
+        "deepseek-ocr2": _spec(),
+    }
+    for engine, spec in specs.items():
+        assert spec.engine == engine
+        assert sizing.HOST_SERVER_BYTES[engine] == host_memory.SERVER_BYTES[engine]
+        assert sizing.HOST_ENGINE_PAGE_PIXELS[engine] == host_memory.engine_page_pixels(engine)
+        assert (
+            sizing.HOST_ENGINE_BYTES_PER_PIXEL[engine] == host_memory.ENGINE_BYTES_PER_PIXEL[engine]
+        )
+        pod = sizing.host_serving_bytes(engine)
+        assert pod == host_memory.pod_memory_bytes(engine, 2, host_memory.DEFAULT_WORK_BYTES)
+        limit = sizing.parse_quantity(sizing.host_memory_request(spec))
+        budget = host_memory.plan_budget(cgroup_memory.MemoryLimit(limit, "pod"), engine, 2)
+        assert budget.work_bytes >= host_memory.DEFAULT_WORK_BYTES
+
+
 def test_host_memory_request_is_derived_unless_set() -> None:
-    assert sizing.host_memory_request(_spec()) == "11Gi"  # 6.78 GB x 1.25 + 3 GiB, rounded up
+    assert sizing.host_memory_request(_spec()) == "11Gi"  # 6.78 GB x 1.25 + 3.05 GiB, rounded up
     assert sizing.host_memory_request(_spec(resources={"memory": "32Gi"})) == "32Gi"
     minimal = DocParser.from_resource(Case("rapidocr-minimal").resource()).spec
     assert sizing.host_memory_request(minimal) == "3Gi"

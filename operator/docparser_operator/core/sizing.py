@@ -48,10 +48,22 @@ WEIGHTS_BYTES = {"deepseek-ocr2": int(3.39e9 * BF16_BYTES), "rapidocr": 0}
 CUDA_OVERHEAD = int(1.5 * GIB)  # CUDA context, cuBLAS/cuDNN workspaces
 FRAGMENTATION = 0.10  # caching allocator slack
 
-# Host memory: safetensors are read through host memory on load; the rest is the server,
-# decoded page images and the micro-batch queue.
-HOST_OVERHEAD = 3 * GIB
-HOST_MIN = 2 * GIB
+# Host memory of a runtime pod: the runtime's own equation and numbers
+# (docparser_runtime.host_memory, which sizes the pod's admission from the limit set here;
+# tests/operator/test_sizing.py checks the copies are equal and that a pod sized here gives
+# admission at least HOST_WORK_BYTES):
+#
+#   limit = (server(engine) + decoders * DECODER + engine page pixels * bytes per pixel
+#            + HOST_WORK_BYTES) / (1 - HEADROOM)  +  weights * 1.25 (read through host
+#            memory while loading; safetensors)
+MIB = 1024**2
+HOST_SERVER_BYTES = {"rapidocr": 650 * MIB, "deepseek-ocr2": 1536 * MIB}
+HOST_DECODER_BYTES = 70 * MIB
+HOST_DECODERS = 2  # the runtime's decode_workers default
+HOST_HEADROOM = 0.10
+HOST_ENGINE_PAGE_PIXELS = {"rapidocr": 2000 * 2000, "deepseek-ocr2": 2 * 6 * 768 * 768}
+HOST_ENGINE_BYTES_PER_PIXEL = {"rapidocr": 100, "deepseek-ocr2": 16}
+HOST_WORK_BYTES = 1 * GIB  # for decodes in flight and decoded pages
 
 _MEMORY = re.compile(r"^[0-9]+(?:\.[0-9]+)?(?:Ki|Mi|Gi|Ti|k|M|G|T)?$")  # the CRD's pattern
 
@@ -176,9 +188,16 @@ def host_memory_request(spec: DocParserSpec) -> str:
     """Memory request (and limit) of the runtime container, unless resources.memory is set."""
     if spec.resources.memory:
         return spec.resources.memory
-    weights = WEIGHTS_BYTES[spec.engine]
-    need = max(HOST_MIN, int(weights * 1.25) + HOST_OVERHEAD)
+    need = host_serving_bytes(spec.engine) + int(WEIGHTS_BYTES[spec.engine] * 1.25)
     return f"{math.ceil(need / GIB)}Gi"
+
+
+def host_serving_bytes(engine: str, work_bytes: int = HOST_WORK_BYTES) -> int:
+    """The runtime's side of the equation: the limit under which its admission gets
+    ``work_bytes`` (``docparser_runtime.host_memory.pod_memory_bytes``)."""
+    engine_work = HOST_ENGINE_PAGE_PIXELS[engine] * HOST_ENGINE_BYTES_PER_PIXEL[engine]
+    need = HOST_SERVER_BYTES[engine] + HOST_DECODERS * HOST_DECODER_BYTES + engine_work
+    return math.ceil((need + work_bytes) / (1 - HOST_HEADROOM))
 
 
 def weights_volume_limit(spec: DocParserSpec) -> str:
