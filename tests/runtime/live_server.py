@@ -31,11 +31,14 @@ class LiveServer:
         host: str = "127.0.0.1",
         port: int | None = None,
         engine_args: tuple[str, ...] = (),
+        cgroup: Path | None = None,
     ) -> None:
         """``gated_delay_s``: serve the test engine (``serve_test_engine.py``) whose
         batches take that long, instead of ``engine`` (``engine_args``: more of its options).
         ``nofile``: the process's limit of open file descriptors (RLIMIT_NOFILE). ``host`` /
-        ``port``: another loopback address (127.0.0.2 stands in for a pod IP) and port."""
+        ``port``: another loopback address (127.0.0.2 stands in for a pod IP) and port.
+        ``cgroup``: a cgroup directory the process (and so its children) starts in."""
+        self.cgroup = cgroup
         self.host = host
         self.port = port or free_port()
         self.url = f"http://{host}:{self.port}"
@@ -60,10 +63,14 @@ class LiveServer:
             args = [sys.executable, script, "--delay", str(self.gated_delay_s), *self.engine_args]
         args += ["--host", self.host, "--port", str(self.port)]
         limit = self.nofile
+        procs = None if self.cgroup is None else str(self.cgroup / "cgroup.procs")
 
         def limits() -> None:
             if limit is not None:
                 resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+            if procs is not None:
+                with open(procs, "w") as f:
+                    f.write(str(os.getpid()))
 
         self.proc = subprocess.Popen(
             args, env=env, stdout=self._log, stderr=subprocess.STDOUT, preexec_fn=limits

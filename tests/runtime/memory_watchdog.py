@@ -36,6 +36,18 @@ def tree_pids(root: int) -> list[int]:
     return pids
 
 
+def pss_bytes(pid: int) -> int:
+    """Proportional set size: shared pages (libraries, a forked parent's memory) split
+    between the processes that map them, so a tree's sum is what it really costs."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, IndexError, ValueError):
+        pass
+    return 0
+
+
 def rss_bytes(pid: int) -> int:
     try:
         return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * _PAGE
@@ -44,10 +56,14 @@ def rss_bytes(pid: int) -> int:
 
 
 class MemoryWatchdog:
-    """Samples the tree's total RSS every ``interval_s``; kills the tree above ``ceiling``."""
+    """Samples the tree's total RSS (or PSS: ``pss=True``) every ``interval_s``; kills the
+    tree above ``ceiling``."""
 
-    def __init__(self, root_pid: int, ceiling_bytes: int, interval_s: float = 0.05) -> None:
+    def __init__(
+        self, root_pid: int, ceiling_bytes: int, interval_s: float = 0.05, *, pss: bool = False
+    ) -> None:
         self.root_pid = root_pid
+        self._measure = pss_bytes if pss else rss_bytes
         self.ceiling = ceiling_bytes
         self.interval_s = interval_s
         self.peak = 0
@@ -56,7 +72,7 @@ class MemoryWatchdog:
         self._thread = threading.Thread(target=self._run, name="memory-watchdog", daemon=True)
 
     def current(self) -> int:
-        return sum(rss_bytes(pid) for pid in tree_pids(self.root_pid))
+        return sum(self._measure(pid) for pid in tree_pids(self.root_pid))
 
     def reset_peak(self) -> None:
         self.peak = self.current()
