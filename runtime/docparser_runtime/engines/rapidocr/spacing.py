@@ -16,6 +16,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from docparser_runtime.engines.base import BBox
+from docparser_runtime.engines.rapidocr.tables import otsu_threshold
+
 _DEFAULT_GAP_RATIO = 0.26  # of the line box height
 _MIN_JUMP_RATIO = 0.06
 _SEARCH_RANGE = (0.2, 0.5)  # letter gaps stay under 0.2 line heights
@@ -119,3 +122,35 @@ def restore_spaces(
         chars.append(ch)
         xs.append(float(centers[i]))
     return "".join(chars), tuple(xs)
+
+
+def bbox_x0(bbox: BBox) -> int:
+    return max(int(bbox[0]), 0)
+
+
+def ink_box(gray: np.ndarray, bbox: BBox) -> np.ndarray | None:
+    """Ink mask of the line's box (Otsu on the crop, so grey scans work too)."""
+    x1, y1 = bbox_x0(bbox), max(int(bbox[1]), 0)
+    x2, y2 = min(int(np.ceil(bbox[2])), gray.shape[1]), min(int(np.ceil(bbox[3])), gray.shape[0])
+    if x2 - x1 < 2 or y2 - y1 < 2:
+        return None
+    crop = gray[y1:y2, x1:x2]
+    return crop < min(otsu_threshold(crop), 200)
+
+
+def ink_height(ink: np.ndarray) -> float:
+    """Glyph height of a line, robust to slight skew and to table rules in the box.
+
+    Rows that are nearly all ink are rules, not letters. The extent is measured in
+    strips about one box-height wide and a high percentile is taken, so a skewed line
+    does not look taller than it is and strips of x-height-only letters don't count.
+    """
+    h, w = ink.shape
+    ink = ink & ~(ink.mean(axis=1) > 0.85)[:, None]
+    strip = max(8, h)
+    extents = []
+    for x in range(0, w, strip):
+        rows = np.flatnonzero(ink[:, x : x + strip].any(axis=1))
+        if len(rows):
+            extents.append(rows[-1] - rows[0] + 1)
+    return float(np.percentile(extents, 80)) if extents else 0.0
