@@ -4,7 +4,9 @@ Over the pages of the fidelity corpus (``tests/runtime/page_corpus.py``), each e
 the PNG a user would upload, one page at a time (no batching, no result cache):
 
 - ``raw``: ``RapidOCR()(png_bytes)`` from ``rapidocr-onnxruntime``, its defaults (angle
-  classifier on), the same onnxruntime thread count as the engine; decode included;
+  classifier on), the same onnxruntime thread count as the engine (``--threads``, 1 by
+  default: onnxruntime's threads spin while they wait, so on a shared machine a
+  multi-threaded run's CPU time counts the neighbours' load too); decode included;
 - ``engine``: what the server does with the same bytes outside HTTP: ``load_document``
   (sniff, decode, tile plan), ``RapidOcrEngine.infer_batch`` (orientation, re-reads, word
   boxes, layout) and the coverage audit stage; ``grounding`` mode too when asked.
@@ -58,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--modes", default="markdown", help="markdown,text,grounding")
     parser.add_argument("--profile", default="", help="write a pyinstrument HTML profile here")
+    parser.add_argument("--threads", type=int, default=1, help="onnxruntime threads, both paths")
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args(argv)
 
@@ -67,10 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     corpus = page_corpus.corpus()
     if args.pages:
         corpus = [p for p in corpus if p.name in set(args.pages.split(","))]
-    engine = RapidOcrEngine()
+    engine = RapidOcrEngine(threads=args.threads)
     engine.load()
     engine.warmup()
-    raw = RapidOCR(intra_op_num_threads=engine._threads, inter_op_num_threads=1)
+    raw = RapidOCR(intra_op_num_threads=args.threads, inter_op_num_threads=1)
     inputs = [(p, png(p)) for p in corpus]
     raw(inputs[0][1])  # warm both
     modes = args.modes.split(",")
