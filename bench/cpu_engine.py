@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args(argv)
 
-    from docparser_runtime.engines.rapidocr_engine import RapidOcrEngine
+    from docparser_runtime.engines.rapidocr.engine import RapidOcrEngine
     from rapidocr_onnxruntime import RapidOCR
 
     corpus = page_corpus.corpus()

@@ -98,7 +98,7 @@ def rgb_png_header(width: int, height: int) -> bytes:
 
 async def test_the_server_refuses_an_image_it_cannot_decode_within_its_memory_limit():
     settings = make_settings(memory_limit_bytes=2 * GIB)
-    async with serving(settings) as (app, client, engine):
+    async with serving(settings) as (_app, client, engine):
         reply = await client.post(
             PARSE, files={"file": ("x.png", rgb_png_header(14_143, 14_143), "image/png")}
         )
@@ -116,7 +116,7 @@ async def test_huge_pdf_pages_and_images_are_decoded_at_the_engines_size():
     big = Image.new("RGB", (6000, 4500), "white")
     buf = io.BytesIO()
     big.save(buf, "JPEG", quality=50)
-    async with serving(settings) as (app, client, engine):
+    async with serving(settings) as (_app, client, engine):
         pdf = await client.post(
             PARSE, files={"file": ("h.pdf", huge_pages_pdf(pages=2), "application/pdf")}
         )
