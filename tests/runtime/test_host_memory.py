@@ -116,7 +116,7 @@ async def test_huge_pdf_pages_and_images_are_decoded_at_the_engines_size():
     big = Image.new("RGB", (6000, 4500), "white")
     buf = io.BytesIO()
     big.save(buf, "JPEG", quality=50)
-    async with serving(settings) as (_app, client, engine):
+    async with serving(settings) as (_app, client, _engine):
         pdf = await client.post(
             PARSE, files={"file": ("h.pdf", huge_pages_pdf(pages=2), "application/pdf")}
         )
