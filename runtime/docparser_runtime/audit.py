@@ -18,6 +18,8 @@ the audit prefers a false alarm to silence.
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -57,8 +59,27 @@ class InkMap:
         return float(np.median(heights)) if len(heights) else float(MIN_INK_HEIGHT * 2)
 
 
+_last_lock = threading.Lock()
+_last: list[tuple[weakref.ref[Image.Image], InkMap]] = []
+
+
 def ink_map(image: Image.Image) -> InkMap:
-    """Binarise the page (Otsu, bounded by the paper tone) and label its ink."""
+    """Binarise the page (Otsu, bounded by the paper tone) and label its ink.
+
+    The last page's map is kept (by identity, while that image lives): an engine that
+    audits its own output before answering (rapidocr re-reads what it missed) and the
+    coverage stage after it then pay for one labelling, not two. Callers never draw on
+    an image they audited."""
+    with _last_lock:
+        if _last and _last[0][0]() is image:
+            return _last[0][1]
+    found = _ink_map(image)
+    with _last_lock:
+        _last[:] = [(weakref.ref(image), found)]
+    return found
+
+
+def _ink_map(image: Image.Image) -> InkMap:
     import cv2
 
     gray = image.convert("L")

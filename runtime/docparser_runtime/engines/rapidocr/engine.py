@@ -102,7 +102,8 @@ class RapidOcrEngine(Engine):
         return [self._parse_page(page, options) for page in pages]
 
     def _parse_page(self, page: PageImage, options: ParseOptions) -> PageResult:
-        image = page.image.convert("RGB")
+        # The page itself when RGB (no copy): the coverage stage audits the same object.
+        image = page.image if page.image.mode == "RGB" else page.image.convert("RGB")
         rotation = None
         angle = estimate_skew(np.asarray(image.convert("L")))
         if abs(angle) >= MIN_SKEW_DEG:
@@ -184,7 +185,7 @@ class RapidOcrEngine(Engine):
         read: the caller turns the page)."""
         if self._ocr is None:
             raise Unavailable("the rapidocr engine is not loaded")
-        image = image.convert("RGB")
+        image = image if image.mode == "RGB" else image.convert("RGB")
         gray = np.asarray(image.convert("L"))
         try:
             with self._lock:
