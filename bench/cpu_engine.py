@@ -134,6 +134,14 @@ def main(argv: list[str] | None = None) -> int:
             print(("{:<16}" + " {:>12}" * (len(head) - 1)).format(*cells))
     for m in modes:
         all_lost = sum(lost[(p.name, m)] for p, _ in inputs)
+        ratios = [
+            statistics.median(times[(p.name, m)]) / statistics.median(times[(p.name, "raw")])
+            for p, _ in inputs
+        ]
+        print(
+            f"{m}: per-page ratio geometric mean {statistics.geometric_mean(ratios):.3f}, "
+            f"median {statistics.median(ratios):.3f} (robust to one page's noise)"
+        )
         print(
             f"{m}: whole path / raw RapidOCR = {totals[m] / totals['raw']:.3f} CPU time over "
             f"{len(inputs)} pages (sum of per-page medians, {args.rounds} rounds), "
