@@ -52,6 +52,8 @@ ENGINE_PAGE = {
 ENGINE_BYTES_PER_PIXEL = {"rapidocr": 100, "deepseek-ocr2": 16}
 DEFAULT_ENGINE = "rapidocr"  # the figures used for an engine not listed (test engines)
 DEFAULT_WORK_BYTES = GIB  # what the operator sizes a pod's admission for
+DECODER_ADDRESS_BYTES = 256 * MIB  # address space an idle decoder maps (Python, Pillow, PDFium)
+MIN_DECODER_ADDRESS_BYTES = 512 * MIB
 MIN_WORK_BYTES = 64 * MIB  # below this no page could be admitted: a configuration error
 MAX_DECODE_PIXELS = 1_000_000_000  # never more, whatever the memory (Pillow, decode time)
 
@@ -96,6 +98,14 @@ class HostBudget:
             f"{self.work_bytes / MIB:.0f} MiB for decoding and pages of the host memory limit "
             f"{self.limit.describe()}"
         )
+
+    def decoder_address_space(self, decoders: int, configured: int) -> int:
+        """RLIMIT_AS of one sandboxed decoder: its share of the budget on top of what an idle
+        one maps (DECODER_ADDRESS_BYTES), never more than ``configured``; all decoders at
+        their limit (a hostile PDF in each) then stay inside the pod's limit, and the worker,
+        not the kernel's OOM killer, says no (422 naming the limit)."""
+        share = self.work_bytes // max(1, decoders)
+        return max(MIN_DECODER_ADDRESS_BYTES, min(configured, DECODER_ADDRESS_BYTES + share))
 
     def max_decode_pixels(self) -> int:
         """The header's pixel limit: the largest image whose full-size decode could fit the

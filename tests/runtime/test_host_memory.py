@@ -47,6 +47,16 @@ def test_the_budget_is_what_the_limit_leaves_after_server_decoders_engine_and_he
     assert tiny.work_bytes == host_memory.MIN_WORK_BYTES
 
 
+def test_decoders_together_stay_inside_the_budget_and_never_above_the_setting():
+    planned = plan_budget(MemoryLimit(2 * GIB, "x"), "rapidocr", 2)
+    each = planned.decoder_address_space(2, 3 * GIB)
+    assert each == host_memory.DECODER_ADDRESS_BYTES + planned.work_bytes // 2
+    big = plan_budget(MemoryLimit(64 * GIB, "x"), "rapidocr", 2)
+    assert big.decoder_address_space(2, 3 * GIB) == 3 * GIB  # the setting caps it
+    tiny = plan_budget(MemoryLimit(256 * MIB, "x"), "rapidocr", 2)
+    assert tiny.decoder_address_space(2, 3 * GIB) == host_memory.MIN_DECODER_ADDRESS_BYTES
+
+
 @pytest.mark.parametrize("engine", ["rapidocr", "deepseek-ocr2"])
 def test_a_pod_sized_for_some_work_gets_that_work_back(engine: str):
     for work in (256 * MIB, GIB, 8 * GIB):

@@ -6,9 +6,11 @@ limit itself and admit work inside it: the 1.7 KB PDF of eight 200 x 200 inch pa
 of PSS before, issue 29) and a 200 Mpx greyscale PNG are parsed at the engine's size; a PNG
 whose header announces 200 Mpx of RGB cannot be decoded within the budget and is refused
 (413 naming the limit) before a pixel is decoded; normal requests sent meanwhile are
-served. PSS is summed over the process tree every 50 ms; the kernel's own peak and OOM
-counters say whether the cap was ever hit. Needs root and a cgroup v1 memory hierarchy or a
-delegated v2 one (skipped otherwise). Figures are printed with ``-s`` (docs/benchmarks.md).
+served; a PDF of nested Form XObjects that grows without bound in PDFium is ended by its
+decoder's address-space limit (422), not by the kernel. PSS is summed over the process
+tree every 50 ms; the kernel's own peak and OOM counters say whether the cap was ever hit.
+Needs root and a cgroup v1 memory hierarchy or a delegated v2 one (skipped otherwise).
+Figures are printed with ``-s`` (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from pathlib import Path
 import httpx
 import pytest
 from engines_for_tests import png_bytes
-from hostile_docs import huge_pages_pdf
+from hostile_docs import huge_pages_pdf, nested_xobject_pdf
 from live_server import LiveServer
 from memory_watchdog import MemoryWatchdog
 from PIL import Image, ImageDraw
@@ -190,6 +192,13 @@ def test_huge_documents_stay_under_a_real_2_gib_cap_while_normal_requests_are_se
                     files={"file": ("x", rgb_png_header(SIDE_200MPX), "image/png")},
                     timeout=120,
                 )
+                # A PDF that grows without bound inside PDFium: the decoder's address space
+                # (its share of the budget) ends it, not the kernel's OOM killer.
+                nested = httpx.post(
+                    f"{server.url}{PARSE}",
+                    files={"file": ("n.pdf", nested_xobject_pdf(levels=10), "application/pdf")},
+                    timeout=300,
+                )
             kernel = kernel_figures(group)
             alive = server.proc.poll() is None
         finally:
@@ -202,7 +211,8 @@ def test_huge_documents_stay_under_a_real_2_gib_cap_while_normal_requests_are_se
         f"{kernel.get('peak', 0) / 2**20:.0f} MiB (page cache included), "
         f"OOM kills {kernel.get('oom_kill', 'n/a')}; normal requests "
         f"{[s for s, _ in normal]} in at most {max((t for _, t in normal), default=0):.1f} s; "
-        f"refused: {refused.status_code} {refused.json()['error']['message'][:160]}"
+        f"refused: {refused.status_code} {refused.json()['error']['message'][:160]}; nested "
+        f"XObjects: {nested.status_code} {nested.json()['error']['message'][:120]}"
     )
     assert alive, log
     assert not dog.tripped and dog.peak < LIMIT, (dog.peak, log)
@@ -215,6 +225,8 @@ def test_huge_documents_stay_under_a_real_2_gib_cap_while_normal_requests_are_se
     grey_page = grey_reply.json()["pages"][0]  # type: ignore[union-attr]
     assert max(grey_page["width"], grey_page["height"]) <= 2000
     assert normal and all(status == 200 for status, _ in normal), normal
+    assert nested.status_code == 422, nested.text
+    assert nested.json()["error"]["code"] == "document_too_complex"
     assert refused.status_code == 413, refused.text
     body = refused.json()["error"]
     assert body["code"] == "host_memory_limit" and "GiB" in body["message"], body

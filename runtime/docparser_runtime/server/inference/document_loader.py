@@ -197,10 +197,13 @@ def create_decoder(
     on_replace: Callable[[str], None] | None = None,
     max_pixels: int | None = None,
     page: PageSize | None = None,
+    decoder_memory_bytes: int | None = None,
 ) -> Decoder:
     """The decoder the settings ask for (``loader`` wins: it is the tests' hook);
     ``on_replace(reason)`` hears of every sandboxed decoder killed and replaced;
-    ``max_pixels`` (the header limit when the settings leave it unset) and ``page`` (the
+    ``decoder_memory_bytes``: each sandboxed decoder's address-space limit (from the host
+    memory budget; else the settings'); ``max_pixels`` (the header limit when the settings
+    leave it unset) and ``page`` (the
     engine's size) come from the host memory budget and the engine."""
     limits = DecodeLimits.from_settings(settings, max_pixels=max_pixels, page=page)
     if loader is not None:
@@ -210,6 +213,6 @@ def create_decoder(
     sandbox = SandboxLimits(
         timeout_s=settings.decode_timeout_s,
         cpu_s=settings.decode_cpu_s,
-        memory_bytes=settings.decode_memory_bytes,
+        memory_bytes=decoder_memory_bytes or settings.decode_memory_bytes,
     )
     return SandboxDecoder(limits, DecodePool(settings.decode_workers, sandbox, on_replace))

@@ -78,6 +78,9 @@ class ParseService:
         self.decoder = create_decoder(
             settings, loader, workers=workers, on_replace=lambda r: restarts.labels(reason=r).inc(),
             max_pixels=budget.max_decode_pixels(), page=engine_page(engine.name),
+            decoder_memory_bytes=budget.decoder_address_space(
+                settings.decode_workers, settings.decode_memory_bytes
+            ),
         )  # fmt: skip
         self.decoder.start()
         self._decoding = 0  # documents being opened (their upload held, pages unknown)
