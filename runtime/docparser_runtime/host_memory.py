@@ -28,7 +28,9 @@ from dataclasses import dataclass
 
 from docparser_runtime.cgroup_memory import MemoryLimit, host_memory_limit
 from docparser_runtime.errors import DeadlineExceeded, Overloaded, PayloadTooLarge
-from docparser_runtime.preprocess.page_size import PageSize
+from docparser_runtime.preprocess.page_size import PAGE_BYTES_PER_PIXEL, PageSize
+from docparser_runtime.preprocess.pipeline import DocumentPlan
+from docparser_runtime.settings import Settings
 
 MIB = 2**20
 GIB = 2**30
@@ -134,6 +136,11 @@ def budget_for(limit_bytes: int, engine: str, decoders: int) -> HostBudget:
     return plan_budget(limit or host_memory_limit(), engine, decoders)
 
 
+def settings_budget(settings: Settings, engine: str) -> HostBudget:
+    """``budget_for`` with the settings' limit override and decoder count."""
+    return budget_for(settings.memory_limit_bytes, engine, settings.decode_workers)
+
+
 class MemoryBudget:
     """Bytes of host memory handed to requests, on the event loop (not thread-safe).
 
@@ -161,6 +168,25 @@ class MemoryBudget:
                 f"lower PDF resolution) or raise the pod's memory limit",
                 code="host_memory_limit",
             )
+
+    def check_plan(self, plan: DocumentPlan) -> None:
+        """Refuse now a document with a page that could never fit, before any is decoded."""
+        for index, (decode, pixels) in zip(plan.indices, plan.costs, strict=False):
+            what = f"page {index + 1}" if plan.fmt == "pdf" else "the image"
+            self.check(decode + pixels * PAGE_BYTES_PER_PIXEL, what)
+
+    async def reserve_page(
+        self, plan: DocumentPlan, position: int, deadline: float
+    ) -> tuple[int, int]:
+        """Charge the decode of page ``position`` and the page it yields: ``(decode bytes,
+        page bytes)``; release the first when the page is back, the second when it is done
+        (nothing is charged for a plan without costs: pages a test loader decoded)."""
+        if not plan.costs:
+            return 0, 0
+        decode, pixels = plan.costs[position]
+        page = pixels * PAGE_BYTES_PER_PIXEL
+        await self.reserve(decode + page, f"page {plan.indices[position] + 1}", deadline)
+        return decode, page
 
     async def reserve(self, need: int, what: str, deadline: float) -> int:
         """Take ``need`` bytes (returned, for ``release``); waits while others hold them."""

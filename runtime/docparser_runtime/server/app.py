@@ -23,7 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from docparser_runtime.engines.base import Engine
 from docparser_runtime.engines.registry import create_engine
-from docparser_runtime.host_memory import budget_for
+from docparser_runtime.host_memory import settings_budget
 from docparser_runtime.result_cache import with_result_cache
 from docparser_runtime.server.endpoints.health import api_router as health_api
 from docparser_runtime.server.endpoints.jobs import api_router as jobs_api
@@ -98,7 +98,7 @@ async def _bring_up(app: FastAPI, engine: Engine | None, engine_loaded: bool) ->
         if stop is not None and settings.exit_on_load_failure:
             stop()  # `serve` then exits non-zero with the reason (server/drain.run_server)
         return
-    budget = budget_for(settings.memory_limit_bytes, engine.name, settings.decode_workers)
+    budget = settings_budget(settings, engine.name)
     log.info("host memory: %s", budget.describe())
     batcher = make_batcher(engine, settings, state.metrics)
     batcher.start()

@@ -22,6 +22,7 @@ from PIL import Image
 
 from docparser_runtime.engines.base import PageImage
 from docparser_runtime.errors import DeadlineExceeded, DocParserError, InvalidInput
+from docparser_runtime.host_memory import HostBudget
 from docparser_runtime.preprocess.page_size import PageSize
 from docparser_runtime.preprocess.pipeline import (
     DecodeLimits,
@@ -195,16 +196,15 @@ def create_decoder(
     *,
     workers: int = 2,
     on_replace: Callable[[str], None] | None = None,
-    max_pixels: int | None = None,
+    budget: HostBudget | None = None,
     page: PageSize | None = None,
-    decoder_memory_bytes: int | None = None,
 ) -> Decoder:
     """The decoder the settings ask for (``loader`` wins: it is the tests' hook);
     ``on_replace(reason)`` hears of every sandboxed decoder killed and replaced;
-    ``decoder_memory_bytes``: each sandboxed decoder's address-space limit (from the host
-    memory budget; else the settings'); ``max_pixels`` (the header limit when the settings
-    leave it unset) and ``page`` (the
-    engine's size) come from the host memory budget and the engine."""
+    ``budget`` (the host memory budget) sets the header's pixel limit when the settings leave
+    it unset and each sandboxed decoder's address space (at most the settings'); ``page`` is
+    the engine's size: no page is decoded larger."""
+    max_pixels = None if budget is None else budget.max_decode_pixels()
     limits = DecodeLimits.from_settings(settings, max_pixels=max_pixels, page=page)
     if loader is not None:
         return LoaderDecoder(loader, workers)
@@ -213,6 +213,8 @@ def create_decoder(
     sandbox = SandboxLimits(
         timeout_s=settings.decode_timeout_s,
         cpu_s=settings.decode_cpu_s,
-        memory_bytes=decoder_memory_bytes or settings.decode_memory_bytes,
+        memory_bytes=settings.decode_memory_bytes
+        if budget is None
+        else budget.decoder_address_space(settings.decode_workers, settings.decode_memory_bytes),
     )
     return SandboxDecoder(limits, DecodePool(settings.decode_workers, sandbox, on_replace))

@@ -21,8 +21,7 @@ from functools import partial
 
 from docparser_runtime.engines.base import Engine, PageImage, PageResult, ParseOptions
 from docparser_runtime.errors import InvalidInput, Overloaded
-from docparser_runtime.host_memory import HostBudget, MemoryBudget, budget_for, engine_page
-from docparser_runtime.preprocess.page_size import PAGE_BYTES_PER_PIXEL
+from docparser_runtime.host_memory import HostBudget, MemoryBudget, engine_page, settings_budget
 from docparser_runtime.preprocess.sandbox import release_memory
 from docparser_runtime.result_cache import PageCallback, PageDeltaCallback, Reply, TotalCallback
 from docparser_runtime.server.endpoints.parse.request_input import ParseRequest
@@ -70,17 +69,10 @@ class ParseService:
         self.metrics = metrics
         workers = preprocess_workers or max(1, min(4, os.cpu_count() or 1))
         restarts = metrics.decoder_restarts
-        budget = host_budget or budget_for(
-            settings.memory_limit_bytes, engine.name, settings.decode_workers
-        )
-        # Decodes and decoded pages are charged to this before their memory is spent.
-        self.memory = MemoryBudget(budget)
+        self.memory = MemoryBudget(host_budget or settings_budget(settings, engine.name))
         self.decoder = create_decoder(
             settings, loader, workers=workers, on_replace=lambda r: restarts.labels(reason=r).inc(),
-            max_pixels=budget.max_decode_pixels(), page=engine_page(engine.name),
-            decoder_memory_bytes=budget.decoder_address_space(
-                settings.decode_workers, settings.decode_memory_bytes
-            ),
+            budget=self.memory.budget, page=engine_page(engine.name),
         )  # fmt: skip
         self.decoder.start()
         self._decoding = 0  # documents being opened (their upload held, pages unknown)
@@ -196,35 +188,21 @@ class ParseService:
             timings.preprocess_s += time.monotonic() - started
         if doc.page_count == 0:
             raise InvalidInput("the document has no pages to parse", code="no_pages")
-        for position, (decode, pixels) in enumerate(doc.plan.costs):
-            # Before any page is decoded: a page that could never fit is refused now.
-            index = doc.plan.indices[position]
-            what = f"page {index + 1}" if doc.plan.fmt == "pdf" else "the image"
-            self.memory.check(decode + pixels * PAGE_BYTES_PER_PIXEL, what)
+        self.memory.check_plan(doc.plan)  # a page that could never fit: refused before decoding
         return doc
 
     async def _decode(
         self, doc: OpenDocument, position: int, deadline: float, timings: ParseTimings
     ) -> PageImage:
-        """One page: its full decode and the page it yields are charged to the host memory
-        budget first (waiting for room); the decode's share comes back when the page does,
-        the page's when its engine call ends (``_outstanding``) or the parse does."""
-        decode, page_bytes = 0, 0
-        if doc.plan.costs:
-            decode, pixels = doc.plan.costs[position]
-            page_bytes = pixels * PAGE_BYTES_PER_PIXEL
-            what = f"page {doc.plan.indices[position] + 1}"
-            await self.memory.reserve(decode + page_bytes, what, deadline)
+        """One page; its decode and the page are charged to the host memory budget first."""
+        decode, page_bytes = await self.memory.reserve_page(doc.plan, position, deadline)
+        timings.held[doc.plan.indices[position]] = page_bytes  # back in _outstanding or parse
         started = time.monotonic()
         try:
             page = await self.decoder.page(doc, position, deadline)
-        except BaseException:
-            self.memory.release(decode + page_bytes)
-            raise
         finally:
             timings.preprocess_s += time.monotonic() - started
-        self.memory.release(decode)
-        timings.held[page.index] = timings.held.get(page.index, 0) + page_bytes
+            self.memory.release(decode)  # the decoder's memory is back, whatever happened
         timings.pixels += page.width * page.height
         return page
 
