@@ -59,6 +59,7 @@ system-deps:
 CONTROLPLANE_BUILD_TIMEOUT ?= 3000
 HELM_BUILD_TIMEOUT ?= 900
 GITOPSCHECK_BUILD_TIMEOUT ?= 600
+ENVOY_GATEWAY_BUILD_TIMEOUT ?= 900
 controlplane: install-test
 	@timeout $(GITOPSCHECK_BUILD_TIMEOUT) bash tests/gitopscheck/build.sh \
 		|| echo "gitopscheck build failed or timed out: Flux/Argo CD verdict tests will be skipped"
@@ -66,6 +67,8 @@ controlplane: install-test
 		|| echo "control plane build failed or timed out: realcluster tests will be skipped"
 	@timeout $(HELM_BUILD_TIMEOUT) bash scripts/build-helm.sh \
 		|| echo "helm build failed or timed out: chart tests will be skipped"
+	@timeout $(ENVOY_GATEWAY_BUILD_TIMEOUT) bash scripts/build-envoy-gateway.sh \
+		|| echo "Envoy Gateway not built or timed out: the local cluster has no Gateway controller and its Gateway scenarios will be skipped"
 	@$(BIN)/python tests/controlplane/gateway_crds.py \
 		|| echo "Gateway API CRDs not fetched: realcluster and HTTPRoute schema tests will be skipped"
 
@@ -93,9 +96,10 @@ cluster-images: system-deps
 	@timeout $(CLUSTER_IMAGES_TIMEOUT) $(PYTHON) scripts/build_images.py >/dev/null \
 		|| echo "images not built or timed out: the e2e/cluster scenarios will be skipped"
 
-# A real single-node cluster on this machine (root): see docs/operations.md.
+# A real cluster of NODES nodes on this machine (root): see docs/operations.md.
+NODES ?= 3
 cluster-up: install-test system-deps controlplane
-	cd tests && ../$(BIN)/python -m controlplane.localcluster up
+	cd tests && ../$(BIN)/python -m controlplane.localcluster up --nodes $(NODES)
 
 cluster-down:
 	cd tests && ../$(BIN)/python -m controlplane.localcluster down

@@ -37,7 +37,7 @@ class ManagedProcess:
 
     def __init__(self, name: str, argv: list[str], log_path: Path):
         self.name, self.log_path = name, log_path
-        self._log = log_path.open("wb")
+        self._log = log_path.open("ab")  # a restarted daemon (a node brought back) appends
         self.popen = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
@@ -70,6 +70,15 @@ class ManagedProcess:
                 pass
             time.sleep(0.1)
         raise ProcessFailed(f"{what} not ready after {timeout:.0f}s:\n{self.log_tail()}")
+
+    def kill(self) -> None:
+        """SIGKILL the process group at once (a node dying), no grace; idempotent."""
+        with contextlib.suppress(ProcessLookupError):
+            if self.popen.poll() is None:
+                os.killpg(self.popen.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(timeout=5.0)
+        self._log.close()
 
     def stop(self, grace: float = 10.0) -> None:
         """TERM the process group, KILL it after `grace` seconds; idempotent."""

@@ -1,8 +1,10 @@
-"""`python -m controlplane.localcluster up|down|status` (run from tests/; `make cluster-up`).
+"""`python -m controlplane.localcluster up|down|status|node-stop|node-start` (from tests/).
 
-up: start (or reuse) the node supervisor, import the images, install the chart with the
-operator running as a pod, print `export KUBECONFIG=...`. down: stop everything and remove
-what the cluster made on the host. The supervisor itself is `supervise` (internal).
+up [--nodes N]: start (or reuse) the supervisor of an N-node cluster, import the images into
+every node, install the chart with the operator running as a pod, print `export
+KUBECONFIG=...`. down: stop everything and remove what the cluster made on the host.
+node-stop NAME / node-start NAME: fail a node abruptly and bring it back (failures.py). The
+supervisor itself is `supervise` (internal).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import time
 from pathlib import Path
 
 from .configs import Layout
+from .failures import RequestFailed, submit
 from .hostclean import clean_host
 from .node import host_tools_missing, node_binaries_missing
 from .platform import PlatformError, install_platform
@@ -25,6 +28,9 @@ from .supervisor import load_state, supervise
 DEFAULT_ROOT = (
     Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "docparser" / "cluster"
 )
+# Three nodes in three zones: what the drain, node-loss and spread scenarios need, and what
+# every e2e/cluster scenario shares (one cluster for the whole suite).
+DEFAULT_NODES = int(os.environ.get("DOCPARSER_CLUSTER_NODES", "3"))
 
 
 def _alive(pid: int) -> bool:
@@ -53,7 +59,7 @@ def preflight() -> list[str]:
     return problems
 
 
-def up(layout: Layout, *, timeout: float, images: bool) -> int:
+def up(layout: Layout, *, timeout: float, images: bool, nodes: int) -> int:
     problems = preflight()
     if problems:
         print("cluster-up: cannot start:\n  " + "\n  ".join(problems), file=sys.stderr)
@@ -61,6 +67,12 @@ def up(layout: Layout, *, timeout: float, images: bool) -> int:
     state = load_state(layout)
     started = time.monotonic()
     if state and _alive(state.supervisor_pid) and state.phase == "running":
+        if len(state.nodes) != nodes:
+            print(
+                f"cluster-up: a cluster with {len(state.nodes)} node(s) is running, not {nodes}; "
+                "reusing it (`make cluster-down` first to change the count)",
+                file=sys.stderr,
+            )
         print(
             f"cluster-up: already running (supervisor pid {state.supervisor_pid}); "
             "refreshing images and chart"
@@ -83,6 +95,8 @@ def up(layout: Layout, *, timeout: float, images: bool) -> int:
                     "supervise",
                     "--root",
                     str(layout.root),
+                    "--nodes",
+                    str(nodes),
                 ],
                 cwd=Path(__file__).resolve().parents[2],
                 stdin=subprocess.DEVNULL,
@@ -97,12 +111,12 @@ def up(layout: Layout, *, timeout: float, images: bool) -> int:
                 break
             if proc.poll() is not None or time.monotonic() > deadline:
                 tail = (layout.root / "supervisor.log").read_text(errors="replace")[-3000:]
-                print(f"cluster-up: the node did not come up:\n{tail}", file=sys.stderr)
+                print(f"cluster-up: the nodes did not come up:\n{tail}", file=sys.stderr)
                 if proc.poll() is None:
                     proc.terminate()
                 return 1
             time.sleep(0.5)
-        print(f"cluster-up: node Ready in {time.monotonic() - started:.1f}s")
+        print(f"cluster-up: {nodes} node(s) Ready in {time.monotonic() - started:.1f}s")
     try:
         install_platform(layout, images=images, timeout=timeout)
     except PlatformError as err:
@@ -141,7 +155,13 @@ def status(layout: Layout) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="localcluster", description=__doc__)
-    parser.add_argument("command", choices=("up", "down", "status", "supervise"))
+    parser.add_argument(
+        "command", choices=("up", "down", "status", "supervise", "node-stop", "node-start")
+    )
+    parser.add_argument("node", nargs="?", help="node-stop/node-start: the node's name")
+    parser.add_argument(
+        "--nodes", type=int, default=DEFAULT_NODES, help="up: how many nodes (default: %(default)s)"
+    )
     parser.add_argument(
         "--root", type=Path, default=DEFAULT_ROOT, help="work dir (default: %(default)s)"
     )
@@ -152,12 +172,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     layout = Layout(args.root.resolve())
     if args.command == "up":
-        return up(layout, timeout=args.timeout, images=not args.no_images)
+        return up(layout, timeout=args.timeout, images=not args.no_images, nodes=args.nodes)
     if args.command == "down":
         return down(layout, timeout=args.timeout)
     if args.command == "status":
         return status(layout)
-    return supervise(layout)
+    if args.command in ("node-stop", "node-start"):
+        if not args.node:
+            parser.error(f"{args.command} needs a node name")
+        try:
+            print(submit(layout, args.command, args.node, timeout=args.timeout))
+        except RequestFailed as err:
+            print(f"{args.command}: {err}", file=sys.stderr)
+            return 1
+        return 0
+    return supervise(layout, args.nodes)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,10 @@ from pathlib import Path
 
 import yaml
 
-NODE_NAME = "docparser-node"
+from .topology import CLUSTER_CIDR, NODE_NAME, ZONE_LABEL, NodePlan
+
+__all__ = ["NODE_NAME", "Layout", "Network", "NodeDirs"]
+
 BRIDGE = "dp-cni0"  # our own bridge: never the podman/cni0 a person may already have
 PAUSE_IMAGE = "docker.io/docparser/pause:local"
 CNI_BIN_DIR = "/usr/lib/cni"  # Debian's containernetworking-plugins
@@ -24,7 +27,6 @@ class Network:
     """Addresses: the node's own IP (never loopback: the kubelet rejects it) and the ranges."""
 
     node_ip: str
-    pod_cidr: str = "10.244.0.0/24"
     service_cidr: str = "10.96.0.0/24"
     apiserver_port: int = 6443
 
@@ -41,22 +43,14 @@ class Network:
 
 
 @dataclass(frozen=True)
-class Layout:
-    """Every path the cluster writes, under one work dir."""
+class NodeDirs:
+    """What one node writes (containerd, CNI state, the kubelet's dirs), under one dir.
+
+    Node 0 keeps these directly under the work dir (where the single-node cluster had them);
+    node i has its own under `nodes/<name>/`, so no two containerds or kubelets share state.
+    """
 
     root: Path
-
-    @property
-    def pki(self) -> Path:
-        return self.root / "pki"
-
-    @property
-    def etcd(self) -> Path:
-        return self.root / "etcd"
-
-    @property
-    def logs(self) -> Path:
-        return self.root / "logs"
 
     @property
     def containerd(self) -> Path:
@@ -86,6 +80,23 @@ class Layout:
     def sysctl_overrides(self) -> Path:
         return self.root / "sysctl"
 
+
+@dataclass(frozen=True)
+class Layout(NodeDirs):
+    """Every path the cluster writes, under one work dir (node 0's dirs are at its top)."""
+
+    @property
+    def pki(self) -> Path:
+        return self.root / "pki"
+
+    @property
+    def etcd(self) -> Path:
+        return self.root / "etcd"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
     @property
     def kubeconfigs(self) -> Path:
         return self.root / "kubeconfig.d"
@@ -98,8 +109,20 @@ class Layout:
     def state_file(self) -> Path:
         return self.root / "cluster.json"
 
+    @property
+    def requests(self) -> Path:
+        """Where `localcluster node-stop/node-start` leave requests for the supervisor."""
+        return self.root / "requests"
 
-def containerd_config(layout: Layout) -> str:
+    def node_dirs(self, node: NodePlan) -> NodeDirs:
+        return self if node.netns is None else NodeDirs(self.root / "nodes" / node.name)
+
+    def node_log(self, node: NodePlan, daemon: str) -> str:
+        """A daemon's log name: `kubelet` for node 0 (as before), `kubelet-<name>` otherwise."""
+        return daemon if node.netns is None else f"{daemon}-{node.name}"
+
+
+def containerd_config(layout: NodeDirs) -> str:
     """containerd 1.6 (config v2): CRI with our pause image, our CNI dir, no OOM-score lowering.
 
     restrict_oom_score_adj: runc cannot lower oom_score_adj without CAP_SYS_RESOURCE, which
@@ -136,9 +159,11 @@ def containerd_config(layout: Layout) -> str:
     )
 
 
-def cni_conflist(layout: Layout, network: Network) -> str:
-    """bridge + host-local (state in the work dir) + portmap + loopback is added by the CRI."""
-    gateway = network.pod_cidr.split("/")[0].rsplit(".", 1)[0] + ".1"
+def cni_conflist(layout: NodeDirs, node: NodePlan) -> str:
+    """bridge + host-local (state in the node's dir) + portmap; loopback is added by the CRI.
+
+    The bridge has the same name on every node: each node's is in its own network namespace.
+    """
     return json.dumps(
         {
             "cniVersion": "1.0.0",
@@ -153,7 +178,7 @@ def cni_conflist(layout: Layout, network: Network) -> str:
                     "ipam": {
                         "type": "host-local",
                         "dataDir": str(layout.cni_data),
-                        "ranges": [[{"subnet": network.pod_cidr, "gateway": gateway}]],
+                        "ranges": [[{"subnet": node.pod_cidr, "gateway": node.pod_gateway}]],
                         "routes": [{"dst": "0.0.0.0/0"}],
                     },
                 },
@@ -188,12 +213,14 @@ def kubeconfig(server: str, ca: Path, cert: Path, key: Path, user: str) -> str:
     )
 
 
-def kubelet_config(layout: Layout, network: Network, ca: Path) -> str:
+def kubelet_config(layout: NodeDirs, node: NodePlan, ca: Path) -> str:
     """KubeletConfiguration for cgroup v1 without systemd, all state in the work dir.
 
     failCgroupV1: 1.37 refuses v1 otherwise. protectKernelDefaults: true so the kubelet never
     rewrites host sysctls; it runs in a mount namespace where the three values it checks are
-    bind-mounted (see node.py). makeIPTablesUtilChains: kube-proxy owns iptables here.
+    bind-mounted (see agent.py). makeIPTablesUtilChains: kube-proxy owns iptables here.
+    cgroupRoot: one per node, so no two kubelets manage the same /kubepods. A namespaced node
+    serves healthz on its own address (the host cannot reach the namespace's loopback).
     """
     return yaml.safe_dump(
         {
@@ -201,16 +228,16 @@ def kubelet_config(layout: Layout, network: Network, ca: Path) -> str:
             "kind": "KubeletConfiguration",
             "failCgroupV1": False,
             "cgroupDriver": "cgroupfs",
-            "cgroupRoot": "/",
+            "cgroupRoot": node.cgroup_root,
             "failSwapOn": False,
             "protectKernelDefaults": True,
             "makeIPTablesUtilChains": False,
             "podLogsDir": str(layout.pod_logs),
             "clusterDNS": [],
-            "podCIDR": network.pod_cidr,
+            "podCIDR": node.pod_cidr,
             "readOnlyPort": 0,
-            "address": network.node_ip,
-            "healthzBindAddress": "127.0.0.1",
+            "address": node.address,
+            "healthzBindAddress": "127.0.0.1" if node.netns is None else node.address,
             "healthzPort": 10248,
             "authentication": {
                 "anonymous": {"enabled": False},
@@ -235,17 +262,20 @@ def kubelet_config(layout: Layout, network: Network, ca: Path) -> str:
     )
 
 
-def kube_proxy_config(network: Network, kubeconfig_path: Path) -> str:
-    """iptables mode (no IPVS in this kernel), no conntrack sysctls, node ports on the node IP."""
+def kube_proxy_config(node: NodePlan, kubeconfig_path: Path) -> str:
+    """iptables mode (no IPVS in this kernel), no conntrack sysctls, node ports on the node IP.
+
+    clusterCIDR is the whole pod range: traffic from any node's pods is cluster traffic.
+    """
     return yaml.safe_dump(
         {
             "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
             "kind": "KubeProxyConfiguration",
             "clientConnection": {"kubeconfig": str(kubeconfig_path)},
             "mode": "iptables",
-            "hostnameOverride": NODE_NAME,
-            "clusterCIDR": network.pod_cidr,
-            "bindAddress": network.node_ip,
+            "hostnameOverride": node.name,
+            "clusterCIDR": str(CLUSTER_CIDR),
+            "bindAddress": node.address,
             "healthzBindAddress": "127.0.0.1:10256",
             "metricsBindAddress": "127.0.0.1:10249",
             "iptables": {"localhostNodePorts": False, "masqueradeAll": False},
@@ -255,7 +285,7 @@ def kube_proxy_config(network: Network, kubeconfig_path: Path) -> str:
                 "tcpEstablishedTimeout": "0s",
                 "tcpCloseWaitTimeout": "0s",
             },
-            "nodePortAddresses": [f"{network.node_ip}/32"],
+            "nodePortAddresses": [f"{node.address}/32"],
         },
         sort_keys=False,
     )
@@ -271,3 +301,8 @@ def scheduler_config(kubeconfig_path: Path) -> str:
         },
         sort_keys=False,
     )
+
+
+def kubelet_labels(node: NodePlan) -> str:
+    """`--node-labels`: the zone (NodeRestriction lets a kubelet set topology labels)."""
+    return f"{ZONE_LABEL}={node.zone}"

@@ -1,5 +1,8 @@
 """Remove what the local cluster left on the host: containers, mounts, network, cgroups.
 
+The namespaced nodes' iptables, routes and bridges live in their network namespaces and go
+with them (netns.py); node 0's are the host's and are removed here one by one.
+
 WHY a separate, idempotent pass: containerd's shims outlive containerd, the kubelet's cgroups
 and mounts outlive the kubelet, and CNI leaves a bridge and iptables chains. `cluster-down`
 runs this after stopping the daemons, and again from a fresh process if a supervisor crashed,
@@ -17,7 +20,8 @@ import signal
 import subprocess
 from pathlib import Path
 
-from .configs import BRIDGE, Layout
+from .configs import BRIDGE, Layout, NodeDirs
+from .netns import remove_node_cgroups, teardown_host_network
 
 # Paths outside the work dir that containerd 1.6, CNI and the kubelet use and cannot move.
 HOST_PATHS = (
@@ -32,7 +36,7 @@ def _run(argv: list[str], timeout: float = 30) -> subprocess.CompletedProcess[st
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
 
 
-def kill_containers(layout: Layout, problems: list[str]) -> None:
+def kill_containers(layout: NodeDirs, problems: list[str]) -> None:
     """SIGKILL every task in containerd's k8s.io namespace and delete it (containerd still up)."""
     if not layout.containerd_socket.exists():
         return
@@ -138,12 +142,16 @@ def clean_host(
 ) -> list[str]:
     """Every step, in order; returns what could not be removed (empty when all is clean)."""
     problems: list[str] = []
-    kill_containers(layout, problems)
+    nodes_dir = layout.root / "nodes"
+    for dirs in [layout, *(NodeDirs(d) for d in sorted(nodes_dir.glob("*")))]:
+        kill_containers(dirs, problems)
     kill_strays(layout)
     unmount_under([str(layout.root), *HOST_PATHS], problems)
     remove_netns(problems)
+    teardown_host_network(layout.root / "ip_forward.saved", problems)
     remove_network(layout, kube_proxy, problems)
     remove_cgroups(problems)
+    remove_node_cgroups(problems)
     for path in HOST_PATHS:
         shutil.rmtree(path, ignore_errors=True)
     for leftover in (

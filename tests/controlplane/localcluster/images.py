@@ -14,7 +14,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from .configs import PAUSE_IMAGE, Layout
+from .configs import PAUSE_IMAGE, NodeDirs
 
 BUILDAH_ULIMITS = ["--ulimit", "nofile=20000:20000", "--ulimit", "nproc=1024:1024"]
 
@@ -74,8 +74,9 @@ def pause_archive(cache: Path) -> Path:
         return archive
 
 
-def import_archive(layout: Layout, archive: Path, timeout: float = 600) -> str:
-    """Load an image archive into containerd's k8s.io namespace (where the kubelet looks)."""
+def import_archive(layout: NodeDirs, archive: Path, timeout: float = 600) -> str:
+    """Load an image archive into a node's containerd, namespace k8s.io (where its kubelet
+    looks)."""
     if not shutil.which("ctr"):
         raise ImageError("ctr (containerd) is not installed")
     return _run(

@@ -1,4 +1,4 @@
-"""Start the local cluster's daemons in order and keep them as children of one supervisor.
+"""Start the local cluster's control plane and its nodes' daemons, children of one supervisor.
 
 WHY one long-lived parent: every daemon is a `ManagedProcess` (own process group, killed by the
 kernel if its parent dies), so a crashed supervisor never leaves an API server or a kubelet
@@ -21,14 +21,17 @@ import httpx
 from ..harness import binaries_dir
 from ..processes import ManagedProcess, ProcessFailed, write_service_account_keys
 from . import configs
-from .configs import NODE_NAME, Layout, Network
+from .agent import NodeAgent
+from .configs import Layout, Network
 from .pki import CertificateAuthority, KeyPair
+from .topology import NodePlan
 
 NODE_BINARIES = ("kubelet", "kube-scheduler", "kube-proxy", "kubectl")
 ETCD_CLIENT_PORT, ETCD_PEER_PORT = 23790, 23800
-# What the kubelet checks with protectKernelDefaults (it exits if the host differs).
-KERNEL_DEFAULTS = {"vm/overcommit_memory": "1", "kernel/panic": "10", "kernel/panic_on_oops": "1"}
 GPU_RESOURCE = "nvidia.com/gpu"
+# How long a silent node stays Ready (the default is 50 s): a dead node is seen sooner, while
+# a kubelet slowed by a busy 2-core machine (lease renewed every 10 s) is not declared lost.
+NODE_MONITOR_GRACE = "30s"
 
 
 class NodeUnavailable(RuntimeError):
@@ -42,7 +45,17 @@ def node_binaries_missing(directory: Path | None = None) -> list[str]:
 
 
 def host_tools_missing() -> list[str]:
-    tools = ("containerd", "containerd-shim-runc-v2", "runc", "ctr", "iptables", "unshare", "mount")
+    tools = (
+        "containerd",
+        "containerd-shim-runc-v2",
+        "runc",
+        "ctr",
+        "iptables",
+        "unshare",
+        "nsenter",
+        "mount",
+        "ip",
+    )
     missing = [t for t in tools if not shutil.which(t)]
     if not Path(configs.CNI_BIN_DIR, "bridge").exists():
         missing.append("containernetworking-plugins")
@@ -75,7 +88,7 @@ class Credentials:
     kubeconfigs: dict[str, Path] = field(default_factory=dict)
 
 
-def write_credentials(layout: Layout, network: Network) -> Credentials:
+def write_credentials(layout: Layout, network: Network, nodes: list[NodePlan]) -> Credentials:
     ca = CertificateAuthority(layout.pki)
     apiserver = ca.issue(
         "apiserver",
@@ -100,7 +113,7 @@ def write_credentials(layout: Layout, network: Network) -> Credentials:
         "controller-manager": ("system:kube-controller-manager", None),
         "scheduler": ("system:kube-scheduler", None),
         "kube-proxy": ("system:kube-proxy", None),
-        "kubelet": (f"system:node:{NODE_NAME}", "system:nodes"),
+        **{f"kubelet-{node.name}": (f"system:node:{node.name}", "system:nodes") for node in nodes},
     }
     for name, (common_name, group) in users.items():
         pair = ca.issue(name, common_name, organization=group)
@@ -113,13 +126,16 @@ def write_credentials(layout: Layout, network: Network) -> Credentials:
     return creds
 
 
-class Node:
-    """The running stack; `start()` brings it up in dependency order, `stop()` tears it down."""
+class LocalCluster:
+    """The running stack: `start()` brings up the control plane, then every node."""
 
-    def __init__(self, layout: Layout, network: Network, bins: Path | None = None):
-        self.layout, self.network = layout, network
+    def __init__(
+        self, layout: Layout, network: Network, nodes: list[NodePlan], bins: Path | None = None
+    ):
+        self.layout, self.network, self.nodes = layout, network, nodes
         self.bins = bins or binaries_dir()
-        self.processes: list[ManagedProcess] = []
+        self.processes: list[ManagedProcess] = []  # the control plane's
+        self.agents: dict[str, NodeAgent] = {}
         self.creds: Credentials | None = None
 
     # -- helpers -------------------------------------------------------------------------
@@ -148,25 +164,21 @@ class Node:
         return out.stdout
 
     # -- start ---------------------------------------------------------------------------
-    def start(self, timeout: float = 120.0) -> None:
-        for d in (
-            self.layout.logs,
-            self.layout.etcd,
-            self.layout.cni_conf,
-            self.layout.cni_data,
-            self.layout.kubelet_root,
-            self.layout.pod_logs,
-            self.layout.sysctl_overrides,
-            self.layout.containerd,
-        ):
+    def start_control_plane(self, timeout: float = 120.0) -> None:
+        for d in (self.layout.logs, self.layout.etcd):
             d.mkdir(parents=True, exist_ok=True)
-        self.creds = write_credentials(self.layout, self.network)
+        self.creds = write_credentials(self.layout, self.network, self.nodes)
         self._start_etcd(timeout)
         self._start_apiserver(timeout)
         self._start_controllers()
-        self._start_containerd(timeout)
-        self._start_kubelet(timeout)
-        self._start_kube_proxy()
+
+    def agent(self, node: NodePlan) -> NodeAgent:
+        assert self.creds is not None
+        if node.name not in self.agents:
+            self.agents[node.name] = NodeAgent(
+                self.layout, node, self.nodes, self.bins, self.creds.kubeconfigs, self.creds.ca
+            )
+        return self.agents[node.name]
 
     def _start_etcd(self, timeout: float) -> None:
         client = f"http://127.0.0.1:{ETCD_CLIENT_PORT}"
@@ -238,6 +250,7 @@ class Node:
                 f"--kubeconfig={creds.kubeconfigs['controller-manager']}",
                 "--controllers=*",
                 "--leader-elect=false",
+                f"--node-monitor-grace-period={NODE_MONITOR_GRACE}",
                 f"--service-account-private-key-file={creds.sa_private}",
                 f"--root-ca-file={creds.ca}",
                 "--use-service-account-credentials=true",
@@ -258,108 +271,46 @@ class Node:
         for p in self.processes:
             p.check_alive()
 
-    def _start_containerd(self, timeout: float) -> None:
-        config = self.layout.containerd / "config.toml"
-        config.write_text(configs.containerd_config(self.layout))
-        (self.layout.cni_conf / "10-docparser.conflist").write_text(
-            configs.cni_conflist(self.layout, self.network)
-        )
-        containerd = self._spawn("containerd", ["containerd", "--config", str(config)])
+    # -- nodes ---------------------------------------------------------------------------
+    def check_alive(self) -> None:
+        for process in self.processes:
+            process.check_alive()
+        for agent in self.agents.values():
+            agent.check_alive()
 
-        def up() -> bool:
-            out = subprocess.run(
-                ["ctr", "--address", str(self.layout.containerd_socket), "version"],
-                capture_output=True,
-                timeout=5,
-            )
-            return out.returncode == 0
-
-        containerd.wait_until(up, "containerd", timeout)
-
-    def _start_kubelet(self, timeout: float) -> None:
-        creds = self.creds
-        assert creds is not None
-        root = self.layout.kubelet_root
-        # Volumes the kubelet mounts must be visible to runc: make its root a shared mount.
-        subprocess.run(["mount", "--bind", str(root), str(root)], check=True)
-        subprocess.run(["mount", "--make-rshared", str(root)], check=True)
-        binds = []
-        for entry, value in KERNEL_DEFAULTS.items():
-            override = self.layout.sysctl_overrides / entry.replace("/", "_")
-            override.write_text(value + "\n")
-            binds.append(f"mount --bind {override} /proc/sys/{entry}")
-        config = self.layout.kubeconfigs / "kubelet-config.yaml"
-        config.write_text(configs.kubelet_config(self.layout, self.network, creds.ca))
-        kubelet = [
-            str(self.bins / "kubelet"),
-            f"--config={config}",
-            f"--kubeconfig={creds.kubeconfigs['kubelet']}",
-            f"--root-dir={root}",
-            f"--cert-dir={self.layout.pki / 'kubelet'}",
-            f"--hostname-override={NODE_NAME}",
-            f"--node-ip={self.network.node_ip}",
-        ]
-        # Own mount namespace: /proc private there, the three sysctls the kubelet checks read
-        # the values it expects; the host's real values never change.
-        script = " && ".join(["mount --make-private /proc", *binds, 'exec "$@"'])
-        kubelet_process = self._spawn(
-            "kubelet",
-            [
-                "unshare",
-                "--mount",
-                "--propagation",
-                "unchanged",
-                "--",
-                "sh",
-                "-c",
-                script,
-                "kubelet",
-                *kubelet,
-            ],
-        )
-        kubelet_process.wait_until(
-            lambda: httpx.get("http://127.0.0.1:10248/healthz", timeout=2).status_code == 200,
-            "kubelet /healthz",
-            timeout,
-        )
-
-    def _start_kube_proxy(self) -> None:
-        creds = self.creds
-        assert creds is not None
-        config = self.layout.kubeconfigs / "kube-proxy-config.yaml"
-        config.write_text(configs.kube_proxy_config(self.network, creds.kubeconfigs["kube-proxy"]))
-        self._spawn("kube-proxy", [str(self.bins / "kube-proxy"), f"--config={config}"])
-
-    # -- node ----------------------------------------------------------------------------
-    def wait_node_ready(self, timeout: float = 120.0) -> None:
+    def wait_nodes_ready(self, names: list[str], timeout: float = 120.0) -> None:
         deadline = time.monotonic() + timeout
         last = ""
         while time.monotonic() < deadline:
-            for p in self.processes:
-                p.check_alive()
+            self.check_alive()
             try:
-                last = self.kubectl(
+                out = self.kubectl(
                     "get",
-                    "node",
-                    NODE_NAME,
+                    "nodes",
                     "-o",
-                    "jsonpath={.status.conditions[?(@.type=='Ready')].status}",
+                    "jsonpath={range .items[*]}{.metadata.name}="
+                    "{.status.conditions[?(@.type=='Ready')].status} {end}",
                 )
+                ready = {w.split("=")[0] for w in out.split() if w.endswith("=True")}
+                last = out
             except ProcessFailed as err:
-                last = str(err)
-            if last.strip() == "True":
+                ready, last = set(), str(err)
+            if set(names) <= ready:
                 return
             time.sleep(0.5)
-        raise ProcessFailed(f"node {NODE_NAME} not Ready after {timeout:.0f}s ({last})")
+        raise ProcessFailed(f"nodes {names} not Ready after {timeout:.0f}s ({last})")
 
-    def advertise_gpus(self, count: int = 2) -> None:
+    def advertise_gpus(self, node: NodePlan, count: int = 2) -> None:
         """A fake extended resource, so GPU pods schedule and a full node is real."""
         patch = f'{{"status":{{"capacity":{{"{GPU_RESOURCE}":"{count}"}}}}}}'
         self.kubectl(
-            "patch", "node", NODE_NAME, "--subresource=status", "--type=merge", "-p", patch
+            "patch", "node", node.name, "--subresource=status", "--type=merge", "-p", patch
         )
 
     def stop(self) -> None:
+        for agent in reversed(list(self.agents.values())):
+            agent.stop()
+        self.agents.clear()
         for process in reversed(self.processes):
             process.stop()
         self.processes.clear()

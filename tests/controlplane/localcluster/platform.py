@@ -13,10 +13,14 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
+
 from ..gateway_crds import crds_dir
 from ..harness import binaries_dir
-from .configs import Layout
+from . import gateway
+from .configs import Layout, NodeDirs
 from .images import ImageError, import_archive
+from .supervisor import load_state
 
 REPO = Path(__file__).resolve().parents[3]
 RELEASE, NAMESPACE = "docparser-operator", "docparser-system"
@@ -38,9 +42,17 @@ def helm_binary() -> Path:
     return found[-1]
 
 
-def _run(argv: list[str], what: str, timeout: float, env: dict[str, str] | None = None) -> str:
+def _run(
+    argv: list[str],
+    what: str,
+    timeout: float,
+    env: dict[str, str] | None = None,
+    stdin: str | None = None,
+) -> str:
     try:
-        result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
+        result = subprocess.run(
+            argv, input=stdin, capture_output=True, text=True, timeout=timeout, env=env
+        )
     except subprocess.TimeoutExpired as err:
         raise PlatformError(f"{what}: timed out after {timeout:.0f}s") from err
     if result.returncode != 0:
@@ -65,19 +77,29 @@ def build_images(timeout: float) -> dict[str, Path]:
     return archives
 
 
+def node_dirs(layout: Layout) -> dict[str, NodeDirs]:
+    """Every node's dirs, from the supervisor's state (node 0's are the work dir's top)."""
+    state = load_state(layout)
+    if not state or not state.nodes:
+        return {"docparser-node": layout}
+    return {name: NodeDirs(socket.parent.parent) for name, socket in state.sockets().items()}
+
+
 def import_images(layout: Layout, archives: dict[str, Path]) -> None:
-    """Import each archive unless this exact archive was the last one imported for that image."""
-    marker_dir = layout.root / "imported"
-    marker_dir.mkdir(parents=True, exist_ok=True)
-    for name, archive in archives.items():
-        marker = marker_dir / name.replace("/", "_").replace(":", "_")
-        if marker.exists() and marker.read_text() == str(archive):
-            continue
-        try:
-            import_archive(layout, archive)
-        except ImageError as err:
-            raise PlatformError(f"importing {name}: {err}") from err
-        marker.write_text(str(archive))
+    """Import each archive into every node's containerd, unless this exact archive was the last
+    one imported there (nodes one after another: each import is CPU-bound decompression)."""
+    for node, dirs in node_dirs(layout).items():
+        marker_dir = dirs.root / "imported"
+        marker_dir.mkdir(parents=True, exist_ok=True)
+        for name, archive in archives.items():
+            marker = marker_dir / name.replace("/", "_").replace(":", "_")
+            if marker.exists() and marker.read_text() == str(archive):
+                continue
+            try:
+                import_archive(dirs, archive)
+            except ImageError as err:
+                raise PlatformError(f"importing {name} into {node}: {err}") from err
+            marker.write_text(str(archive))
 
 
 def install_chart(layout: Layout, timeout: float, image_id: str) -> None:
@@ -86,9 +108,13 @@ def install_chart(layout: Layout, timeout: float, image_id: str) -> None:
     unchanged one does not."""
     env = {**os.environ, "KUBECONFIG": str(layout.admin_kubeconfig)}
     kubectl = str(binaries_dir() / "kubectl")
-    # The chart renders (and upgrades) the DocParser CRD; the Gateway API's are applied here.
-    gateway = crds_dir()
-    crds = sorted(gateway.glob("gateway.networking.k8s.io_*.yaml")) if gateway.is_dir() else []
+    # The chart renders (and upgrades) the DocParser CRD; the Gateway API's are applied here:
+    # the version Envoy Gateway requires when it is built (it ships them), else the suite's.
+    if gateway.missing() is None:
+        crds = gateway.crd_files()
+    else:
+        folder = crds_dir()
+        crds = sorted(folder.glob("gateway.networking.k8s.io_*.yaml")) if folder.is_dir() else []
     for crd in crds:
         _run(
             [kubectl, "apply", "--server-side", "--force-conflicts", "-f", str(crd)],
@@ -142,11 +168,79 @@ def install_chart(layout: Layout, timeout: float, image_id: str) -> None:
     )
 
 
+def install_envoy_gateway(layout: Layout, timeout: float) -> None:
+    """Its chart (image imported before), then the GatewayClass and the Gateway `web`, waited
+    for until the controller accepts them (gateway.py says why no Envoy runs)."""
+    env = {**os.environ, "KUBECONFIG": str(layout.admin_kubeconfig)}
+    kubectl = str(binaries_dir() / "kubectl")
+    values = layout.root / "envoy-gateway-values.yaml"
+    values.write_text(gateway.helm_values())
+    _run(
+        [
+            str(helm_binary()),
+            "upgrade",
+            "--install",
+            gateway.RELEASE,
+            str(gateway.cache() / "chart"),
+            "--namespace",
+            gateway.NAMESPACE,
+            "--create-namespace",
+            "-f",
+            str(values),
+            "--wait",
+            "--timeout",
+            f"{int(timeout)}s",
+        ],
+        "helm upgrade --install Envoy Gateway",
+        timeout + 30,
+        env,
+    )
+    _run(
+        [kubectl, "apply", "--server-side", "--force-conflicts", "-f", "-"],
+        "applying the GatewayClass and Gateway",
+        60,
+        env,
+        stdin=yaml.safe_dump_all(gateway.gateway_objects()),
+    )
+    for kind, name, namespace in (
+        ("gatewayclass", gateway.GATEWAY_CLASS, None),
+        ("gateway", gateway.GATEWAY, gateway.GATEWAY_NAMESPACE),
+    ):
+        where = ["-n", namespace] if namespace else []
+        _run(
+            [
+                kubectl,
+                *where,
+                "wait",
+                f"{kind}/{name}",
+                "--for=condition=Accepted",
+                "--timeout=120s",
+            ],
+            f"waiting for {kind} {name} to be Accepted by Envoy Gateway",
+            130,
+            env,
+        )
+
+
 def install_platform(layout: Layout, *, images: bool, timeout: float) -> None:
     start = time.monotonic()
     if images:
         archives = build_images(timeout)
+        envoy_gateway = gateway.missing() is None
+        if envoy_gateway:
+            try:
+                archives[gateway.IMAGE.removeprefix("docker.io/")] = gateway.image_archive()
+            except ImageError as err:
+                raise PlatformError(f"building the Envoy Gateway image: {err}") from err
         import_images(layout, archives)
         print(f"cluster-up: images {', '.join(archives)} loaded ({time.monotonic() - start:.1f}s)")
         install_chart(layout, timeout, archives[OPERATOR_IMAGE].name)
         print(f"cluster-up: operator running in {NAMESPACE} ({time.monotonic() - start:.1f}s)")
+        if envoy_gateway:
+            install_envoy_gateway(layout, timeout)
+            print(
+                f"cluster-up: Envoy Gateway {gateway.VERSION} judging routes of Gateway "
+                f"{gateway.GATEWAY_NAMESPACE}/{gateway.GATEWAY} ({time.monotonic() - start:.1f}s)"
+            )
+        else:
+            print(f"cluster-up: no Gateway API controller: {gateway.missing()}")

@@ -1,0 +1,100 @@
+"""The cluster as users run it: several nodes in zones, pod networking across them.
+
+Every node advertises its zone and 2 GPUs; pods spread one per node answer from the host by
+pod IP and through their Service's ClusterIP, and from every node's pods to every other
+node's pods and to the ClusterIP (so routes, CNI bridges and each node's kube-proxy work).
+"""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+from cluster_nodes import GPU, ZONE, echo_deployment, require_nodes
+from cluster_support import record, wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
+
+
+def test_nodes_are_ready_in_distinct_zones_with_two_gpus_each(cluster):
+    nodes = require_nodes(cluster, 3)
+    zones = {n["metadata"]["name"]: n["metadata"]["labels"].get(ZONE) for n in nodes}
+    assert len(set(zones.values())) == len(nodes), zones
+    assert all(zone and zone.startswith("zone-") for zone in zones.values()), zones
+    for node in nodes:
+        assert node["status"]["capacity"].get(GPU) == "2", node["status"]["capacity"]
+    addresses = [
+        a["address"] for n in nodes for a in n["status"]["addresses"] if a["type"] == "InternalIP"
+    ]
+    assert len(set(addresses)) == len(nodes), addresses  # each node has its own IP
+
+
+def test_pods_on_every_node_answer_across_nodes_and_through_the_cluster_ip(cluster, namespace):
+    nodes = require_nodes(cluster, 3)
+    if not cluster.local:
+        pytest.skip("uses the local cluster's busybox pause image")
+    started = time.monotonic()
+    cluster.apply(*echo_deployment("echo", namespace, len(nodes)))
+
+    def spread_and_ready():
+        pods = cluster.items("pods", namespace, "app=echo")
+        ready = [
+            p
+            for p in pods
+            if p["status"].get("podIP")
+            and any(
+                c["type"] == "Ready" and c["status"] == "True"
+                for c in p["status"].get("conditions") or []
+            )
+        ]
+        hosts = {p["spec"].get("nodeName") for p in ready}
+        return ready if len(ready) == len(nodes) and len(hosts) == len(nodes) else None
+
+    pods = wait_for(cluster, namespace, "one Ready echo pod per node", spread_and_ready, 120)
+    ready_s = time.monotonic() - started
+    svc = cluster.get("service", "echo", namespace)["spec"]["clusterIP"]
+    names = {p["metadata"]["name"] for p in pods}
+
+    # From the host: each pod by its IP (routes to every node's pod range) ...
+    for pod in pods:
+        reply = httpx.get(f"http://{pod['status']['podIP']}:8080/", timeout=5)
+        assert reply.text.strip() == pod["metadata"]["name"], pod["spec"]["nodeName"]
+    # ... and through the ClusterIP (the host's kube-proxy), until every pod has answered.
+    seen: set[str] = set()
+    for _ in range(200):
+        seen.add(httpx.get(f"http://{svc}/", timeout=5).text.strip())
+        if seen == names:
+            break
+    assert seen == names, f"only {sorted(seen)} of {sorted(names)} answered through {svc}"
+
+    # From each node's pod: every other pod by IP, and the ClusterIP (that node's kube-proxy).
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        for other in pods:
+            answer = cluster.kubectl(
+                "-n",
+                namespace,
+                "exec",
+                name,
+                "--",
+                "/bin/busybox",
+                "wget",
+                "-q",
+                "-T",
+                "5",
+                "-O",
+                "-",
+                f"http://{other['status']['podIP']}:8080/",
+            )
+            assert answer.strip() == other["metadata"]["name"], (name, other["spec"]["nodeName"])
+        through = cluster.kubectl(
+            "-n", namespace, "exec", name, "--", "/bin/busybox", "wget", "-q", "-T", "5",
+            "-O", "-", f"http://{svc}/",
+        )  # fmt: skip
+        assert through.strip() in names, (name, through)
+    record(
+        "nodes",
+        f"{len(nodes)} nodes: one echo pod per node Ready in {ready_s:.1f}s; "
+        f"{len(pods) ** 2} pod-to-pod and {len(pods)} pod-to-ClusterIP checks passed",
+    )
