@@ -2,9 +2,10 @@
 
 - `DOCPARSER_E2E_KUBECONFIG=/path`: any cluster already running the operator (kind via
   `e2e/kind.sh`, or a real one); `DOCPARSER_E2E_RUNTIME_IMAGE` names the runtime image there.
-- Otherwise the local cluster (`make cluster-up`): reused when it runs, else started for the
-  session and stopped after it. When it cannot run here (not root, binaries or images not
-  built by `make test`'s one-time steps) every scenario skips and says why.
+- Otherwise the local cluster (`make cluster-up`, 3 nodes unless DOCPARSER_CLUSTER_NODES says
+  otherwise): reused when it runs, else started for the session and stopped after it. When
+  it cannot run here (not root, binaries or images not built by `make test`'s one-time
+  steps) every scenario skips and says why.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cluster_support import REPO, Target, delete_weights_volume
+from cluster_support import REPO, Target, delete_weights_volume, record
 
 TESTS = REPO / "tests"
 sys.path.insert(0, str(TESTS))  # the local cluster's package lives with the control plane
@@ -70,12 +71,17 @@ def cluster() -> Iterator[Target]:
     layout = Layout(DEFAULT_ROOT)
     state = load_state(layout)
     started_here = not (state and state.phase == "running")
-    up = _cli("up", "--timeout", "300", timeout=420)
+    # Three nodes by default (DOCPARSER_CLUSTER_NODES): every scenario, single- and multi-node,
+    # shares this one cluster; each node imports the images, so allow for three imports.
+    up = _cli("up", "--timeout", "600", timeout=900)
     if up.returncode != 0:
         if started_here:
             _cli("down", timeout=120)
         pytest.fail(f"make cluster-up failed:\n{up.stdout[-2000:]}\n{up.stderr[-3000:]}")
     print(up.stdout)
+    for line in up.stdout.splitlines():  # how long the shared cluster took, for the report
+        if " in " in line and line.startswith("cluster-up:"):
+            record("cluster-up", line.removeprefix("cluster-up: "))
     try:
         yield Target(layout.admin_kubeconfig, str(binaries_dir() / "kubectl"), RUNTIME_IMAGE, True)
     finally:

@@ -16,10 +16,11 @@ import os
 import signal
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from .configs import Layout
-from .netns import CGROUP_ROOT, set_node_link
+from .netns import CGROUP_ROOT, kill_cgroup_processes, set_node_link
 from .topology import NodePlan
 
 ACTIONS = ("node-stop", "node-start")
@@ -31,17 +32,10 @@ class RequestFailed(RuntimeError):
 
 def kill_node_processes(node: NodePlan) -> int:
     """SIGKILL every process in the node's cgroup tree (its pods); returns how many."""
-    killed = 0
     top = CGROUP_ROOT / "pids" / node.cgroup_root.strip("/")
     if node.netns is None or not top.is_dir():
         return 0
-    for procs in top.rglob("cgroup.procs"):
-        with contextlib.suppress(OSError):
-            for pid in procs.read_text().split():
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(int(pid), signal.SIGKILL)
-                    killed += 1
-    return killed
+    return kill_cgroup_processes(top)
 
 
 def kill_node_shims(layout: Layout, node: NodePlan) -> None:
@@ -59,11 +53,13 @@ def kill_node_shims(layout: Layout, node: NodePlan) -> None:
                 os.kill(int(proc.name), signal.SIGKILL)
 
 
-def fail_node(layout: Layout, node: NodePlan) -> str:
-    """Cable first (no packet gets an answer), then pods, shims; the daemons are the caller's."""
+def fail_node(layout: Layout, node: NodePlan, kill_daemons: Callable[[], None]) -> str:
+    """Cable first (no packet gets an answer), then the daemons (nothing restarts a pod or
+    reports its end), then the pods and their shims."""
     if node.netns is None:
         raise RequestFailed(f"{node.name} is in the host's namespace and cannot be failed")
     set_node_link(node, up=False)
+    kill_daemons()
     killed = kill_node_processes(node)
     kill_node_shims(layout, node)
     return f"{node.name}: link down, {killed} pod processes killed"

@@ -11,7 +11,10 @@ visible to containerd and runc. Every step here is undone by `teardown_host_netw
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 from .topology import (
@@ -104,10 +107,25 @@ def make_cgroup_root(node: NodePlan) -> None:
                 (path / key).write_text((controller / key).read_text())
 
 
+def kill_cgroup_processes(top: Path) -> int:
+    """SIGKILL every process in a cgroup tree (a node's pods outliving its containerd)."""
+    killed = 0
+    for procs in top.rglob("cgroup.procs"):
+        with contextlib.suppress(OSError):
+            for pid in procs.read_text().split():
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(int(pid), signal.SIGKILL)
+                    killed += 1
+    return killed
+
+
 def remove_node_cgroups(problems: list[str]) -> None:
-    """Every `/docparser-node-*` tree (pods' cgroups first), in every hierarchy."""
+    """Every `/docparser-node-*` tree (its processes killed, pods' cgroups first)."""
     if not CGROUP_ROOT.is_dir():
         return
+    for top in (CGROUP_ROOT / "pids").glob(f"{CGROUP_PREFIX}*"):
+        if kill_cgroup_processes(top):
+            time.sleep(0.5)  # SIGKILLed processes leave their cgroups a moment later
     for controller in CGROUP_ROOT.iterdir():
         if not controller.is_dir() or controller.is_symlink():
             continue

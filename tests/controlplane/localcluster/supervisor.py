@@ -116,8 +116,7 @@ def handle_requests(cluster: LocalCluster, pause: Path) -> None:
             node = node_by_name(cluster.nodes, request.get("node", ""))
             agent = cluster.agent(node)
             if request.get("action") == "node-stop":
-                message = failures.fail_node(cluster.layout, node)
-                agent.kill()
+                message = failures.fail_node(cluster.layout, node, agent.kill)
             elif request.get("action") == "node-start":
                 if agent.processes:
                     raise failures.RequestFailed(f"{node.name} is running")
