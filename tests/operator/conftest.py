@@ -24,6 +24,7 @@ os.environ.setdefault("DOCPARSER_OPERATOR_RESYNC_INTERVAL_S", "1")
 os.environ.setdefault("DOCPARSER_OPERATOR_RESYNC_INITIAL_DELAY_S", "0.5")
 os.environ.setdefault("DOCPARSER_OPERATOR_RETRY_DELAY_S", "0.5")
 
+from gateway_sim import GatewayController
 from kube_cluster import Cluster, emulator_cluster, proxied_cluster
 from operator_runner import OperatorRun, running_operator
 
@@ -83,5 +84,7 @@ def real_cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Clu
 
 @pytest.fixture
 def operator(cluster: Cluster) -> Iterator[OperatorRun]:
-    with running_operator(cluster) as runner:
+    """The operator, and a Gateway controller that accepts every route generation (no
+    backend runs one; the operator waits for its verdict: gateway_sim.py)."""
+    with running_operator(cluster) as runner, GatewayController(cluster):
         yield runner

@@ -134,21 +134,23 @@ def test_mounted_weights_failing_serves_own_check_is_a_checksum_mismatch() -> No
 
 def test_route_not_accepted_and_metrics_unavailable() -> None:
     route = {
+        "metadata": {"name": "inv", "namespace": "ocr", "generation": 1},
         "status": {
             "parents": [
                 {
-                    "parentRef": {"name": "web"},
+                    "parentRef": {"name": "web", "namespace": "infra"},
                     "conditions": [
                         {
                             "type": "Accepted",
                             "status": "False",
                             "reason": "NotAllowedByListeners",
                             "message": "no listener allows namespace ocr",
+                            "observedGeneration": 1,
                         }
                     ],
                 }
             ]
-        }
+        },
     }
     hpa = {
         "status": {
@@ -162,10 +164,13 @@ def test_route_not_accepted_and_metrics_unavailable() -> None:
             ]
         }
     }
-    found = reasons(children={("HTTPRoute", "inv"): route, ("HorizontalPodAutoscaler", "inv"): hpa})
+    found = reasons(
+        children={("HTTPRoute", "inv"): route, ("HorizontalPodAutoscaler", "inv"): hpa},
+        traffic=GATEWAY,
+    )
     assert (
         "NotAllowedByListeners" in found["RouteNotAccepted"]
-        and "Gateway web" in found["RouteNotAccepted"]
+        and "Gateway infra/web" in found["RouteNotAccepted"]
     )
     assert "no custom metrics API" in found["MetricsUnavailable"]
 
@@ -282,7 +287,7 @@ def test_each_misconfiguration_is_named_on_a_cluster(
     if reason == "RouteNotAccepted":
         wait_for("route", lambda: cluster.get(ROUTE, "inv"))
         parent = {
-            "parentRef": {"name": "shared-gateway"},
+            "parentRef": {"name": "web", "namespace": "infra"},  # what the operator renders
             "controllerName": "example.com/gateway",
             "conditions": [
                 {

@@ -31,6 +31,7 @@ from dp_helpers import (
     set_spec,
     spec_of,
 )
+from gateway_sim import GatewayController
 from kube_cluster import Cluster, simulate_pods, wait_for
 from kubelet_sim import Kubelet
 from operator_runner import OperatorRun, running_operator
@@ -212,7 +213,7 @@ def test_restart_mid_reconcile_converges(cluster: Cluster) -> None:
     spec["canary"] = {"weights": CANARY_WEIGHTS, "weight": 10}
     spec["tier"] = 4
     set_spec(cluster, "inv", spec)
-    with running_operator(cluster):
+    with running_operator(cluster), GatewayController(cluster):
         wait_for("converged after restart", lambda: converged(cluster, "inv"))
         assert role_deployment(cluster, "inv", "canary") is not None
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 # How a kind's changes reach the operator: every change ("changes": a Deployment's rollout, a
-# fill Job's end), only its deletion ("deletion": put a removed child back now, not at the
-# next resync; its other changes are ours, or drift the resync fixes), runtime "pods" (their
-# own handler, status now), or not watched at all.
+# fill Job's end, an HTTPRoute's verdict), only its deletion ("deletion": put a removed child
+# back now, not at the next resync; its other changes are ours, or drift the resync fixes),
+# runtime "pods" (their own handler, status now), or not watched at all.
 Watch = Literal["changes", "deletion", "pods", "none"]
 CHILD_VERBS = ("get", "list", "watch", "create", "patch", "delete")
 
@@ -68,7 +68,7 @@ KINDS: tuple[ResourceRef, ...] = (
     _child("v1", "Service", "services", "deletion"),
     _child("autoscaling/v2", "HorizontalPodAutoscaler", "horizontalpodautoscalers", "deletion"),
     _child("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets", "deletion"),
-    _child("gateway.networking.k8s.io/v1", "HTTPRoute", "httproutes", "deletion"),
+    _child("gateway.networking.k8s.io/v1", "HTTPRoute", "httproutes", "changes"),  # verdicts
     _child("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies", "deletion"),
     _child("v1", "PersistentVolumeClaim", "persistentvolumeclaims", "deletion"),
     _child("batch/v1", "Job", "jobs", "changes"),

@@ -271,8 +271,9 @@ async def stop_resync(memo: kopf.Memo, **_: Any) -> None:
 
 
 def on_deployment(event: Mapping[str, Any], body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """A child Deployment moved (pods became ready, a rollout stalled), or a weights cache
-    fill Job finished or failed: refresh its owner."""
+    """A child Deployment moved (pods became ready, a rollout stalled), a weights cache fill
+    Job finished or failed, or a Gateway's controller judged the HTTPRoute (what a held
+    scale-down waits for, core/route_verdict.py): refresh its owner."""
     state = _state(memo)
     meta = body.get("metadata") or {}
     owner = _controller_owner(meta)
@@ -360,7 +361,7 @@ def on_child_deleted(event: Mapping[str, Any], body: kopf.Body, memo: kopf.Memo,
 
 
 # How each kind's changes reach us is its ``watch`` in api/kinds.py: every change of a
-# Deployment or fill Job, a runtime pod's state, and only the deletion of the other children (a
+# Deployment, fill Job or HTTPRoute, a runtime pod's state, and only the deletion of the others (a
 # person or a tool removed one; its owner puts it back now, not at the next resync).
 _ON_WATCH = {"changes": on_deployment, "pods": on_pod, "deletion": on_child_deleted}
 for _ref in KINDS:

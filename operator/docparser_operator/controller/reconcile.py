@@ -209,9 +209,9 @@ def reconcile(
         revisions = {t.revision for t in decision.target.roles}
         before = out.previous_status.get("stable") or {}
         serving = before.get("revision") if before.get("servedSince") else None
-        out.problems.extend(
-            diagnose(decision.target.resource.spec, revisions, live, observed.pods, serving)
-        )
+        when = datetime.datetime.fromisoformat(now.replace("Z", "+00:00"))
+        spec_ = decision.target.resource.spec
+        out.problems.extend(diagnose(spec_, revisions, live, observed.pods, serving, when))
         jobs = {n: obj for (kind, n), obj in live.items() if kind == "Job"}
         spec = decision.target.resource.spec
         cache = weights_cache_verdict(

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import pydantic
 
-from docparser_operator.api import labels
+from docparser_operator.api import labels, naming
 from docparser_operator.api.models import DocParser, DocParserSpec
 from docparser_operator.core import rollout, sizing
 from docparser_operator.core.children import (
@@ -33,6 +33,7 @@ from docparser_operator.core.children import (
 )
 from docparser_operator.core.render import Target, render_target, roles_of
 from docparser_operator.core.render.target import desired as desired_rollout
+from docparser_operator.core.route_verdict import route_verdict
 from docparser_operator.core.status import Problem
 
 
@@ -184,8 +185,27 @@ def decide(
         if stale and owned_by(obj, uid):
             decision.actions.append(Action("prune", key, "prune", uid=obj["metadata"]["uid"]))
     decision.actions.sort(key=_order)
+    decision.actions = _hold_until_observed(model, live, decision.actions)
     decision.problems.extend(conflict_problem(key) for key in decision.conflicts)
     return decision
+
+
+def _hold_until_observed(
+    model: DocParser, live: dict[Key, dict[str, Any]], actions: list[Action]
+) -> list[Action]:
+    """Make-before-break through a Gateway: no Deployment shrinks or goes while the route's
+    controller has not observed its current generation (or this pass rewrites the route), as
+    the data plane may still send traffic by the previous weights. The route's status change
+    wakes the next pass (it is watched), which does what was held (core/route_verdict.py)."""
+    gateway = model.spec.traffic.gateway_ref if model.spec.traffic.router == "gateway" else None
+    if gateway is None:
+        return actions
+    key = ("HTTPRoute", naming.httproute(model.metadata.name))
+    rewritten = any(a.key == key and a.verb == "apply" for a in actions)
+    verdict = route_verdict(live.get(key), gateway)
+    if not rewritten and verdict is not None and verdict.judged:
+        return actions
+    return [a for a in actions if a.key[0] != "Deployment" or a.phase not in ("shrink", "prune")]
 
 
 def conflict_problem(key: Key) -> Problem:

@@ -11,7 +11,9 @@ A platform engineer should read *why* in ``kubectl get dp`` and Argo CD, not "Pe
   ``terminationMessagePolicy``) says which;
 - ``FailedToLoad``: the runtime container exited; the runtime's own message (``Restarting``
   instead for a pod of the serving revision within its first few restarts: core/stalls.py);
-- ``RouteNotAccepted``: the Gateway did not accept the HTTPRoute (``status.parents``);
+- ``RouteNotAccepted``: the Gateway's controller refused the current HTTPRoute for our
+  parentRef (``status.parents``), in its words; ``RouteNotJudged``: no controller has answered
+  for a while (core/route_verdict.py);
 - ``MetricsUnavailable``: the HPA cannot read its metric (``ScalingActive=False``).
 
 Only pods of the spec's revisions count: a previous revision failing as it leaves is not the
@@ -20,10 +22,12 @@ DocParser's problem.
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from docparser_operator.api import labels, naming
 from docparser_operator.api.models import DocParserSpec
+from docparser_operator.core.route_verdict import route_problems, route_verdict
 from docparser_operator.core.status import Problem, tolerated_restart
 
 Key = tuple[str, str]
@@ -109,17 +113,6 @@ def _pod_problems(pod: dict[str, Any], spec: DocParserSpec, serving: bool) -> li
     return found
 
 
-def _route_problems(route: dict[str, Any]) -> list[Problem]:
-    found = []
-    for parent in (route.get("status") or {}).get("parents") or []:
-        for cond in parent.get("conditions") or []:
-            if cond.get("type") == "Accepted" and cond.get("status") == "False":
-                gateway = (parent.get("parentRef") or {}).get("name", "?")
-                text = f"Gateway {gateway}: {cond.get('reason', '')}: {cond.get('message', '')}"
-                found.append(Problem("RouteNotAccepted", _short(text)))
-    return found
-
-
 def _hpa_problems(hpa: dict[str, Any]) -> list[Problem]:
     return [
         Problem(
@@ -136,18 +129,21 @@ def diagnose(
     children: dict[Key, dict[str, Any]],
     pods: list[dict[str, Any]],
     serving: str | None = None,
+    now: datetime.datetime | None = None,
 ) -> list[Problem]:
     """Problems the cluster reports for the spec's revisions and traffic objects, one per
     reason (the first pod's message stands for the others; the earliest ``since``).
-    ``serving``: the revision serving as stable, whose runtime restarts are tolerated."""
+    ``serving``: the revision serving as stable, whose runtime restarts are tolerated. ``now``
+    dates the route's wait for a verdict (without it, no ``RouteNotJudged``)."""
     found: list[Problem] = []
     for pod in pods:
         revision = (pod["metadata"].get("labels") or {}).get(labels.LABEL_REVISION)
         if revision in revisions and not pod["metadata"].get("deletionTimestamp"):
             found += _pod_problems(pod, spec, revision == serving)
     for (kind, _), obj in sorted(children.items()):
-        if kind == "HTTPRoute":
-            found += _route_problems(obj)
+        if kind == "HTTPRoute" and spec.traffic.gateway_ref is not None:
+            verdict = route_verdict(obj, spec.traffic.gateway_ref)
+            found += route_problems(verdict, obj, now)
         elif kind == "HorizontalPodAutoscaler":
             found += _hpa_problems(obj)
     unique: dict[str, Problem] = {}

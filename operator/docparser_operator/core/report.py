@@ -13,6 +13,7 @@ from docparser_operator.core import rollout
 from docparser_operator.core.children import Key, owned_by
 from docparser_operator.core.outcome import Outcome
 from docparser_operator.core.render import Target
+from docparser_operator.core.route_verdict import route_verdict
 from docparser_operator.core.status import RoleView, TrackObservation, build_status
 from docparser_operator.core.weights_cache_status import CacheVerdict
 
@@ -55,6 +56,7 @@ def pass_status(
     ready_serving = 0
     routed, requested = (previous.get("canary") or {}).get("weight") or 0, 0
     rollout_status = None
+    route_gate = None
     if plan is not None:
         step = plan.rollout
         versions = {t.revision: t.version for t in plan.roles}
@@ -98,6 +100,7 @@ def pass_status(
             rolling.append(f"canary analysis: {out.analysis.message}")
         ready_serving = step.ready_serving
         routed, requested = step.canary_weight, step.requested_weight
+        route_gate = _route_gate(plan, live, rolling)
         rollout_status = {"size": step.size, "pods": step.pods, "maxSurge": step.max_surge}
     status = build_status(
         name=name,
@@ -117,8 +120,31 @@ def pass_status(
         rollout=rollout_status,
         weights_cached=(cache.cached, cache.reason, cache.message) if cache else None,
         analysis=out.analysis.to_status() if out.analysis is not None else None,
+        route_gate=route_gate,
     )
     return status
+
+
+def _route_gate(
+    plan: Target, live: dict[Key, dict[str, Any]], rolling: list[str]
+) -> tuple[str, str] | None:
+    """(reason, message) that keeps Ready False for ``router: gateway`` until the Gateway's
+    controller has accepted the route for our parent, or while it refuses the current one; a
+    generation not judged yet is a rollout step still in flight (added to ``rolling``)."""
+    gateway = plan.resource.spec.traffic.gateway_ref
+    if plan.resource.spec.traffic.router != "gateway" or gateway is None:
+        return None
+    route = live.get(("HTTPRoute", naming.httproute(plan.name)))
+    verdict = route_verdict(route, gateway)
+    if verdict is None:
+        return "AwaitingRouteVerdict", "HTTPRoute not created yet"
+    if verdict.waiting:
+        rolling.append(verdict.waiting)
+    if verdict.refusal is not None:
+        return "RouteNotAccepted", f"Gateway {verdict.parent}: {verdict.refusal}"
+    if not verdict.accepted_ever:
+        return "AwaitingRouteVerdict", verdict.waiting or "HTTPRoute not accepted yet"
+    return None
 
 
 def _condition_true(status: dict[str, Any], ctype: str) -> bool:

@@ -248,6 +248,7 @@ def build_status(
     rollout: dict[str, int] | None = None,
     weights_cached: tuple[bool, str, str] | None = None,
     analysis: dict[str, Any] | None = None,
+    route_gate: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
     """The whole ``status`` of a DocParser, built through its typed model (api/status_models.py,
     the one the reader uses: a field the writer adds and the reader lacks fails here, in the
@@ -258,7 +259,9 @@ def build_status(
     autoscaler adding pods or a dark canary loading never flips it). ``Progressing``: a
     spec-driven change is under way (``rolling`` says what: revisions leaving, a new one not
     serving yet, traffic not yet at its target split); it ends False in every case, Complete
-    or Failed, so GitOps tools never see "Progressing forever"."""
+    or Failed, so GitOps tools never see "Progressing forever". ``route_gate``: (reason,
+    message) while the Gateway's controller has not accepted the route (core/report.py):
+    pods Ready behind a route nobody accepted serve no one through the Gateway."""
     prev_conditions = {c["type"]: c for c in (previous or {}).get("conditions") or []}
     roles = [("stable", stable), ("canary", canary)]
     states = {
@@ -281,6 +284,8 @@ def build_status(
     if progressing:
         loading = [s for s in states.values() if s.state != LOADED]
         p_reason = loading[0].state if loading else (still[0].reason if still else "RollingOut")
+        if not loading and not still and all(m.startswith("HTTPRoute generation") for m in rolling):
+            p_reason = "AwaitingRouteVerdict"  # only the Gateway's controller is awaited
         p_msg = "; ".join(rolling + [p.message for p in still])
     elif stalled:
         p_reason, p_msg = "Failed", "rollout stopped: " + "; ".join(p.message for p in stalled)
@@ -288,7 +293,10 @@ def build_status(
         p_reason, p_msg = "Complete", "all revisions rolled out"
 
     ready = not spec_broken and ready_serving >= max(1, min_ready)
-    if ready:
+    if ready and route_gate is not None:
+        ready = False
+        r_reason, r_msg = route_gate
+    elif ready:
         r_reason = LOADED
         r_msg = f"serving at {endpoint(name, namespace)} with {ready_serving} ready pod(s)"
     elif spec_broken:

@@ -9,9 +9,27 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+OBSERVED = "observedGeneration"
+
 
 def deployment_signature(body: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What a watched child's change may alter in status: a Deployment's rollout, a Job's
+    end, an HTTPRoute's verdicts (each parent's conditions with their observedGeneration)."""
     st = body.get("status") or {}
+    if body.get("kind") == "HTTPRoute":
+        return (
+            (body.get("metadata") or {}).get("generation"),
+            tuple(
+                (
+                    str(p.get("parentRef")),
+                    tuple(
+                        (c.get("type"), c.get("status"), c.get("reason"), c.get(OBSERVED))
+                        for c in p.get("conditions") or []
+                    ),
+                )
+                for p in st.get("parents") or []
+            ),
+        )
     return (
         (body.get("metadata") or {}).get("generation"),
         st.get("observedGeneration"),
