@@ -9,6 +9,7 @@ nothing is sent through the Gateway: only its verdicts are tested here.
 
 from __future__ import annotations
 
+import copy
 import time
 import uuid
 
@@ -19,10 +20,19 @@ from cluster_gateway import (
     GATEWAY_NAMESPACE,
     condition,
     gateway_with_listener,
+    ir_weights,
+    latest_ir,
     require_envoy_gateway,
     route_parents,
 )
-from cluster_support import conditions, docparser, record, wait_for, wait_ready
+from cluster_support import (
+    conditions,
+    docparser,
+    record,
+    wait_for,
+    wait_ready,
+    weights_volume,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
@@ -58,14 +68,21 @@ def test_the_controller_judges_our_route_and_the_docparser_says_so(cluster, name
         name = "routed"
         cluster.apply(_routed(name, namespace, cluster.runtime_image, web))
 
-        # Accepted by the real controller: Ready, not Degraded, its observedGeneration current.
+        # Ready waits for the real verdict: no sample is Ready before the controller accepted.
+        early = []
+
+        def accepted_then_ready():
+            obj = cluster.get("docparser", name, namespace)
+            found = _verdict(cluster, namespace, name)
+            ready = conditions(obj).get("Ready", {}).get("status") == "True"
+            if ready and not (found and condition(found[1], "Accepted")["status"] == "True"):
+                early.append(conditions(obj)["Ready"])
+            return found if ready and found else None
+
         _, parent = wait_for(
-            cluster,
-            namespace,
-            "the controller's verdict",
-            lambda: _verdict(cluster, namespace, name),
-            120,
+            cluster, namespace, "the verdict, then Ready", accepted_then_ready, 300, interval=0.5
         )
+        assert early == [], f"Ready before the controller accepted the route: {early}"
         assert parent["controllerName"] == CONTROLLER
         assert condition(parent, "Accepted")["status"] == "True", parent
         assert condition(parent, "ResolvedRefs")["status"] == "True", parent
@@ -106,6 +123,31 @@ def test_the_controller_judges_our_route_and_the_docparser_says_so(cluster, name
             assert said["message"][:60] in degraded["message"], (said, degraded)
             record("gateway verdicts", f"{what}: {said['reason']}: {said['message']}")
 
+        # A Gateway that does not exist: nobody answers, so the operator says so itself.
+        start = time.monotonic()
+        cluster.apply(
+            _routed(name, namespace, cluster.runtime_image, {"name": "missing", "namespace": other})
+        )
+        degraded = wait_for(
+            cluster,
+            namespace,
+            "RouteNotJudged",
+            lambda: (
+                (d := conditions(cluster.get("docparser", name, namespace))["Degraded"])["reason"]
+                == "RouteNotJudged"
+                and d
+            ),
+            120,
+        )
+        timings["a Gateway that does not exist (RouteNotJudged)"] = time.monotonic() - start
+        assert f"Gateway {other}/missing may not exist" in degraded["message"], degraded
+        entries = route_parents(cluster.get("httproute", name, namespace))
+        assert not [p for p in entries if p["parentRef"]["name"] == "missing"], entries
+        record("gateway verdicts", f"entries of earlier parents left: {len(entries)}")
+        ready = conditions(cluster.get("docparser", name, namespace))["Ready"]
+        assert (ready["status"], ready["reason"]) == ("False", "AwaitingRouteVerdict"), ready
+        record("gateway verdicts", f"no such Gateway: {degraded['message']}")
+
         # Back to an accepting parent: Degraded clears.
         cluster.apply(_routed(name, namespace, cluster.runtime_image, web))
         wait_for(
@@ -125,3 +167,69 @@ def test_the_controller_judges_our_route_and_the_docparser_says_so(cluster, name
         )
     finally:
         cluster.kubectl("delete", "namespace", other, "--wait=false", check=False)
+
+
+def _our_weights(route: dict) -> dict[str, int]:
+    """The split the operator rendered (backends with weight 0 carry nothing)."""
+    refs = route["spec"]["rules"][0]["backendRefs"]
+    return {r["name"]: r["weight"] for r in refs if r.get("weight", 1) > 0}
+
+
+def test_the_controllers_weights_follow_ours_through_a_canary_walk(cluster, namespace):
+    """stable v1 -> canary v2 at 50 % -> canary removed: at every sample, the split Envoy
+    Gateway computed for its data plane (its xDS IR) equals the route's weights once it has
+    judged that route generation, and it has judged every generation within 15 s."""
+    require_envoy_gateway(cluster)
+    weights = weights_volume(cluster, namespace, ("v1", "v2"))
+    web = {"name": GATEWAY, "namespace": GATEWAY_NAMESPACE}
+    name = "split"
+    v1 = docparser(name, namespace, cluster.runtime_image, weights=weights["v1"])
+    v1["spec"]["traffic"] = {"router": "gateway", "gatewayRef": web}
+    canary = docparser(
+        name, namespace, cluster.runtime_image, weights=weights["v1"], canary=weights["v2"],
+        canary_weight=50,
+    )  # fmt: skip
+    canary["spec"]["traffic"] = copy.deepcopy(v1["spec"]["traffic"])
+    cluster.apply(v1)
+    wait_ready(cluster, namespace, name, timeout=300)
+    samples = []
+    for what, manifest in (("canary v2 at 50%", canary), ("canary removed", v1)):
+        cluster.apply(manifest)
+        deadline = time.monotonic() + 420
+        while time.monotonic() < deadline:
+            route = cluster.get("httproute", name, namespace)
+            generation = route["metadata"]["generation"]
+            ours = _our_weights(route)
+            found = _verdict(cluster, namespace, name)
+            theirs = ir_weights(latest_ir(cluster), route)
+            served = {k: v for k, v in theirs.items() if v > 0}
+            samples.append((what, generation, ours, served, found is not None))
+            if found is not None and served != ours:
+                # judged, yet another split: allow the IR log a moment to catch up, then fail
+                settle = time.monotonic() + 15
+                while time.monotonic() < settle and served != ours:
+                    time.sleep(1)
+                    theirs = ir_weights(latest_ir(cluster), route)
+                    served = {k: v for k, v in theirs.items() if v > 0}
+                assert served == ours, (what, generation, ours, theirs)
+            obj = cluster.get("docparser", name, namespace)
+            status = obj.get("status") or {}
+            conds = conditions(obj)
+            done = (
+                status.get("observedGeneration") == obj["metadata"]["generation"]
+                and conds.get("Ready", {}).get("status") == "True"
+                and conds.get("Progressing", {}).get("status") != "True"
+            )
+            if done and found is not None and served == ours:
+                break
+            time.sleep(1)
+        else:
+            raise AssertionError(f"{what}: not settled\n{cluster.explain(namespace)}")
+    generations = sorted({g for _, g, *_ in samples})
+    splits = sorted({str(s[2]) for s in samples})
+    assert len(splits) >= 2, splits  # the walk did change the split
+    record(
+        "gateway weights",
+        f"{len(samples)} samples over route generations {generations}: Envoy Gateway's split "
+        f"equalled ours at every judged sample; splits {splits}",
+    )
