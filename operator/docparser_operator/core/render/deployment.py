@@ -234,11 +234,16 @@ def pod_template(resource: DocParser, tp: RoleRevision) -> dict[str, Any]:
     }
 
 
+# The default spread: distinct nodes first, then distinct zones (kube-scheduler scores both).
+SPREAD_KEYS = ("kubernetes.io/hostname", "topology.kubernetes.io/zone")
+
+
 def _placement(spec: DocParserSpec, name: str) -> dict[str, Any]:
     """Tolerations, affinity, spreading, priority, runtime class and identity (spec.pod).
 
-    Without constraints of their own the pods spread across nodes (ScheduleAnyway: a
-    single GPU node still takes them all), so one node's loss is not the whole service."""
+    Without constraints of their own the pods spread across nodes and zones (ScheduleAnyway: a
+    preference, so a single GPU node, or nodes without zone labels, still take them all), so
+    one node's or one zone's loss is not the whole service."""
     pod = spec.pod
     out: dict[str, Any] = {}
     tolerations = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
@@ -256,10 +261,11 @@ def _placement(spec: DocParserSpec, name: str) -> dict[str, Any]:
         else [
             {
                 "maxSkew": 1,
-                "topologyKey": "kubernetes.io/hostname",
+                "topologyKey": key,
                 "whenUnsatisfiable": "ScheduleAnyway",
                 "labelSelector": {"matchLabels": pod_selector(name)},
             }
+            for key in SPREAD_KEYS
         ]
     )
     if not out["topologySpreadConstraints"]:
