@@ -55,11 +55,12 @@ def cluster() -> Iterator[Target]:
     kubeconfig = os.environ.get("DOCPARSER_E2E_KUBECONFIG")
     if kubeconfig:
         kubectl = os.environ.get("KUBECTL") or "kubectl"
+        local = Path(kubeconfig).resolve() == Layout(DEFAULT_ROOT).admin_kubeconfig.resolve()
         yield Target(
             Path(kubeconfig),
             kubectl,
             os.environ.get("DOCPARSER_E2E_RUNTIME_IMAGE", RUNTIME_IMAGE),
-            False,
+            local,  # the local cluster named by its kubeconfig: its pause image is there
         )
         return
     problems = preflight()

@@ -30,6 +30,15 @@ HOST_PATHS = (
     "/var/tmp/docparser-e2e",  # hostPath volumes of the e2e/cluster scenarios
 )
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+# Fixed paths the kubelets and CNI create outside the work dir. Shared with any other kubelet
+# or CNI user on the machine, so only our files go, and a directory only once it is empty.
+OUR_FILES = ("/var/lib/kubelet/device-plugins/kubelet.sock",)
+EMPTY_DIRS = (
+    "/var/lib/kubelet/device-plugins",
+    "/var/lib/kubelet",
+    "/var/lib/cni/results",
+    "/var/lib/cni",
+)
 
 
 def _run(argv: list[str], timeout: float = 30) -> subprocess.CompletedProcess[str]:
@@ -154,6 +163,15 @@ def clean_host(
     remove_node_cgroups(problems)
     for path in HOST_PATHS:
         shutil.rmtree(path, ignore_errors=True)
+    for path in OUR_FILES:
+        with contextlib.suppress(OSError):
+            Path(path).unlink()
+    for cached in Path("/var/lib/cni/results").glob("docparser-*"):  # CNI's result cache
+        with contextlib.suppress(OSError):
+            cached.unlink()
+    for path in EMPTY_DIRS:
+        with contextlib.suppress(OSError):
+            Path(path).rmdir()
     for leftover in (
         "/run/containerd/runc/k8s.io",
         "/run/containerd/runc",
