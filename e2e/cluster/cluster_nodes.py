@@ -9,10 +9,16 @@ which node) served it.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import pytest
-from cluster_support import Target
+from cluster_support import REPO, Target
 
 ZONE = "topology.kubernetes.io/zone"
 GPU = "nvidia.com/gpu"
@@ -39,13 +45,89 @@ def require_nodes(target: Target, count: int) -> list[dict[str, Any]]:
     return nodes
 
 
-def echo_deployment(name: str, namespace: str, replicas: int) -> list[dict[str, Any]]:
-    """`replicas` busybox httpd pods, at most one per node (DoNotSchedule), and a Service."""
+def node_ctl(action: str, node: str, timeout: float = 180) -> str:
+    """`localcluster node-stop|node-start NODE` through the local cluster's supervisor."""
+    out = subprocess.run(
+        [sys.executable, "-m", "controlplane.localcluster", action, node, "--timeout", "150"],
+        cwd=REPO / "tests",
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if out.returncode != 0:
+        raise AssertionError(f"{action} {node}: {out.stdout}{out.stderr}")
+    return out.stdout.strip()
+
+
+@dataclass
+class EchoLoad:
+    """One paced client (a new connection per request, 2 s timeout) against `url`, bounded in
+    count and time; records (start, ok, answered-by) for every request."""
+
+    url: str
+    pace_s: float = 0.05
+    max_requests: int = 6000
+    max_seconds: float = 300
+    samples: list[tuple[float, bool, str]] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def _run(self) -> None:
+        deadline = time.monotonic() + self.max_seconds
+        limits = httpx.Limits(max_keepalive_connections=0)
+        with httpx.Client(timeout=2, limits=limits) as http:
+            while not self._stop.is_set() and len(self.samples) < self.max_requests:
+                if time.monotonic() > deadline:
+                    return
+                start = time.monotonic()
+                try:
+                    text = http.get(self.url).text.strip()
+                    self.samples.append((start, True, text))
+                except httpx.HTTPError as err:
+                    self.samples.append((start, False, type(err).__name__))
+                self._stop.wait(max(0.0, self.pace_s - (time.monotonic() - start)))
+
+    def __enter__(self) -> EchoLoad:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(10)
+
+    def failures(self, since: float = 0.0) -> list[tuple[float, bool, str]]:
+        return [s for s in self.samples if not s[1] and s[0] >= since]
+
+
+def echo_deployment(
+    name: str,
+    namespace: str,
+    replicas: int,
+    *,
+    spread: str = "DoNotSchedule",
+    evict_after_s: int | None = None,
+) -> list[dict[str, Any]]:
+    """`replicas` busybox httpd pods spread over nodes (`spread`: whenUnsatisfiable), and a
+    Service. `evict_after_s`: how long the pods stay bound to an unreachable or not-ready node
+    (the default is Kubernetes' 300 s)."""
     labels = {"app": name}
     script = (
         "mkdir -p /www && /bin/busybox hostname > /www/index.html && "
         "exec /bin/busybox httpd -f -p 8080 -h /www"
     )
+    pod_extra: dict[str, Any] = {}
+    if evict_after_s is not None:
+        pod_extra["tolerations"] = [
+            {
+                "key": f"node.kubernetes.io/{taint}",
+                "operator": "Exists",
+                "effect": "NoExecute",
+                "tolerationSeconds": evict_after_s,
+            }
+            for taint in ("unreachable", "not-ready")
+        ]
     return [
         {
             "apiVersion": "apps/v1",
@@ -57,12 +139,13 @@ def echo_deployment(name: str, namespace: str, replicas: int) -> list[dict[str, 
                 "template": {
                     "metadata": {"labels": labels},
                     "spec": {
+                        **pod_extra,
                         "terminationGracePeriodSeconds": 1,
                         "topologySpreadConstraints": [
                             {
                                 "maxSkew": 1,
                                 "topologyKey": "kubernetes.io/hostname",
-                                "whenUnsatisfiable": "DoNotSchedule",
+                                "whenUnsatisfiable": spread,
                                 "labelSelector": {"matchLabels": labels},
                             }
                         ],

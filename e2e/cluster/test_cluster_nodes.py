@@ -11,7 +11,7 @@ import time
 
 import httpx
 import pytest
-from cluster_nodes import GPU, ZONE, echo_deployment, require_nodes
+from cluster_nodes import GPU, ZONE, EchoLoad, echo_deployment, node_ctl, require_nodes
 from cluster_support import record, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
@@ -96,3 +96,81 @@ def test_pods_on_every_node_answer_across_nodes_and_through_the_cluster_ip(clust
         f"{len(nodes)} nodes: one echo pod per node Ready in {ready_s:.1f}s; "
         f"{len(pods) ** 2} pod-to-pod and {len(pods)} pod-to-ClusterIP checks passed",
     )
+
+
+def test_node_failure_recovers_on_the_remaining_nodes(cluster, namespace):
+    """A node holding one of 3 pods dies (cable, daemons and pods killed at once) under paced
+    load through the ClusterIP. Measured: the requests that fail (connections to the dead
+    node's pod until kube-proxy drops its endpoint, which waits for the node controller to
+    mark the node not Ready) and the time until a replacement runs on a live node."""
+    require_nodes(cluster, 3)
+    if not cluster.local:
+        pytest.skip("fails a node through the local cluster's supervisor")
+    cluster.apply(*echo_deployment("echo", namespace, 3, spread="ScheduleAnyway", evict_after_s=5))
+
+    def pods(ready_only=True):
+        found = []
+        for p in cluster.items("pods", namespace, "app=echo"):
+            ready = any(
+                c["type"] == "Ready" and c["status"] == "True"
+                for c in p["status"].get("conditions") or []
+            )
+            if (ready or not ready_only) and not p["metadata"].get("deletionTimestamp"):
+                found.append(p)
+        return found
+
+    wait_for(cluster, namespace, "3 Ready echo pods", lambda: len(pods()) == 3, 120)
+    host_node = "docparser-node"  # node 0 shares the host's namespace: it cannot be failed
+    victim = next(
+        (p["spec"]["nodeName"] for p in pods() if p["spec"]["nodeName"] != host_node), None
+    )
+    if victim is None:
+        pytest.skip("every echo pod landed on node 0, which cannot be failed")
+    svc = cluster.get("service", "echo", namespace)["spec"]["clusterIP"]
+    try:
+        with EchoLoad(f"http://{svc}/") as load:
+            wait_for(cluster, namespace, "answers", lambda: len(load.samples) >= 20, 30)
+            failed_at = time.monotonic()
+            node_ctl("node-stop", victim)
+            not_ready = wait_for(
+                cluster,
+                namespace,
+                f"{victim} not Ready",
+                lambda: cluster.kubectl(
+                    "get", "node", victim, "-o",
+                    "jsonpath={.status.conditions[?(@.type=='Ready')].status}",
+                ).strip() != "True" and time.monotonic(),
+                120,
+            )  # fmt: skip
+            replaced = wait_for(
+                cluster,
+                namespace,
+                "3 Ready pods on live nodes",
+                lambda: (
+                    len([p for p in pods() if p["spec"]["nodeName"] != victim]) == 3
+                    and time.monotonic()
+                ),
+                180,
+            )
+            quiet_from = time.monotonic()
+            wait_for(
+                cluster,
+                namespace,
+                "answers after",
+                lambda: load.samples[-1][0] > quiet_from + 5,
+                30,
+            )
+        failures = load.failures(failed_at)
+        last_failure = max((f[0] for f in failures), default=failed_at)
+        assert not load.failures(quiet_from), load.failures(quiet_from)[:5]
+        total = len([s for s in load.samples if s[0] >= failed_at])
+        record(
+            "node failure",
+            f"{victim} lost under {1 / load.pace_s:.0f} req/s: NotReady after "
+            f"{not_ready - failed_at:.0f}s, last failed request {last_failure - failed_at:.0f}s "
+            f"after the loss, {len(failures)} of {total} requests failed "
+            f"({sorted({f[2] for f in failures})}), 3 Ready pods on live nodes after "
+            f"{replaced - failed_at:.0f}s",
+        )
+    finally:
+        node_ctl("node-start", victim)
