@@ -345,3 +345,24 @@ def test_a_pod_that_cannot_be_scheduled_shows_at_once(cluster: Cluster, monkeypa
             lambda: condition(cluster, "inv", "Degraded").get("reason") == "Unschedulable",
             timeout=20,
         )
+
+
+def test_a_pod_whose_node_stopped_reporting_is_node_lost() -> None:
+    """The node controller marks the pods of a silent node not Ready; their containers' last
+    word (from the kubelet that is gone) is still ready: that pair names the node."""
+    lost = pod(
+        conditions=[
+            {"type": "Ready", "status": "False"},
+            {"type": "ContainersReady", "status": "True"},
+        ],
+        containerStatuses=[{"name": "runtime", "ready": True, "state": {"running": {}}}],
+    )
+    lost["spec"] = {"nodeName": "gpu-node-7"}
+    found = reasons([lost])
+    said = "node gpu-node-7 stopped reporting: pod inv-r1-x is no longer Ready behind traffic"
+    assert found == {"NodeLost": said}
+    probe_failing = pod(
+        conditions=[{"type": "Ready", "status": "False"}],
+        containerStatuses=[{"name": "runtime", "ready": False, "state": {"running": {}}}],
+    )
+    assert reasons([probe_failing]) == {}  # its own kubelet says why: not a lost node

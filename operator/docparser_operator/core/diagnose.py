@@ -14,7 +14,9 @@ A platform engineer should read *why* in ``kubectl get dp`` and Argo CD, not "Pe
 - ``RouteNotAccepted``: the Gateway's controller refused the current HTTPRoute for our
   parentRef (``status.parents``), in its words; ``RouteNotJudged``: no controller has answered
   for a while (core/route_verdict.py);
-- ``MetricsUnavailable``: the HPA cannot read its metric (``ScalingActive=False``).
+- ``MetricsUnavailable``: the HPA cannot read its metric (``ScalingActive=False``);
+- ``NodeLost``: a pod's node stopped reporting (the node controller marked the pod not Ready
+  while its containers' last word was ready), naming the node.
 
 Only pods of the spec's revisions count: a previous revision failing as it leaves is not the
 DocParser's problem.
@@ -59,6 +61,23 @@ def _memory_limit(pod: dict[str, Any], container: str) -> str:
     return "none"
 
 
+def _node_lost(pod: dict[str, Any]) -> str | None:
+    """The pod's node stopped reporting: the node controller set the pod's Ready condition to
+    False while every container still says ready (their last word, from the kubelet that is
+    gone). Read from the pod alone, so an operator limited with --namespace (no Node reads)
+    reports it too; the capacity stays named until the pod is replaced or its node is back."""
+    status = pod.get("status") or {}
+    ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
+    containers = status.get("containerStatuses") or []
+    if ready is None or ready.get("status") != "False" or not containers:
+        return None
+    if not all(c.get("ready") for c in containers):
+        return None
+    node = (pod.get("spec") or {}).get("nodeName", "?")
+    name = pod["metadata"].get("name", "?")
+    return _short(f"node {node} stopped reporting: pod {name} is no longer Ready behind traffic")
+
+
 def _pod_problems(pod: dict[str, Any], spec: DocParserSpec, serving: bool) -> list[Problem]:
     name = pod["metadata"].get("name", "?")
     status = pod.get("status") or {}
@@ -71,6 +90,9 @@ def _pod_problems(pod: dict[str, Any], spec: DocParserSpec, serving: bool) -> li
         ):
             text = _short(f"pod {name}: {cond.get('message', '')}")
             found.append(Problem("Unschedulable", text, since=cond.get("lastTransitionTime")))
+    lost = _node_lost(pod)
+    if lost:
+        found.append(Problem("NodeLost", lost))
     credentials = {
         ref.name
         for ref in (
