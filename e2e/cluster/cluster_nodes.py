@@ -174,3 +174,45 @@ def echo_deployment(
             "spec": {"selector": labels, "ports": [{"port": 80, "targetPort": 8080}]},
         },
     ]
+
+
+def fill_gpus(target: Target, namespace: str, leave: int) -> int:
+    """Busybox pods taking all but `leave` of the cluster's free GPUs (1 each), so a scenario
+    written for "the node's GPUs are all taken" keeps that meaning on several nodes. Returns
+    how many it placed (0 when the cluster has no more than `leave` free)."""
+    nodes = ready_nodes(target)
+    total = sum(int(n["status"].get("allocatable", {}).get(GPU, "0")) for n in nodes)
+    used = 0
+    for pod in json.loads(target.kubectl("get", "pods", "-A", "-o", "json"))["items"]:
+        if pod["status"].get("phase") in ("Succeeded", "Failed"):
+            continue
+        for ctr in pod["spec"]["containers"]:
+            used += int((ctr.get("resources") or {}).get("limits", {}).get(GPU, "0"))
+    count = max(0, total - used - leave)
+    if count:
+        target.apply(
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": "gpu-hog", "namespace": namespace},
+                "spec": {
+                    "replicas": count,
+                    "selector": {"matchLabels": {"app": "gpu-hog"}},
+                    "template": {
+                        "metadata": {"labels": {"app": "gpu-hog"}},
+                        "spec": {
+                            "terminationGracePeriodSeconds": 0,
+                            "containers": [
+                                {
+                                    "name": "hog",
+                                    "image": BUSYBOX,
+                                    "imagePullPolicy": "Never",
+                                    "resources": {"limits": {GPU: "1"}},
+                                }
+                            ],
+                        },
+                    },
+                },
+            }
+        )
+    return count

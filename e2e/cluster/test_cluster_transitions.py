@@ -9,6 +9,7 @@ import time
 
 import pytest
 from cluster_load import EndpointSampler, Load
+from cluster_nodes import fill_gpus
 from cluster_support import (
     docparser,
     page_png,
@@ -124,9 +125,9 @@ def test_setting_change_promotion_and_revert_lose_no_request(cluster, namespace)
 
 
 def test_max_surge_zero_rolls_out_on_a_full_node(cluster, namespace):
-    """2 replicas x 1 GPU take both of the node's 2 GPUs: a new version can only roll pod by
-    pod (maxSurge 0), and it must complete with a Ready endpoint behind the Service at every
-    sampled moment (every half second)."""
+    """2 replicas x 1 GPU take 2 GPUs and, on several nodes, busybox pods take the others: a
+    new version can only roll pod by pod (maxSurge 0), and it must complete with a Ready
+    endpoint behind the Service at every sampled moment (every half second)."""
     weights = weights_volume(cluster, namespace, ("v1", "v2"))
     name = "full"
     manifest = docparser(
@@ -140,6 +141,15 @@ def test_max_surge_zero_rolls_out_on_a_full_node(cluster, namespace):
     )
     cluster.apply(manifest)
     wait_ready(cluster, namespace, name, timeout=300)
+    # On several nodes, the other GPUs are taken too: a surge pod would stay Pending.
+    hogs = fill_gpus(cluster, namespace, leave=0) if cluster.local else 0
+    if hogs:
+
+        def hogs_running() -> bool:
+            found = cluster.items("pods", namespace, "app=gpu-hog")
+            return len([p for p in found if p["status"].get("phase") == "Running"]) == hogs
+
+        wait_for(cluster, namespace, f"{hogs} GPU-holding pods Running", hogs_running, 120)
     start = time.monotonic()
     with EndpointSampler(cluster, namespace, name) as sampler:
         cluster.apply(
