@@ -106,12 +106,14 @@ def latest_ir(target: Target, gateway: str = f"{GATEWAY_NAMESPACE}/{GATEWAY}") -
     for line in logs.splitlines():
         if '"xds-ir"' not in line:
             continue
+        # zap's console encoding: time, level, logger, caller, message (the IR), context
+        parts = line.split("\t")
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
+            context = json.loads(parts[-1])
+            if context.get("xds-ir") == gateway and len(parts) >= 6:
+                latest = json.loads(parts[4])
+        except (json.JSONDecodeError, AttributeError):
             continue
-        if record.get("xds-ir") == gateway:
-            latest = json.loads(record["msg"])
     return latest
 
 
