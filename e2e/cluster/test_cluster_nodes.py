@@ -17,6 +17,13 @@ from cluster_support import record, wait_for
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
 
+def _answers(ip: str) -> bool:
+    try:
+        return httpx.get(f"http://{ip}/", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 def test_nodes_are_ready_in_distinct_zones_with_two_gpus_each(cluster):
     nodes = require_nodes(cluster, 3)
     zones = {n["metadata"]["name"]: n["metadata"]["labels"].get(ZONE) for n in nodes}
@@ -60,7 +67,9 @@ def test_pods_on_every_node_answer_across_nodes_and_through_the_cluster_ip(clust
     for pod in pods:
         reply = httpx.get(f"http://{pod['status']['podIP']}:8080/", timeout=5)
         assert reply.text.strip() == pod["metadata"]["name"], pod["spec"]["nodeName"]
-    # ... and through the ClusterIP (the host's kube-proxy), until every pod has answered.
+    # ... and through the ClusterIP (the host's kube-proxy), until every pod has answered;
+    # busybox pods are Ready in 2 s, sooner than a kube-proxy may have synced the new Service.
+    wait_for(cluster, namespace, "the ClusterIP answering", lambda: _answers(svc), 30, 0.5)
     seen: set[str] = set()
     for _ in range(200):
         seen.add(httpx.get(f"http://{svc}/", timeout=5).text.strip())
@@ -86,11 +95,16 @@ def test_pods_on_every_node_answer_across_nodes_and_through_the_cluster_ip(clust
                 f"http://{other['status']['podIP']}:8080/",
             )
             assert answer.strip() == other["metadata"]["name"], (name, other["spec"]["nodeName"])
-        through = cluster.kubectl(
-            "-n", namespace, "exec", name, "--", "/bin/busybox", "wget", "-q", "-O", "-",
-            f"http://{svc}/",
-        )  # fmt: skip
-        assert through.strip() in names, (name, through)
+        wget = ("-n", namespace, "exec", name, "--", "/bin/busybox", "wget", "-q", "-O", "-")
+        through = wait_for(
+            cluster,
+            namespace,
+            f"the ClusterIP from {pod['spec']['nodeName']} (its kube-proxy synced)",
+            lambda w=wget: cluster.kubectl(*w, f"http://{svc}/", check=False).strip(),
+            30,
+            0.5,
+        )
+        assert through in names, (name, through)
     record(
         "nodes",
         f"{len(nodes)} nodes: one echo pod per node Ready in {ready_s:.1f}s; "
