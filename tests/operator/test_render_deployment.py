@@ -408,16 +408,3 @@ def test_redis_keys_are_scoped_to_the_docparser() -> None:
     (stable, *_) = _deployments(GATEWAY.resource()).values()
     env = {e["name"]: e.get("value") for e in _container(stable)["env"]}
     assert env["DOCPARSER_REDIS_PREFIX"] == "docparser:ocr:invoices:"
-
-
-def test_default_spread_prefers_distinct_nodes_then_zones() -> None:
-    for dep in _deployments(GATEWAY.resource()).values():
-        spread = dep["spec"]["template"]["spec"]["topologySpreadConstraints"]
-        assert [c["topologyKey"] for c in spread] == [
-            "kubernetes.io/hostname",
-            "topology.kubernetes.io/zone",
-        ]
-        assert {c["whenUnsatisfiable"] for c in spread} == {"ScheduleAnyway"}  # a preference
-        selector = dep["spec"]["selector"]["matchLabels"]
-        for constraint in spread:  # all the DocParser's pods, every revision together
-            assert constraint["labelSelector"]["matchLabels"].items() <= selector.items()
