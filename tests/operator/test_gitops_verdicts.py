@@ -112,7 +112,8 @@ def test_each_stalled_reason_is_failed_in_the_write_that_names_it(
     if reason == "RouteNotAccepted":  # what the Gateway's controller writes
         refused = {"type": "Accepted", "status": "False", "reason": "NotAllowedByListeners"}
         refused |= {"message": "no listener admits this namespace", "lastTransitionTime": NOW}
-        parent = {"parentRef": {"name": "web"}, "controllerName": "example.com/gateway"}
+        ref = {"name": "web", "namespace": "infra"}  # what the operator renders
+        parent = {"parentRef": ref, "controllerName": "example.com/gateway"}
         parents = [parent | {"conditions": [refused | {"observedGeneration": 1}]}]
         name = route["metadata"]["name"]
         cluster.client.patch_status(ROUTE, cluster.namespace, name, {"parents": parents})

@@ -57,6 +57,9 @@ REASONS: dict[str, ReasonClass] = {
         "stalled", "the runtime exits before it serves (or crash-loops), or a deadline passed"
     ),
     "RouteNotAccepted": ReasonClass("stalled", "the Gateway refuses the HTTPRoute"),
+    "RouteNotJudged": ReasonClass(
+        "stalled", "no Gateway controller answers for the route's parent (no such Gateway?)"
+    ),
     "SourceNotAllowed": ReasonClass(
         "stalled",
         "the analysis' Prometheus URL or golden URI is outside what the operator may reach",
