@@ -14,6 +14,8 @@ import pytest
 from cluster_nodes import GPU, ZONE, EchoLoad, echo_deployment, node_ctl, require_nodes
 from cluster_support import record, wait_for
 
+KUBE_PROXY_SYNC_S = 3  # kube-proxy's iptables minSyncPeriod (1 s) with a margin
+
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
 
@@ -166,6 +168,30 @@ def test_node_failure_recovers_on_the_remaining_nodes(cluster, namespace):
                 ),
                 180,
             )
+
+            def dead_endpoints():
+                slices = cluster.items(
+                    "endpointslices", namespace, "kubernetes.io/service-name=echo"
+                )
+                return [
+                    e
+                    for s in slices
+                    for e in s.get("endpoints") or []
+                    if e.get("nodeName") == victim
+                    and (e.get("conditions") or {}).get("ready") is not False
+                ]
+
+            # Until the dead pod's endpoint is gone (the node controller marks it not Ready)
+            # and kube-proxy has had a sync period to drop it, connections to it are the
+            # unavoidable part; from then on nothing may fail.
+            wait_for(
+                cluster,
+                namespace,
+                "no endpoint on the dead node",
+                lambda: not dead_endpoints(),
+                120,
+            )
+            time.sleep(KUBE_PROXY_SYNC_S)
             quiet_from = time.monotonic()
             wait_for(
                 cluster,

@@ -30,6 +30,7 @@ import pytest
 from docparser_operator.api import naming
 from docparser_operator.api.kinds import KNOWN_KINDS
 from dp_helpers import CANARY_WEIGHTS, GATEWAY, condition, create, docparser, revision, set_spec
+from gateway_sim import GatewayController
 from kube_cluster import Cluster, wait_for
 from kubelet_sim import Kubelet
 from operator_runner import running_operator
@@ -188,6 +189,8 @@ def _walk(
             _golden_set(cluster, stable)
         operator = running_operator(cluster)
         operator.__enter__()
+        gateway = GatewayController(cluster)  # accepts the route: Ready waits for a verdict
+        gateway.__enter__()
         try:
             create(cluster, first)
             ips = {wait_for("stable revision", lambda: revision(cluster, "walk")): stable.host}
@@ -244,6 +247,7 @@ def _walk(
                     "golden_reads": canary.log(tail=10**7).count('"golden-invoice.png-'),
                 }
         finally:
+            gateway.__exit__(None, None, None)
             operator.__exit__(None, None, None)
     finally:
         for server in servers:
