@@ -19,7 +19,7 @@ from docparser_operator.analysis.walk import (
     evaluate,
     window_due,
 )
-from docparser_operator.api.models import CanaryAnalysis
+from docparser_operator.api.analysis_spec import CanaryAnalysis
 from docparser_runtime.server.ops.metrics import Metrics
 
 CONFIG = CanaryAnalysis(

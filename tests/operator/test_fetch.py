@@ -27,7 +27,8 @@ from docparser_operator.analysis.sources.golden import guarded as guarded_post
 from docparser_operator.analysis.sources.golden import read as golden_read
 from docparser_operator.analysis.sources.prometheus import PromQL
 from docparser_operator.analysis.sources.urls import AllowList, BadURL, parse
-from docparser_operator.api.models import DocParser, PrometheusSource
+from docparser_operator.api.analysis_spec import PrometheusSource
+from docparser_operator.api.models import DocParser
 from dp_helpers import CANARY_WEIGHTS, docparser
 from local_http import LocalServer, closed_port, reply, serving
 

@@ -26,7 +26,8 @@ from docparser_operator.analysis.counters import OUTCOMES
 from docparser_operator.analysis.sources import prometheus
 from docparser_operator.analysis.sources.fetch import Fetcher
 from docparser_operator.analysis.sources.urls import AllowList
-from docparser_operator.api.models import DocParser, PrometheusSource
+from docparser_operator.api.analysis_spec import PrometheusSource
+from docparser_operator.api.models import DocParser
 from dp_helpers import CANARY_WEIGHTS, docparser
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from docparser_operator.api.models import CanaryAnalysis
+from docparser_operator.api.analysis_spec import CanaryAnalysis
 
 
 def cer(expected: str, got: str) -> float:

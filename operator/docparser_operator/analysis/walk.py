@@ -44,7 +44,7 @@ from typing import Any, Literal
 
 from docparser_operator.analysis.counters import OUTCOMES, TrackCounters, supported_quantile
 from docparser_operator.analysis.golden_score import GoldenScore
-from docparser_operator.api.models import AnalysisStep, CanaryAnalysis
+from docparser_operator.api.analysis_spec import AnalysisStep, CanaryAnalysis
 
 Phase = Literal["Verifying", "Progressing", "Paused", "Failed", "Succeeded"]
 

@@ -3,9 +3,9 @@ status (status_models.py) models share it without importing each other."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 
@@ -19,3 +19,9 @@ class WireModel(BaseModel):
     def to_wire(self) -> dict[str, Any]:
         """The object as the API server stores it: camelCase keys, unset (None) fields left out."""
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+class SecretRef(WireModel):
+    """A reference by name to an object in the DocParser's namespace (a Secret, a ConfigMap)."""
+
+    name: Annotated[str, Field(min_length=1, max_length=253)]

@@ -12,7 +12,7 @@ from docparser_operator.analysis.sources.golden_uri import DEFAULT_SOURCES as DE
 from docparser_operator.analysis.sources.golden_uri import GoldenSets, http_allow_list
 from docparser_operator.analysis.sources.urls import AllowList
 from docparser_operator.api import naming
-from docparser_operator.api.models import PrometheusSource
+from docparser_operator.api.analysis_spec import PrometheusSource
 
 PROMETHEUS_SETTING = "DOCPARSER_OPERATOR_PROMETHEUS_URLS"
 __all__ = ["DEFAULT_GOLDEN", "PROMETHEUS_SETTING", "guarded"]

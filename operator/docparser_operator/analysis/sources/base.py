@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from docparser_operator.analysis.counters import TrackCounters
 from docparser_operator.analysis.sources.golden import Documents
-from docparser_operator.api.models import CanaryAnalysis, PrometheusSource
+from docparser_operator.api.analysis_spec import CanaryAnalysis, PrometheusSource
 
 
 class SourceUnavailable(Exception):

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from docparser_operator.analysis.counters import OUTCOMES, TrackCounters
 from docparser_operator.analysis.sources.base import SourceUnavailable, TrackQuery
 from docparser_operator.analysis.sources.fetch import Fetcher, FetchError
-from docparser_operator.api.models import PrometheusSource
+from docparser_operator.api.analysis_spec import PrometheusSource
 
 QUERY_TIMEOUT_S = 5.0
 QUERY_MAX_BYTES = 8 * 1024 * 1024  # a few summed series; anything near this is not ours
