@@ -193,7 +193,9 @@ def test_the_controllers_weights_follow_ours_through_a_canary_walk(cluster, name
     cluster.apply(v1)
     wait_ready(cluster, namespace, name, timeout=300)
     samples = []
-    for what, manifest in (("canary v2 at 50%", canary), ("canary removed", v1)):
+    # Each step settles only with its own split on the route: two backends at 50 %, then one
+    # (a status read between the apply and the operator's first pass must not end a step).
+    for what, manifest, backends in (("canary v2 at 50%", canary, 2), ("canary removed", v1, 1)):
         cluster.apply(manifest)
         deadline = time.monotonic() + 420
         while time.monotonic() < deadline:
@@ -220,7 +222,8 @@ def test_the_controllers_weights_follow_ours_through_a_canary_walk(cluster, name
                 and conds.get("Ready", {}).get("status") == "True"
                 and conds.get("Progressing", {}).get("status") != "True"
             )
-            if done and found is not None and served == ours:
+            split = len([w for w in ours.values() if w > 0]) == backends
+            if done and split and found is not None and served == ours:
                 break
             time.sleep(1)
         else:
