@@ -11,41 +11,23 @@ appears, through the status subresource, as a real controller writes it.
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
 
 from docparser_operator.api.kinds import KNOWN_KINDS
 from kube_cluster import Cluster
+from ticker import Ticker
 
 ROUTE = KNOWN_KINDS["HTTPRoute"]
 CONTROLLER = "example.com/test-gateway-controller"
 
 
-class GatewayController:
+class GatewayController(Ticker):
     def __init__(self, cluster: Cluster, *, delay: float = 0.2, interval: float = 0.1) -> None:
-        self.cluster, self.delay, self.interval = cluster, delay, interval
+        super().__init__("gateway-sim", interval)
+        self.cluster, self.delay = cluster, delay
         self._seen: dict[tuple[str, int], float] = {}  # (route uid, generation) -> first seen
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="gateway-sim", daemon=True)
-        self.errors: list[str] = []
         self.judged = 0
-
-    def __enter__(self) -> GatewayController:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.tick()
-            except Exception as exc:  # a racing delete; the next tick sees the new state
-                self.errors.append(repr(exc))
-            self._stop.wait(self.interval)
 
     def tick(self) -> None:
         for route in self.cluster.list(ROUTE, "app.kubernetes.io/managed-by=docparser-operator"):

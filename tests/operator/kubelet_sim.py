@@ -14,12 +14,12 @@ Everything goes through the cluster's public API (the test client), like the rea
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from typing import Any
 
 from docparser_operator.api.kinds import KNOWN_KINDS
 from kube_cluster import Cluster, pod_status
+from ticker import Ticker
 
 DEPLOY, POD = KNOWN_KINDS["Deployment"], KNOWN_KINDS["Pod"]
 REVISION = "docparser.io/revision"
@@ -34,7 +34,7 @@ def _is_ready(pod: dict[str, Any]) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
-class Kubelet:
+class Kubelet(Ticker):
     def __init__(
         self,
         cluster: Cluster,
@@ -50,29 +50,10 @@ class Kubelet:
         self.cluster = cluster
         self.ready_after = ready_after
         self.never_ready = never_ready or set()  # revisions whose pods never pass readiness
-        self.interval = interval
+        super().__init__("kubelet-sim", interval)
         self._seen: dict[str, float] = {}  # pod uid -> first seen (monotonic)
         self._written: dict[str, str] = {}  # pod uid -> state written
         self._serial = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="kubelet-sim", daemon=True)
-        self.errors: list[str] = []
-
-    def __enter__(self) -> Kubelet:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.tick()
-            except Exception as exc:  # a racing delete; the next tick sees the new state
-                self.errors.append(repr(exc))
-            self._stop.wait(self.interval)
 
     def tick(self) -> None:
         for dep in self.cluster.list(DEPLOY, "app.kubernetes.io/managed-by=docparser-operator"):
