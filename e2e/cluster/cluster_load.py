@@ -39,6 +39,8 @@ class Load:
     max_requests: int = 20000
     max_seconds: float = 600
     pace_s: float = 0.02
+    # A connection to a dead node's pod hangs until this says no (node-loss scenarios: 2 s).
+    timeout: httpx.Timeout = field(default_factory=lambda: httpx.Timeout(60))
     ran_out: bool = False
     samples: list[Sample] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -49,7 +51,7 @@ class Load:
     def _client(self) -> None:
         deadline = time.monotonic() + self.max_seconds
         limits = httpx.Limits(max_keepalive_connections=0)
-        with httpx.Client(timeout=60, limits=limits) as http:
+        with httpx.Client(timeout=self.timeout, limits=limits) as http:
             while not self._stop.is_set():
                 with self._lock:
                     if len(self.samples) >= self.max_requests or time.monotonic() >= deadline:
