@@ -67,8 +67,34 @@ def test_cpu_engine_gets_no_gpu_and_no_init_container() -> None:
     dep = _deployments(MINIMAL.resource())["stable"]
     pod = dep["spec"]["template"]["spec"]
     assert "nvidia.com/gpu" not in _container(dep)["resources"]["limits"]
-    assert "tolerations" not in pod and "initContainers" not in pod
+    assert "initContainers" not in pod
+    assert [t["key"] for t in pod["tolerations"]] == [  # node failure only, no GPU toleration
+        "node.kubernetes.io/unreachable",
+        "node.kubernetes.io/not-ready",
+    ]
     assert "--model-path" not in _container(dep)["args"]
+
+
+def test_pods_of_a_lost_node_are_replaced_after_30_s_unless_the_spec_says_otherwise() -> None:
+    """Default NoExecute tolerations of 30 s for unreachable / not-ready nodes (instead of the
+    DefaultTolerationSeconds admission's 300 s); a toleration of the user's for the same key,
+    or one tolerating every taint, replaces ours (the taint manager takes the shortest)."""
+    pod = _deployments(MINIMAL.resource())["stable"]["spec"]["template"]["spec"]
+    assert {
+        "key": "node.kubernetes.io/unreachable",
+        "operator": "Exists",
+        "effect": "NoExecute",
+        "tolerationSeconds": 30,
+    } in pod["tolerations"]
+    mine = {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"}
+    resource = MINIMAL.resource()
+    resource["spec"]["pod"] = {"tolerations": [{**mine, "tolerationSeconds": 5}]}
+    pod = _deployments(resource)["stable"]["spec"]["template"]["spec"]
+    keys = [(t["key"], t.get("tolerationSeconds")) for t in pod["tolerations"]]
+    assert keys == [("node.kubernetes.io/not-ready", 5), ("node.kubernetes.io/unreachable", 30)]
+    resource["spec"]["pod"] = {"tolerations": [{"operator": "Exists"}]}
+    pod = _deployments(resource)["stable"]["spec"]["template"]["spec"]
+    assert pod["tolerations"] == [{"operator": "Exists"}]
 
 
 def test_engine_default_gpu_count_is_one_for_deepseek() -> None:
@@ -366,7 +392,7 @@ def test_pod_settings_reach_both_tracks_and_keep_what_the_operator_needs() -> No
     }
     for dep in _deployments(resource).values():
         pod = dep["spec"]["template"]["spec"]
-        assert pod["tolerations"] == [gpu, {"key": "spot", "operator": "Exists"}]
+        assert pod["tolerations"][:2] == [gpu, {"key": "spot", "operator": "Exists"}]
         assert "topologySpreadConstraints" not in pod  # [] turns the default spread off
         runtime = _container(dep)
         assert runtime["envFrom"] == [{"configMapRef": {"name": "ocr-settings"}}]

@@ -1,10 +1,17 @@
-"""PDB renderer: one budget over all runtime pods that never blocks a drain."""
+"""PDB renderer: one budget over all runtime pods that holds a drain's eviction until a
+replacement is Ready, and relaxes when it must (core/drain.py)."""
 
 from __future__ import annotations
 
 import pytest
-from docparser_operator.core.render import render_all
+from docparser_operator.api.models import DocParser
+from docparser_operator.core.drain import DrainPlan, NodeDrain
+from docparser_operator.core.render import Target, render_all, roles_of
+from docparser_operator.core.render.pdb import render_pdb
+from docparser_operator.core.render.target import target_at_rest
 from golden import CASES, Case, check_golden, of_kind
+
+MINIMAL = Case("rapidocr-minimal")
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
@@ -20,6 +27,26 @@ def test_one_budget_selecting_every_runtime_pod(case: Case) -> None:
     for dep in of_kind(objects, "Deployment"):
         pod_labels = dep["spec"]["template"]["metadata"]["labels"]
         assert selector.items() <= pod_labels.items()
-    # maxUnavailable 1 lets even a single-replica service be drained; minAvailable would not.
-    assert pdb["spec"]["maxUnavailable"] == 1 and "minAvailable" not in pdb["spec"]
+    # At rest it keeps the size Ready: an eviction waits for a replacement (core/drain.py).
+    size = sum(d["spec"]["replicas"] for d in of_kind(objects, "Deployment"))
+    assert pdb["spec"]["minAvailable"] == size and "maxUnavailable" not in pdb["spec"]
     assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+
+
+def _target(drain: DrainPlan) -> Target:
+    model = DocParser.from_resource(MINIMAL.resource())
+    at_rest = target_at_rest(model, roles_of(model))
+    return Target(at_rest.resource, at_rest.roles, at_rest.rollout, drain)
+
+
+def test_the_budget_relaxes_past_a_deadline_or_without_node_reads() -> None:
+    """maxUnavailable 1 (one pod at a time, no replacement awaited) once a drain's deadline
+    passed, and for an operator that cannot read nodes (a drain it cannot see must not wait
+    for ever); minAvailable while every drain is within its deadline."""
+    late = NodeDrain("n1", "2026-01-01T00:00:00Z", "2026-01-01T00:10:00Z", 1, expired=True)
+    early = NodeDrain("n2", "2026-01-01T00:00:00Z", "2026-01-01T00:10:00Z", 1, expired=False)
+    holding = render_pdb(_target(DrainPlan(aware=True, leaving={}, drains=(early,))))
+    assert holding["spec"]["minAvailable"] == 1
+    for relaxed in (DrainPlan(aware=True, drains=(early, late)), DrainPlan(aware=False)):
+        spec = render_pdb(_target(relaxed))["spec"]
+        assert spec["maxUnavailable"] == 1 and "minAvailable" not in spec

@@ -75,6 +75,8 @@ KINDS: tuple[ResourceRef, ...] = (
     ResourceRef("v1", "Pod", "pods", indexed=True, watch="pods", verbs=("get", "list", "watch")),
     ResourceRef("v1", "Event", "events", verbs=("create", "patch")),
     ResourceRef("v1", "Namespace", "namespaces", namespaced=False, verbs=("get", "list", "watch")),
+    # cordon state of the nodes our pods run on (kube/nodes.py polls the cordoned ones)
+    ResourceRef("v1", "Node", "nodes", namespaced=False, verbs=("get", "list", "watch")),
     ResourceRef("v1", "ConfigMap", "configmaps", verbs=("get",)),  # golden.configMapRef only
     ResourceRef("v1", "Secret", "secrets"),  # never read by the operator: tests create them
     ResourceRef("v1", "ServiceAccount", "serviceaccounts"),

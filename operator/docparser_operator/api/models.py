@@ -79,6 +79,8 @@ class Replicas(WireModel):
 
 class Rollout(WireModel):
     max_surge: Annotated[int, Field(ge=0, le=100)] = 1
+    # how long a drain's eviction is held while no replacement can come up (core/drain.py)
+    drain_timeout_seconds: Annotated[int, Field(ge=0, le=86400)] = 600
 
 
 class WeightsCache(WireModel):

@@ -78,12 +78,23 @@ class RolloutStatus(WireModel):
     max_surge: int | None = None
 
 
+class DrainStatus(WireModel):
+    """One cordoned node holding our pods (core/drain.py)."""
+
+    node: str | None = None
+    since: str | None = None
+    deadline: str | None = None
+    pods: int | None = None
+    phase: str | None = None
+
+
 class DocParserStatus(WireModel):
     observed_generation: int | None = None
     conditions: list[Condition] = Field(default_factory=list)
     stable: StableStatus | None = None
     canary: CanaryStatus | None = None
     rollout: RolloutStatus | None = None
+    drains: Annotated[list[DrainStatus], Field(max_length=64)] | None = None
     endpoint: str | None = None
     replicas: int | None = None
     selector: str | None = None

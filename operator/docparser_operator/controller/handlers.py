@@ -40,7 +40,7 @@ import kopf
 from docparser_operator.api import labels
 from docparser_operator.api.kinds import DOCPARSER, INDEXED, KINDS
 from docparser_operator.api.naming import API_GROUP, KIND, PLURAL
-from docparser_operator.controller import events
+from docparser_operator.controller import drains, events
 from docparser_operator.controller.metrics import OperatorMetrics
 from docparser_operator.controller.reconcile import reconcile
 from docparser_operator.controller.settings import OperatorSettings
@@ -50,6 +50,7 @@ from docparser_operator.core.events import Event, events_for
 from docparser_operator.core.outcome import Outcome
 from docparser_operator.kube import observer as cache
 from docparser_operator.kube.client import ApiError, KubeClient, load_configuration
+from docparser_operator.kube.nodes import CordonedNodes
 
 VERSION = DOCPARSER.api_version.split("/")[1]
 ANNOTATION_PREFIX = "docparser.io"
@@ -161,12 +162,15 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -
     if ours.metrics_port:
         metrics.serve(ours.metrics_port)
     indexes = {r.kind: kwargs[_index_id(r.kind)] for r in INDEXED}  # kopf passes every index
+    nodes = CordonedNodes(client)
+    aware = nodes.start()  # before any pass: a pass never plans drains from an empty view
     memo.state = OperatorState(
         settings=ours,
         client=client,
         event_limiter=events.EventLimiter(ours.event_interval_s),
         metrics=metrics,
-        observer=cache.IndexedObserver(indexes),
+        observer=cache.IndexedObserver(indexes, cordoned=nodes if aware else lambda: None),
+        nodes=nodes if aware else None,
     )
     memo.state.analysis_sources()  # built once per run (the settings checked the entries)
     settings.posting.level = logging.WARNING
@@ -257,15 +261,33 @@ async def _resync_loop(state: OperatorState) -> None:
 async def start_resync(memo: kopf.Memo, **_: Any) -> None:
     state = _state(memo)
     state.resync_task = asyncio.get_running_loop().create_task(_resync_loop(state))
+    if state.nodes is not None and state.observer is not None:
+        state.node_task = asyncio.get_running_loop().create_task(
+            drains.poll_loop(
+                state.nodes,
+                state.settings.node_poll_interval_s,
+                state.observer.all_pods,
+                lambda owners: resync_all(state, _uids_of(state, owners)),
+            )
+        )
+
+
+def _uids_of(state: OperatorState, owners: set[tuple[str, str]]) -> list[str]:
+    return [
+        uid
+        for uid, body in list(state.known.items())
+        if (body["metadata"].get("namespace"), body["metadata"].get("name")) in owners
+    ]
 
 
 @kopf.on.cleanup()
 async def stop_resync(memo: kopf.Memo, **_: Any) -> None:
     state = _state(memo)
-    if state.resync_task is not None:
-        state.resync_task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await state.resync_task
+    for task in (state.resync_task, state.node_task):
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
     if state.metrics is not None and not memo.get("metrics"):
         await asyncio.to_thread(state.metrics.close)  # this run started it, so it stops it
 

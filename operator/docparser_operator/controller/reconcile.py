@@ -156,6 +156,7 @@ def reconcile(
         observed,
         previous_weight=previous_weight,
         canary_weight=walk.weight if walk is not None else None,
+        now=now,
     )
     planned = walk
     if walk is not None and decision.target is not None:
@@ -198,6 +199,12 @@ def reconcile(
         for kind in observed.forbidden
     )
     out.problems.extend(decision.problems)
+    out.problems.extend(decision.drain.problems)
+    out.drain_waits, out.drains = decision.drain.waits, decision.drain.status
+    if decision.target is not None:
+        deadline = decision.target.drain.wake_in_s(now)  # a held drain's deadline: relax then
+        if deadline is not None:
+            out.wake_in_s = deadline if out.wake_in_s is None else min(out.wake_in_s, deadline)
     out.conflicts.extend(decision.conflicts)
     try:
         live = execute(client, namespace, decision, observed, out)

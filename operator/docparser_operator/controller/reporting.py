@@ -35,7 +35,7 @@ def write_status(
     previous = out.previous_status
     if status_changed(previous, status):
         patch = dict(status)
-        for gone in ("stable", "canary", "rollout"):
+        for gone in ("stable", "canary", "rollout", "drains"):
             if gone in previous and gone not in status:
                 patch[gone] = None  # merge-patch null removes the field
             elif isinstance(previous.get(gone), dict) and gone in status:

@@ -30,6 +30,9 @@ class OperatorSettings(BaseSettings):
     metrics_port: int | None = Field(
         None, ge=1, le=65535, description="serve Prometheus /metrics here (the chart sets 8081)"
     )
+    node_poll_interval_s: float = Field(
+        5.0, gt=0, description="how often the cordoned nodes are listed (kube/nodes.py)"
+    )
     log_level: str = "INFO"
     leader_elect: bool = Field(
         False, description="hold a Lease before reconciling (the chart runs 2 replicas with it)"

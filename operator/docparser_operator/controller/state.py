@@ -19,6 +19,7 @@ from docparser_operator.controller.metrics import OperatorMetrics
 from docparser_operator.controller.settings import OperatorSettings
 from docparser_operator.kube import observer as cache
 from docparser_operator.kube.client import KubeClient
+from docparser_operator.kube.nodes import CordonedNodes
 
 
 def _generation(body: Mapping[str, Any]) -> int:
@@ -47,6 +48,8 @@ class OperatorState:
     analysis: AnalysisMemory = field(default_factory=AnalysisMemory)  # canary window starts
     sources: Sources | None = None  # what the analysis may read (from settings at start-up)
     wakeups: dict[str, float] = field(default_factory=dict[str, float])  # uid -> monotonic due
+    nodes: CordonedNodes | None = None  # None: nodes unreadable, PDB-only drain protection
+    node_task: asyncio.Task[None] | None = None
 
     def analysis_sources(self) -> Sources:
         """The analysis' sources, built once from the settings' allow-lists."""

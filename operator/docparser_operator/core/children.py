@@ -115,6 +115,7 @@ class Observed:
     children: dict[Key, dict[str, Any]]
     pods: list[dict[str, Any]]
     forbidden: tuple[str, ...] = ()  # kinds the operator may not list (RBAC)
+    cordoned: frozenset[str] | None = None  # cordoned nodes; None: nodes unreadable (drain.py)
 
 
 def revision_states(observed: Observed, uid: str) -> list[rollout.RevisionState]:

@@ -20,7 +20,7 @@ import pydantic
 
 from docparser_operator.api import labels, naming
 from docparser_operator.api.models import DocParser, DocParserSpec
-from docparser_operator.core import rollout, sizing
+from docparser_operator.core import drain, rollout, sizing
 from docparser_operator.core.children import (
     CREATE_ONCE,
     Key,
@@ -76,6 +76,7 @@ class Decision:
     actions: list[Action] = field(default_factory=list)
     conflicts: list[Key] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+    drain: drain.DrainReport = field(default_factory=drain.DrainReport)
 
 
 def _phase(obj: dict[str, Any], live: dict[str, Any] | None) -> Phase:
@@ -102,9 +103,11 @@ def decide(
     *,
     previous_weight: int,
     canary_weight: int | None = None,
+    now: str = "1970-01-01T00:00:00Z",
 ) -> Decision:
     """observed + desired -> the ordered actions of this pass (pure). ``canary_weight``: the
-    canary analysis' effective weight (analysis.py), which replaces spec.canary.weight."""
+    canary analysis' effective weight (analysis.py), which replaces spec.canary.weight;
+    ``now`` dates the drains' deadlines (core/drain.py)."""
     meta = resource["metadata"]
     uid = meta["uid"]
     try:
@@ -112,13 +115,22 @@ def decide(
     except pydantic.ValidationError as exc:
         return Decision(target=None, problems=[_problem_from_validation(exc)])
     tracks = roles_of(model)
+    drains = drain.plan_drain(
+        observed.pods,
+        observed.cordoned,
+        {t.revision for t in tracks},
+        (resource.get("status") or {}).get("drains") or [],
+        now=now,
+        timeout_s=model.spec.rollout.drain_timeout_seconds,
+    )
     step = rollout.plan(
-        desired_rollout(model, tracks, weight=canary_weight),
+        desired_rollout(model, tracks, weight=canary_weight, leaving=dict(drains.leaving)),
         revision_states(observed, uid),
         previous_weight=previous_weight,
     )
-    plan = Target(model, tracks, step)
+    plan = Target(model, tracks, step, drains)
     decision = Decision(target=plan)
+    decision.drain = drain.report(drains, step, observed.pods, observed.cordoned or frozenset())
     for prefix, track_spec in _pod_specs(model.spec):
         gpu = sizing.gpu_memory_problem(track_spec)
         if gpu is not None:

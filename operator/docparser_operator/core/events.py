@@ -69,6 +69,7 @@ def events_for(outcome: Outcome) -> list[Event]:
             Event("Normal", "CanaryWeightChanged", f"canary traffic {w_old}% -> {w_new}%")
         )
     events += _analysis_events(old, new)
+    events += _drain_events(outcome)
     for kind, child in outcome.pruned:
         events.append(Event("Normal", "Pruned", f"deleted {kind} {child}: no longer desired"))
     ready_old, ready_new = _condition(old, "Ready"), _condition(new, "Ready")
@@ -82,6 +83,45 @@ def events_for(outcome: Outcome) -> list[Event]:
             Event("Warning", deg_new.get("reason", "Degraded"), deg_new.get("message", ""))
         )
     return events
+
+
+def _drain_events(outcome: Outcome) -> list[Event]:
+    """A drain's phase changes (core/drain.py): started, replacement Ready, blocked, and its
+    deadline passing, which names the capacity the eviction takes away."""
+    before = {d.get("node"): d.get("phase") for d in outcome.previous_status.get("drains") or []}
+    out = []
+    for d in outcome.status.get("drains") or []:
+        node, phase = d.get("node"), d.get("phase")
+        if before.get(node) == phase:
+            continue
+        said = next(
+            (
+                p.message
+                for p in outcome.problems
+                if p.reason == "DrainBlocked" and f"node {node}" in p.message
+            ),
+            "",
+        )
+        if phase == "DeadlineExceeded":
+            out.append(Event("Warning", "DrainDeadlineExceeded", said))
+        elif phase == "Blocked":
+            out.append(Event("Warning", "DrainBlocked", said))
+        elif phase == "Evictable":
+            out.append(
+                Event(
+                    "Normal", "DrainReplaced", f"node {node}: replacements Ready, its pods may go"
+                )
+            )
+        elif node not in before:
+            out.append(
+                Event(
+                    "Normal",
+                    "DrainStarted",
+                    f"node {node} cordoned: replacing its {d.get('pods')} pod(s) first; "
+                    f"evictions held until they are Ready (deadline {d.get('deadline')})",
+                )
+            )
+    return out
 
 
 def _analysis(status: dict[str, Any]) -> dict[str, Any]:

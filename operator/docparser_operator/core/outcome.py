@@ -36,6 +36,8 @@ class Outcome:
     wake_in_s: float | None = None  # a pass is due then (the analysis window's end)
     written: dict[Key, dict[str, Any]] = field(default_factory=dict[Key, Any])  # as returned
     deleted: dict[Key, str] = field(default_factory=dict[Key, str])  # pruned: their uids
+    drain_waits: list[str] = field(default_factory=list)  # drains in progress (Progressing)
+    drains: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])  # status.drains
 
     @property
     def spec_invalid(self) -> bool:

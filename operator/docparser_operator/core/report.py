@@ -98,6 +98,7 @@ def pass_status(
         )
         if out.analysis is not None and out.analysis.phase in ("Progressing", "Paused"):
             rolling.append(f"canary analysis: {out.analysis.message}")
+        rolling.extend(out.drain_waits)
         ready_serving = step.ready_serving
         routed, requested = step.canary_weight, step.requested_weight
         route_gate = _route_gate(plan, live, rolling)
@@ -121,6 +122,8 @@ def pass_status(
         weights_cached=(cache.cached, cache.reason, cache.message) if cache else None,
         analysis=out.analysis.to_status() if out.analysis is not None else None,
         route_gate=route_gate,
+        drains=out.drains,
+        draining=bool(out.drain_waits),
     )
     return status
 
@@ -174,7 +177,7 @@ def _rolling(
             waits.append(f"revision {r.revision} ({r.role}, leaving): {r.replicas} pod(s)")
         elif r.desired and r.target > 0 and r.ready == 0 and not was_rolling:
             waits.append(f"revision {r.revision} ({r.role}): 0/{r.target} ready")
-        elif r.desired and r.replicas > r.target:
+        elif r.desired and r.replicas > r.target + r.drain:
             waits.append(f"revision {r.revision} ({r.role}): {r.replicas} -> {r.target} pods")
     if step.canary_weight != step.target_weight and (was_rolling or not weight_asked_before):
         waits.append(f"canary traffic {step.canary_weight}% -> {step.target_weight}%")

@@ -26,6 +26,9 @@ Every pass moves each revision one safe step towards its target size and recompu
    to what Ready pods can carry: at most the canary's Ready share of ``N`` until it is full,
    at least what the stable side cannot carry until it is full. With ``router: service`` the
    split is the ratio of Ready pods behind the one endpoint Service, reported as such.
+4. Drains. Pods on a cordoned node (``Desired.leaving``, core/drain.py) are replaced first: the
+   revision may grow by them on top of its target, within the same ``N + maxSurge`` budget
+   (a rollout's stable revision first), and keeps them until they are gone.
 
 The functions here take and return frozen dataclasses; ``reconcile`` renders and applies.
 """
@@ -33,7 +36,8 @@ The functions here take and return frozen dataclasses; ``reconcile`` renders and
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Literal
 
 Role = Literal["stable", "canary"]
@@ -62,6 +66,7 @@ class Desired:
     size: int  # N: total pods at rest
     max_surge: int
     router: Literal["service", "gateway"]
+    leaving: Mapping[str, int] = field(default_factory=dict)  # revision -> pods on cordoned nodes
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,7 @@ class RevisionPlan:
     ready: int  # Ready pods expected after this pass (scale-downs remove unready pods first)
     weight: int  # route weight (percent of all traffic) after this pass
     serving: bool  # receives traffic after this pass
+    drain: int = 0  # pods above target granted to replace pods on cordoned nodes
 
     @property
     def starting(self) -> int:
@@ -194,6 +200,7 @@ def plan(desired: Desired, observed: list[RevisionState], *, previous_weight: in
     if desired.canary is not None:
         targets[desired.canary], roles[desired.canary] = t_canary, "canary"
     wanted = {r for r in (desired.stable, desired.canary) if r is not None}
+    hold = {r: desired.leaving.get(r, 0) if r in wanted and targets[r] > 0 else 0 for r in targets}
     cur = {r: (states[r].replicas if r in states else 0) for r in targets}
     ready = {r: min(states[r].ready, cur[r]) if r in states else 0 for r in targets}
     canary, stable = desired.canary, desired.stable
@@ -228,17 +235,17 @@ def plan(desired: Desired, observed: list[RevisionState], *, previous_weight: in
         return True
 
     serving_ready = sum(n for r, n in ready.items() if carrying(r, ready, weight_now))
-    in_flight = sum(max(0, cur[r] - ready[r]) for r in wanted if cur[r] <= targets[r])
-    surplus = serving_ready - desired.size
+    in_flight = sum(max(0, cur[r] - ready[r]) for r in wanted if cur[r] <= targets[r] + hold[r])
+    surplus = serving_ready - desired.size - sum(hold.values())  # leaving pods are no surplus
     if desired.max_surge == 0 and in_flight == 0 and serving_ready >= 2:
         surplus = max(surplus, 1)  # pod by pod within N GPUs, never below one Ready pod
     new = dict(cur)
     for r in sorted(targets, key=lambda r: (r in wanted, r)):  # old revisions shrink first
-        excess = cur[r] - targets[r]
+        excess = cur[r] - targets[r] - hold[r]
         if excess <= 0:
             continue
         if not carrying(r, ready, weight_now):
-            new[r] = targets[r]
+            new[r] = targets[r] + hold[r]
             continue
         unready = cur[r] - ready[r]
         drop = min(excess, unready + max(0, surplus))
@@ -256,9 +263,9 @@ def plan(desired: Desired, observed: list[RevisionState], *, previous_weight: in
         new[canary] -= give
         budget += give
     for grower in (stable, canary):
-        if grower is None or new[grower] >= targets[grower]:
+        if grower is None or new[grower] >= targets[grower] + hold[grower]:
             continue
-        grow = max(0, min(targets[grower] - new[grower], budget))
+        grow = max(0, min(targets[grower] + hold[grower] - new[grower], budget))
         new[grower] += grow
         budget -= grow
     after = {r: min(ready[r], new[r]) for r in targets}
@@ -298,6 +305,7 @@ def plan(desired: Desired, observed: list[RevisionState], *, previous_weight: in
             ready=after[r],
             weight=route.get(r, 0),
             serving=r in serving or route.get(r, 0) > 0,
+            drain=max(0, min(hold[r], new[r] - targets[r])),
         )
         for r in sorted(targets, key=lambda r: (r not in wanted, roles[r] != "stable", r))
     )

@@ -31,6 +31,7 @@ from docparser_operator.api.status_models import (
     CanaryStatus,
     Condition,
     DocParserStatus,
+    DrainStatus,
     RolloutStatus,
     StableStatus,
 )
@@ -249,6 +250,8 @@ def build_status(
     weights_cached: tuple[bool, str, str] | None = None,
     analysis: dict[str, Any] | None = None,
     route_gate: tuple[str, str] | None = None,
+    drains: list[dict[str, Any]] | None = None,
+    draining: bool = False,
 ) -> dict[str, Any]:
     """The whole ``status`` of a DocParser, built through its typed model (api/status_models.py,
     the one the reader uses: a field the writer adds and the reader lacks fails here, in the
@@ -286,6 +289,8 @@ def build_status(
         p_reason = loading[0].state if loading else (still[0].reason if still else "RollingOut")
         if not loading and not still and all(m.startswith("HTTPRoute generation") for m in rolling):
             p_reason = "AwaitingRouteVerdict"  # only the Gateway's controller is awaited
+        if draining and not still and all(m.startswith("drain of node ") for m in rolling):
+            p_reason = "Draining"  # only a node drain's replacements are awaited (core/drain.py)
         p_msg = "; ".join(rolling + [p.message for p in still])
     elif stalled:
         p_reason, p_msg = "Failed", "rollout stopped: " + "; ".join(p.message for p in stalled)
@@ -359,6 +364,7 @@ def build_status(
         stable=stable_view,
         canary=canary_view,
         rollout=RolloutStatus.model_validate(rollout) if rollout is not None else None,
+        drains=[DrainStatus.model_validate(d) for d in drains] if drains else None,
     )
     return status.to_wire()
 

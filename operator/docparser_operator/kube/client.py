@@ -146,12 +146,19 @@ class KubeClient:
         return answer
 
     def list(
-        self, ref: ResourceRef, namespace: str | None, *, selector: str | None = None
+        self,
+        ref: ResourceRef,
+        namespace: str | None,
+        *,
+        selector: str | None = None,
+        fields: str | None = None,
     ) -> list[dict[str, Any]]:
         """Items of a kind; a kind the server does not serve (CRD absent) lists as empty."""
-        query = {"labelSelector": selector} if selector else None
+        query = {"labelSelector": selector} if selector else {}
+        if fields:
+            query["fieldSelector"] = fields
         try:
-            answer = self.request("GET", ref.path(namespace), query=query)
+            answer = self.request("GET", ref.path(namespace), query=query or None)
         except ApiError as exc:
             if exc.status == 404:
                 return []

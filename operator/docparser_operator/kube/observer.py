@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 from docparser_operator.api import labels
 from docparser_operator.api.kinds import CHILD_KINDS, ref_for
+from docparser_operator.core import drain
 from docparser_operator.core.children import Key, Observed
 from docparser_operator.kube.client import ApiError, KubeClient
 
@@ -65,7 +66,19 @@ def observe(client: KubeClient, namespace: str, name: str) -> Observed:
     pods = client.list(
         ref_for("Pod"), namespace, selector=labels.selector_string(labels.pod_selector(name))
     )
-    return Observed(live, pods, tuple(forbidden))
+    return Observed(live, pods, tuple(forbidden), cordoned_nodes(client))
+
+
+def cordoned_nodes(client: KubeClient) -> frozenset[str] | None:
+    """The cordoned nodes (one list, filtered by the server), or None when RBAC denies it:
+    then drains get PDB-only protection (core/drain.py)."""
+    try:
+        nodes = client.list(ref_for("Node"), None, fields="spec.unschedulable=true")
+    except ApiError as exc:
+        if exc.status != 403:
+            raise
+        return None
+    return drain.cordoned_names(nodes)
 
 
 @dataclass(frozen=True)
@@ -124,6 +137,7 @@ class IndexedObserver:
 
     indexes: Indexes
     ttl_s: float = 10.0
+    cordoned: Callable[[], frozenset[str] | None] = lambda: None  # kube/nodes.py's view
     clock: Callable[[], float] = time.monotonic
     _pending: dict[IndexKey, dict[Key, _Pending]] = field(default_factory=dict)
     _gone: dict[str, float] = field(default_factory=dict)  # uids seen deleted -> until
@@ -142,7 +156,12 @@ class IndexedObserver:
             if (p["metadata"].get("labels") or {}).get(labels.LABEL_NAME) == labels.APP_NAME
         ]
         self._overlay(key, children)
-        return Observed(children, pods)
+        return Observed(children, pods, cordoned=self.cordoned())
+
+    def all_pods(self) -> list[dict[str, Any]]:
+        """Every indexed runtime pod (the cordon poll finds the owners of a node's pods)."""
+        index = self.indexes.get("Pod") or {}
+        return [p for key in list(index) for p in _snapshot(index.get(key))]
 
     def remember(
         self, namespace: str, name: str, written: dict[Key, dict[str, Any]], deleted: dict[Key, str]

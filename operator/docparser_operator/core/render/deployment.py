@@ -234,6 +234,33 @@ def pod_template(resource: DocParser, tp: RoleRevision) -> dict[str, Any]:
     }
 
 
+# Pods of a node that stopped reporting are replaced this long after the node controller taints
+# it (itself 40-50 s after the last heartbeat), instead of DefaultTolerationSeconds' 300 s: a
+# GPU pod needs minutes to load, so every second before its replacement is scheduled is
+# capacity missing for as long. Not shorter: a kubelet or network blip under ~70 s then costs
+# no reload. spec.pod.tolerations with the same key replaces these (docs/operations.md).
+NODE_FAILURE_TOLERATION_SECONDS = 30
+NODE_FAILURE_TOLERATIONS: tuple[dict[str, object], ...] = tuple(
+    {
+        "key": key,
+        "operator": "Exists",
+        "effect": "NoExecute",
+        "tolerationSeconds": NODE_FAILURE_TOLERATION_SECONDS,
+    }
+    for key in ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
+)
+
+
+def _tolerated(tolerations: list[dict[str, Any]], key: str) -> bool:
+    """Whether the user's tolerations already say how long to stay on a ``key`` taint (the
+    same key, or an empty key with ``Exists``: every taint). The taint manager takes the
+    shortest ``tolerationSeconds`` of all that match, so ours would override theirs."""
+    return any(
+        t.get("key") == key or (not t.get("key") and t.get("operator") == "Exists")
+        for t in tolerations
+    )
+
+
 # The default spread: distinct nodes first, then distinct zones (kube-scheduler scores both).
 SPREAD_KEYS = ("kubernetes.io/hostname", "topology.kubernetes.io/zone")
 
@@ -246,9 +273,14 @@ def _placement(spec: DocParserSpec, name: str) -> dict[str, Any]:
     one node's or one zone's loss is not the whole service."""
     pod = spec.pod
     out: dict[str, Any] = {}
-    tolerations = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
+    tolerations: list[dict[str, Any]] = [
+        {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+    ]
     tolerations = (tolerations if spec.gpus else []) + [
         dict(t) for t in pod.tolerations if dict(t) not in tolerations
+    ]
+    tolerations += [
+        dict(t) for t in NODE_FAILURE_TOLERATIONS if not _tolerated(pod.tolerations, str(t["key"]))
     ]
     if tolerations:
         out["tolerations"] = tolerations

@@ -18,7 +18,7 @@ from typing import Any
 
 from docparser_operator.api.models import DocParser, DocParserSpec, Weights
 from docparser_operator.api.naming import REVISION_CHARS, Track
-from docparser_operator.core import rollout
+from docparser_operator.core import drain, rollout
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,12 @@ class Target:
     resource: DocParser
     roles: tuple[RoleRevision, ...]
     rollout: rollout.Rollout
+    drain: drain.DrainPlan = drain.AT_REST  # the PDB holds evictions unless it relaxes
+
+    @property
+    def at_rest_size(self) -> int:
+        """Pods of the spec's revisions at rest: what the PDB keeps Ready (render/pdb.py)."""
+        return sum(r.target for r in self.rollout.revisions if r.desired)
 
     @property
     def name(self) -> str:
@@ -88,9 +94,14 @@ def revision_of(template: dict[str, Any]) -> str:
 
 
 def desired(
-    resource: DocParser, tracks: tuple[RoleRevision, ...], *, weight: int | None = None
+    resource: DocParser,
+    tracks: tuple[RoleRevision, ...],
+    *,
+    weight: int | None = None,
+    leaving: dict[str, int] | None = None,
 ) -> rollout.Desired:
-    """``weight``: the canary analysis' effective weight, instead of spec.canary.weight."""
+    """``weight``: the canary analysis' effective weight, instead of spec.canary.weight;
+    ``leaving``: pods on cordoned nodes per revision, to replace first (core/drain.py)."""
     spec = resource.spec
     by_role = {t.role: t.revision for t in tracks}
     if weight is None:
@@ -102,6 +113,7 @@ def desired(
         size=spec.replicas.size,
         max_surge=spec.rollout.max_surge,
         router=spec.traffic.router,
+        leaving=dict(leaving or {}),
     )
 
 

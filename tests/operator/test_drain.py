@@ -1,0 +1,156 @@
+"""Drains that never drop serving capacity: the pure planner (core/drain.py, rollout rule 4)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from docparser_operator.core import drain, rollout
+
+REV = "aaaaaa"
+NOW = "2026-01-01T00:05:00Z"
+
+
+def pod(name: str, node: str, *, ready: bool = True, terminating: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "labels": {"docparser.io/revision": REV}}
+    if terminating:
+        meta["deletionTimestamp"] = "2026-01-01T00:04:00Z"
+    return {
+        "metadata": meta,
+        "spec": {"nodeName": node},
+        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }
+
+
+def desired(size: int, surge: int, leaving: dict[str, int]) -> rollout.Desired:
+    return rollout.Desired(REV, None, 0, size, surge, "service", leaving)
+
+
+def test_cordon_state_is_read_from_the_node_spec_or_its_taint() -> None:
+    nodes = [
+        {"metadata": {"name": "a"}, "spec": {"unschedulable": True}},
+        {
+            "metadata": {"name": "b"},
+            "spec": {
+                "taints": [{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}]
+            },
+        },
+        {"metadata": {"name": "c"}, "spec": {"taints": [{"key": "other"}]}},
+    ]
+    assert drain.cordoned_names(nodes) == {"a", "b"}
+
+
+def test_pods_on_a_cordoned_node_are_leaving_but_terminating_ones_are_not() -> None:
+    pods = [
+        pod("p1", "n1"),
+        pod("p2", "n1", terminating=True),  # evicted, or stuck on a dead node
+        pod("p3", "n2"),
+        {**pod("x", "n1"), "metadata": {"name": "x", "labels": {"docparser.io/revision": "old"}}},
+    ]
+    plan = drain.plan_drain(pods, frozenset({"n1"}), {REV}, [], now=NOW, timeout_s=600)
+    assert plan.leaving == {REV: 1}
+    assert [(d.node, d.pods, d.since, d.deadline) for d in plan.drains] == [
+        ("n1", 1, NOW, "2026-01-01T00:15:00Z")
+    ]
+    assert plan.guard and plan.wake_in_s(NOW) == 601.0
+    only_terminating = [pod("p2", "n1", terminating=True)]
+    gone = drain.plan_drain(only_terminating, frozenset({"n1"}), {REV}, [], now=NOW, timeout_s=600)
+    assert gone.leaving == {} and gone.drains == ()
+
+
+def test_the_deadline_counts_from_status_so_a_restart_does_not_reset_it() -> None:
+    previous = [{"node": "n1", "since": "2026-01-01T00:00:00Z"}]
+    plan = drain.plan_drain(
+        [pod("p1", "n1")], frozenset({"n1"}), {REV}, previous, now=NOW, timeout_s=300
+    )
+    (d,) = plan.drains
+    assert d.since == "2026-01-01T00:00:00Z" and d.deadline == NOW and d.expired
+    assert not plan.guard and plan.wake_in_s(NOW) is None
+
+
+def test_without_node_reads_nothing_is_replaced_and_the_pdb_relaxes() -> None:
+    plan = drain.plan_drain([pod("p1", "n1")], None, {REV}, [], now=NOW, timeout_s=600)
+    assert not plan.aware and not plan.guard and plan.leaving == {}
+
+
+def test_a_leaving_pod_is_replaced_within_max_surge_and_the_size_returns_after() -> None:
+    """replicas 1, maxSurge 1: the revision grows to 2 while its pod is on a cordoned node,
+    stays there while the replacement loads, and returns to 1 once the pod is gone."""
+    state = rollout.RevisionState(REV, "stable", replicas=1, ready=1)
+    step = rollout.plan(desired(1, 1, {REV: 1}), [state])
+    (r,) = step.revisions
+    assert (r.target, r.replicas, r.drain) == (1, 2, 1)
+    loading = rollout.plan(desired(1, 1, {REV: 1}), [rollout.RevisionState(REV, "stable", 2, 1)])
+    assert loading.revisions[0].replicas == 2
+    ready = rollout.plan(desired(1, 1, {REV: 1}), [rollout.RevisionState(REV, "stable", 2, 2)])
+    assert ready.revisions[0].replicas == 2  # never below Ready capacity while it is there
+    done = rollout.plan(desired(1, 1, {}), [rollout.RevisionState(REV, "stable", 2, 1)])
+    assert done.revisions[0].replicas == 1  # the evicted pod is gone: back to the size
+
+
+def test_max_surge_bounds_replacements_and_zero_allows_none() -> None:
+    state = rollout.RevisionState(REV, "stable", replicas=3, ready=3)
+    assert rollout.plan(desired(3, 1, {REV: 2}), [state]).revisions[0].replicas == 4
+    blocked = rollout.plan(desired(3, 0, {REV: 1}), [state]).revisions[0]
+    assert (blocked.replicas, blocked.drain) == (3, 0)
+
+
+def test_a_drain_during_a_rollout_shares_the_surge_and_the_old_revision_keeps_its_pods() -> None:
+    """Old revision 'bbbbbb' serves 2 Ready pods; the new stable is loading with the one surge
+    pod. A leaving pod of the new revision gets no room beyond maxSurge, and the replacement's
+    readiness is no surplus that would let the old revision drop a Ready pod."""
+    old = rollout.RevisionState("bbbbbb", "stable", replicas=2, ready=2)
+    new = rollout.RevisionState(REV, "stable", replicas=1, ready=1)
+    step = rollout.plan(desired(2, 1, {REV: 1}), [old, new])
+    assert step.pods <= 2 + 1
+    assert step.get("bbbbbb") is not None and step.get("bbbbbb").replicas == 2  # type: ignore[union-attr]
+
+
+def _report(pods: list[dict[str, Any]], surge: int, replicas: int, ready: int) -> drain.DrainReport:
+    plan = drain.plan_drain(pods, frozenset({"n1"}), {REV}, [], now=NOW, timeout_s=600)
+    step = rollout.plan(
+        desired(1, surge, dict(plan.leaving)),
+        [rollout.RevisionState(REV, "stable", replicas, ready)],
+    )
+    return drain.report(plan, step, pods, frozenset({"n1"}))
+
+
+def test_phases_replacing_evictable_blocked() -> None:
+    replacing = _report([pod("p1", "n1"), pod("p2", "n2", ready=False)], 1, 2, 1)
+    assert replacing.status[0]["phase"] == "Replacing" and not replacing.problems
+    assert replacing.waits[0].startswith("drain of node n1")
+    evictable = _report([pod("p1", "n1"), pod("p2", "n2")], 1, 2, 2)
+    assert evictable.status[0]["phase"] == "Evictable"
+    blocked = _report([pod("p1", "n1")], 0, 1, 1)
+    assert blocked.status[0]["phase"] == "Blocked" and not blocked.waits
+    (problem,) = blocked.problems
+    assert problem.reason == "DrainBlocked" and "node n1" in problem.message
+    assert "maxSurge is 0" in problem.message
+
+
+def test_an_unschedulable_replacement_blocks_the_drain_with_the_schedulers_words() -> None:
+    pending = pod("p2", "", ready=False)
+    pending["status"]["conditions"].append(
+        {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+        }
+    )
+    report = _report([pod("p1", "n1"), pending], 1, 2, 1)
+    assert report.status[0]["phase"] == "Blocked"
+    assert "Insufficient nvidia.com/gpu" in report.problems[0].message
+
+
+def test_past_the_deadline_status_names_the_capacity_lost() -> None:
+    pods = [pod("p1", "n1")]
+    previous = [{"node": "n1", "since": "2026-01-01T00:00:00Z"}]
+    plan = drain.plan_drain(pods, frozenset({"n1"}), {REV}, previous, now=NOW, timeout_s=60)
+    step = rollout.plan(
+        desired(1, 0, dict(plan.leaving)), [rollout.RevisionState(REV, "stable", 1, 1)]
+    )
+    report = drain.report(plan, step, pods, frozenset({"n1"}))
+    assert report.status[0]["phase"] == "DeadlineExceeded"
+    (problem,) = report.problems
+    assert problem.reason == "DrainBlocked"
+    assert "0/1 Ready pods elsewhere, capacity lost 1 pod(s)" in problem.message
