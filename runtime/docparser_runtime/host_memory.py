@@ -212,6 +212,16 @@ class MemoryBudget:
         self.peak = max(self.peak, self.used)
         return need
 
+    def try_reserve(self, need: int, *, share: float = 1.0) -> bool:
+        """Take ``need`` bytes now or not at all, and only while the budget's use stays
+        within ``share`` of it: for work nobody waits on (the shadow canary's copies), which
+        must never keep a live page waiting."""
+        if self.used + need > self.total * share:
+            return False
+        self.used += need
+        self.peak = max(self.peak, self.used)
+        return True
+
     def release(self, held: int) -> None:
         """Give back bytes from ``reserve`` (or part of them, when a page shrank)."""
         self.used = max(0, self.used - held)

@@ -228,6 +228,41 @@ class Settings(BaseSettings):
         "so one tenant never receives or learns what another parsed)",
     )
 
+    # Shadow canary (issue 24): the operator mounts the config (a ConfigMap) and the
+    # internal credential (a Secret) in every pod; both are re-read without a restart.
+    shadow_config_file: Path = Field(
+        Path("/etc/docparser/shadow/config.json"),
+        description="the shadow config (JSON: enabled, target, percent, maxPagesPerMinute, "
+        "stableRevision, canaryRevision); missing or unreadable: shadow off",
+    )
+    shadow_poll_s: float = Field(
+        5.0, gt=0, le=5.0, description="how often the shadow config file is checked for changes"
+    )
+    shadow_max_in_flight: int = Field(
+        2, ge=1, le=64, description="mirrored requests this pod has at the canary at once"
+    )
+    shadow_queue: int = Field(
+        4, ge=0, le=1024, description="sampled requests waiting to be mirrored; past it dropped"
+    )
+    shadow_timeout_s: float = Field(
+        120.0, gt=0, description="a mirrored request not answered within this is dropped (busy)"
+    )
+    internal_token_file: Path = Field(
+        Path("/var/run/secrets/docparser/internal/token"),
+        description="the internal credential mirrored requests carry and the mirror path "
+        "checks (X-Docparser-Internal-Token); missing: the mirror path is closed",
+    )
+    admin_key_file: Path = Field(
+        Path("/var/run/secrets/docparser/admin/admin-key"),
+        description="the admin key of /admin/v1/ routes (Authorization: Bearer); missing: 404",
+    )
+    test_drop_line_every: int = Field(
+        0,
+        ge=0,
+        description="TEST-ONLY fault: the rapidocr engine drops every Nth line it read (a "
+        "release that reads worse, for shadow canary tests); 0 off",
+    )
+
     # Lifecycle
     drain_timeout_s: float = Field(120.0, ge=0)
     drain_grace_s: float = Field(

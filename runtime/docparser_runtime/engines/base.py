@@ -102,6 +102,7 @@ class PageResult:
             "blocks": [b.to_dict() for b in self.blocks],
             "output_tokens": self.output_tokens,
             "truncated": self.truncated,
+            "repetition_guarded": self.repetition_trips > 0,
             "warnings": [w.to_dict() for w in self.warnings],
         }
 

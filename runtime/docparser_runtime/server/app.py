@@ -32,8 +32,10 @@ from docparser_runtime.server.endpoints.openai import api_router as openai_api
 from docparser_runtime.server.endpoints.parse import api_router as parse_api
 from docparser_runtime.server.endpoints.parse.serving import ParseService
 from docparser_runtime.server.endpoints.parse.streaming import install_streaming
+from docparser_runtime.server.endpoints.shadow import api_router as shadow_api
 from docparser_runtime.server.error_mapping import install_error_handlers
 from docparser_runtime.server.guards.auth import create_key_store
+from docparser_runtime.server.guards.internal_auth import SecretFile
 from docparser_runtime.server.guards.ratelimit import RateLimiter, enforce_limits
 from docparser_runtime.server.guards.slow_clients import BodyDeadline
 from docparser_runtime.server.inference.continuous import make_batcher
@@ -42,6 +44,7 @@ from docparser_runtime.server.ops.lifecycle import Lifecycle
 from docparser_runtime.server.ops.metrics import Metrics
 from docparser_runtime.server.ops.request_log import RequestLogMiddleware
 from docparser_runtime.server.ops.tracing import install_tracing
+from docparser_runtime.server.shadow.sender import ShadowMirror
 from docparser_runtime.server.state import RuntimeState, runtime_state
 from docparser_runtime.settings import Settings
 
@@ -113,6 +116,9 @@ async def _bring_up(app: FastAPI, engine: Engine | None, engine_loaded: bool) ->
         host_budget=budget,
     )
     state.parse_service = with_result_cache(service, settings, state.metrics.registry)
+    state.uncached_parser = service
+    if state.shadow is not None:
+        state.shadow.memory = service.memory  # copies held for comparison count in it
     await service.decoder.wait_started()
     state.metrics.set_engine(engine.name, engine.version)
     state.metrics.ready.set(1)
@@ -132,6 +138,8 @@ async def _shut_down(app: FastAPI, bring_up: asyncio.Task[None]) -> None:
     # that started its own full timeout here would outlive it and be SIGKILLed.
     deadline = state.drain_deadline or time.monotonic() + state.settings.drain_timeout_s
     await stop_jobs(app, deadline=deadline)
+    if state.shadow is not None:
+        await state.shadow.close()  # copies not yet compared are dropped, not waited for
     await state.lifecycle.wait_idle(max(0.0, deadline - time.monotonic()))
     if state.batcher is not None:
         await state.batcher.close()
@@ -162,6 +170,9 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         task = asyncio.create_task(_bring_up(app, engine, engine_loaded), name="bring-up")
         await start_jobs(app)
+        shadow = runtime_state(app).shadow
+        if shadow is not None:
+            await shadow.start()
         try:
             yield
         finally:
@@ -187,10 +198,13 @@ def create_app(
             version=settings.model_version or "",
             provider=tracer_provider,
         ),
+        internal_token=SecretFile(settings.internal_token_file, "internal token"),
+        admin_key=SecretFile(settings.admin_key_file, "admin key"),
         engine=engine,
         owns_engine=not engine_loaded,
         document_loader=document_loader,
     )
+    state.shadow = ShadowMirror(settings, state.metrics.registry, token=state.internal_token)
     app.state.runtime = state
     install_error_handlers(app)
     app.add_middleware(  # inside the metrics middleware, so its 408s are counted
@@ -202,5 +216,6 @@ def create_app(
     app.include_router(parse_api.router)
     app.include_router(jobs_api.router)
     app.include_router(openai_api.router)
+    app.include_router(shadow_api.router)
     install_streaming(app)
     return app

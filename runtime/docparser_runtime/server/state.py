@@ -28,12 +28,14 @@ if TYPE_CHECKING:
     from docparser_runtime.result_cache import Parser
     from docparser_runtime.server.endpoints.parse.request_input import ParseRequest
     from docparser_runtime.server.guards.auth import ApiKeyStore
+    from docparser_runtime.server.guards.internal_auth import SecretFile
     from docparser_runtime.server.guards.ratelimit import RateLimiter
     from docparser_runtime.server.inference.batcher import MicroBatcher
     from docparser_runtime.server.inference.document_loader import DocumentLoader
     from docparser_runtime.server.ops.lifecycle import Lifecycle
     from docparser_runtime.server.ops.metrics import Metrics
     from docparser_runtime.server.ops.tracing import Tracing
+    from docparser_runtime.server.shadow.sender import ShadowMirror
     from docparser_runtime.settings import Settings
 
 
@@ -45,12 +47,17 @@ class RuntimeState:
     api_keys: ApiKeyStore | None
     rate_limiter: RateLimiter | None
     tracing: Tracing
+    internal_token: SecretFile  # the shadow mirror's credential (guards/internal_auth.py)
+    admin_key: SecretFile  # /admin/v1/ routes
     engine: Engine | None = None  # created in the background when not given
     owns_engine: bool = True  # False: the caller loaded it and closes it
     document_loader: DocumentLoader | None = None  # tests replace the preprocessing pipeline
     batcher: MicroBatcher | None = None  # once the engine is warm
     # ParseService, or CachedParseService around it (result_cache.py): the same parse interface.
     parse_service: Parser[ParseRequest] | None = None  # once the engine is warm
+    # The ParseService itself, without the cache: the shadow mirror path parses through it.
+    uncached_parser: Parser[ParseRequest] | None = None
+    shadow: ShadowMirror | None = None  # the shadow canary's sampler and sender
     # set by install_streaming (endpoints/parse/streaming.py)
     stream_responder: Callable[[Request, ParseRequest], Awaitable[Response]] | None = None
     drain_deadline: float | None = None  # monotonic; set by server/ops/drain.py on SIGTERM

@@ -59,8 +59,11 @@ class RapidOcrEngine(Engine):
 
     name = "rapidocr"
 
-    def __init__(self, *, threads: int = 0, version: str | None = None) -> None:
+    def __init__(
+        self, *, threads: int = 0, version: str | None = None, drop_line_every: int = 0
+    ) -> None:
         self._threads = threads if threads > 0 else usable_cpus()
+        self._drop_line_every = drop_line_every  # TEST-ONLY fault (settings)
         self._ocr: Any = None  # a RapidOCR (untyped) once loaded
         self._lock = threading.Lock()
         if version:
@@ -76,7 +79,11 @@ class RapidOcrEngine(Engine):
         """The models ship inside the wheel; the reported version is the one the operator
         deployed (``DOCPARSER_MODEL_VERSION``) when set, so replies match the DocParser's
         status, else the wheel's own version."""
-        return cls(threads=settings.engine_threads, version=settings.model_version)
+        return cls(
+            threads=settings.engine_threads,
+            version=settings.model_version,
+            drop_line_every=settings.test_drop_line_every,
+        )
 
     @property
     def version(self) -> str:
@@ -116,6 +123,9 @@ class RapidOcrEngine(Engine):
             image = image.transpose(Image.Transpose.ROTATE_180)
             lines, _ = self._read(image)
         lines += self._recover(image, lines)
+        if self._drop_line_every > 0:  # a release that reads worse (shadow canary tests)
+            n = self._drop_line_every
+            lines = [line for i, line in enumerate(lines, 1) if i % n]
         regions = layout_page(lines, detect_tables(np.asarray(image.convert("L"))))
         content = render_text(regions) if options.mode == "text" else render_markdown(regions)
         blocks = to_blocks(regions)

@@ -90,11 +90,17 @@ def make_runner(app: FastAPI) -> JobRunner:
         async with state.lifecycle.request_slot(check=False):
             while True:
                 try:
-                    return await attempt()
+                    result = await attempt()
                 except Overloaded as exc:
                     # Synchronous traffic filled the batcher: a job waits, it does not fail.
                     await progress(0, total)
                     await asyncio.sleep(min(max(exc.retry_after_s, 0.1), 5.0))
+                    continue
+                if state.shadow is not None:
+                    # Compared like a sync answer; the owner's result is not touched (the
+                    # shadow keeps references to its page texts, never changes them).
+                    state.shadow.offer(request, result)
+                return result
 
     return run
 

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
+from starlette.background import BackgroundTask
 
 from docparser_runtime.errors import InvalidInput
 from docparser_runtime.server.endpoints.parse.protocol import options_schema
@@ -119,4 +120,8 @@ async def parse_document(request: Request) -> Response:
         except ClientDisconnected:
             return Response(status_code=CLIENT_CLOSED_STATUS)
     report_result(request.state, body)
-    return JSONResponse(body)
+    shadow = state.shadow
+    # The shadow canary's sample is taken once the reply is sent (a background task runs
+    # after the body): it never delays the client and never sees a reply it could change.
+    after = None if shadow is None else BackgroundTask(shadow.offer, parse_request, body)
+    return JSONResponse(body, background=after)

@@ -54,6 +54,7 @@ class ParseEvents:
         self._started: set[int] = set()
         self._task: asyncio.Task[None] | None = None
         self._first: Event | None = None
+        self.result: dict[str, Any] | None = None  # the reply, once the stream has sent it
 
     def _page_start(self, index: int) -> None:
         if index not in self._started:
@@ -106,6 +107,7 @@ class ParseEvents:
                 return
             yield kind, data
             if kind == "result":
+                self.result = data
                 return
             kind, data = await self._queue.get()
 
@@ -143,13 +145,16 @@ async def streaming_response(
         return Response(status_code=CLIENT_CLOSED_STATUS)
 
     async def body() -> AsyncIterator[bytes]:
-        async with runtime_state(app).lifecycle.request_slot(check=False):
+        state = runtime_state(app)
+        async with state.lifecycle.request_slot(check=False):
             try:
                 async with contextlib.aclosing(frame(events)) as chunks:
                     async for chunk in chunks:
                         yield chunk
             finally:
                 await events.aclose()
+        if events.result is not None and state.shadow is not None:
+            state.shadow.offer(parse_request, events.result)  # the stream has ended
 
     return StreamingResponse(body(), media_type="text/event-stream", headers=SSE_HEADERS)
 
