@@ -140,7 +140,8 @@ def converged(cluster: Cluster, name: str) -> bool:
     wanted = render_all(dp, canary_ready=ready)
     for child in wanted:
         live = cluster.get(KNOWN_KINDS[child["kind"]], child["metadata"]["name"])
-        if live is None or not covers(live["spec"], child["spec"]):
+        body = "spec" if "spec" in child else "data"  # the shadow's ConfigMap has data
+        if live is None or not covers(live[body], child[body]):
             return False
     selector = f"app.kubernetes.io/instance={name},app.kubernetes.io/managed-by=docparser-operator"
     live_keys = {
@@ -160,7 +161,8 @@ def converged(cluster: Cluster, name: str) -> bool:
         )
         and not (kind == "Deployment" and o["spec"].get("replicas") == 0)
     }
-    wanted_keys = {(c["kind"], c["metadata"]["name"]) for c in wanted}
+    # The listed kinds (the shadow's ConfigMap is checked above: it is never listed).
+    wanted_keys = {(c["kind"], c["metadata"]["name"]) for c in wanted if c["kind"] != "ConfigMap"}
     wanted_keys -= {
         ("Deployment", c["metadata"]["name"])
         for c in wanted

@@ -52,6 +52,7 @@ RESOURCES: dict[str, tuple[str, bool]] = {
     "v1/events": ("Event", True),
     "v1/namespaces": ("Namespace", False),
     "v1/configmaps": ("ConfigMap", True),
+    "v1/secrets": ("Secret", True),
     "apps/v1/deployments": ("Deployment", True),
     "autoscaling/v2/horizontalpodautoscalers": ("HorizontalPodAutoscaler", True),
     "policy/v1/poddisruptionbudgets": ("PodDisruptionBudget", True),

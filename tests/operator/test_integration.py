@@ -386,7 +386,8 @@ def test_allow_from_renders_a_network_policy_and_removing_it_prunes_it(
     peers = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "apps"}}}]
     create(cluster, docparser("inv", traffic={"router": "service", "allowFrom": peers}))
     policy = wait_for("network policy", lambda: cluster.get(policy_ref, "inv"))
-    assert policy["spec"]["ingress"][0]["from"] == peers
+    own = {"podSelector": {"matchLabels": policy["spec"]["podSelector"]["matchLabels"]}}
+    assert policy["spec"]["ingress"][0]["from"] == [*peers, own]  # and the shadow's copies
     assert policy["metadata"]["ownerReferences"][0]["kind"] == "DocParser"
     spec = spec_of(cluster, "inv")
     del spec["traffic"]["allowFrom"]

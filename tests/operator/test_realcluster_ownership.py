@@ -271,6 +271,8 @@ def test_a_missing_permission_is_degraded_forbidden_naming_it(
         if missing != "HTTPRoute"
         else {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]},  # none at all
         {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": verbs},
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "patch"]},
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
         {
             "apiGroups": ["policy"],
             "resources": ["poddisruptionbudgets"],

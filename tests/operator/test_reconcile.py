@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from docparser_operator.api.kinds import DOCPARSER, KNOWN_KINDS
 from docparser_operator.api.naming import FIELD_MANAGER
-from docparser_operator.controller.reconcile import reconcile
+from docparser_operator.controller.credential import CredentialMemory
+from docparser_operator.controller.reconcile import reconcile as reconcile_pass
 from docparser_operator.core.children import (
     HASH_ANNOTATION,
     Observed,
@@ -25,6 +26,14 @@ from kube_cluster import Cluster, client_for
 
 DEPLOY, SERVICE, ROUTE = KNOWN_KINDS["Deployment"], KNOWN_KINDS["Service"], KNOWN_KINDS["HTTPRoute"]
 UID = "0b7d3c5e-0000-4000-8000-000000000001"
+
+
+# As in one operator run: each DocParser's internal token Secret is created once (by uid).
+RUN = CredentialMemory()
+
+
+def reconcile(api: KubeClient, resource: dict[str, Any], **kwargs: Any) -> Any:
+    return reconcile_pass(api, resource, credentials=RUN, **kwargs)
 
 
 def live_resource(name: str = "inv", **spec: Any) -> dict[str, Any]:
@@ -122,6 +131,7 @@ def test_second_pass_makes_zero_writes(cluster: Cluster) -> None:
     kinds = sorted(k for k, _ in first.applied)
     assert kinds == sorted(
         [
+            "ConfigMap",  # <name>-shadow (off: no shadow in the spec)
             "Deployment",
             "Deployment",
             "Service",  # the stable revision's backend

@@ -25,6 +25,7 @@ def test_order_is_stable() -> None:
     objects = render_all(Case("deepseek-gateway-canary").resource())
     kinds = [(o["kind"], o["metadata"]["labels"]["docparser.io/track"]) for o in objects]
     assert kinds == [
+        ("ConfigMap", TRACK_SHARED),  # the shadow's configuration, before the pods mounting it
         ("Deployment", "stable"),
         ("Deployment", "canary"),
         ("Service", "stable"),
@@ -69,7 +70,8 @@ def test_golden_check_fails_on_a_real_change_even_in_update_mode(monkeypatch, tm
 
     def changed(self: Case) -> list[dict]:
         objects = original(self)
-        objects[0]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] += 1
+        deployment = next(o for o in objects if o["kind"] == "Deployment")
+        deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] += 1
         return objects
 
     monkeypatch.setattr(Case, "render", changed)

@@ -17,6 +17,8 @@ from docparser_operator.api.wire import SecretRef, WireModel
 class AnalysisStep(WireModel):
     weight: Annotated[int, Field(ge=1, le=99)]
     pause: bool = False  # after this step passes, wait for a spec change
+    # With canary.shadow: the step's window is judged only once this many pages were compared.
+    min_shadow_pages: Annotated[int, Field(ge=0, le=1000000)] = 0
 
 
 DEFAULT_STEPS = (10, 25, 50)
@@ -41,6 +43,14 @@ class GoldenSet(WireModel):
         if (self.config_map_ref is None) == (self.uri is None):
             raise ValueError("golden: give configMapRef or uri, exactly one")
         return self
+
+
+class ShadowDisagreement(WireModel):
+    """The shadow's main check: the ``quantile`` of the per-page character error rate of the
+    canary's text against stable's (the same live pages) may be at most ``cer``."""
+
+    quantile: Annotated[float, Field(ge=0.5, le=0.99)] = 0.9
+    cer: Annotated[float, Field(ge=0, le=1)] = 0.02
 
 
 PROMETHEUS_LABEL = r"^[a-zA-Z_][a-zA-Z0-9_]*$"
@@ -72,6 +82,11 @@ class CanaryAnalysis(WireModel):
     max_truncated_rate_increase: Annotated[float, Field(ge=0, le=1)] = 0.02
     max_empty_rate_increase: Annotated[float, Field(ge=0, le=1)] = 0.02
     max_repetition_rate_increase: Annotated[float, Field(ge=0, le=1)] = 0.05
+    # With canary.shadow (the stable pods' comparison of live pages): the dark gate before
+    # step 1 waits for minShadowPages compared pages; every window also checks these two.
+    min_shadow_pages: Annotated[int, Field(ge=1, le=1000000)] = 100
+    max_shadow_disagreement: ShadowDisagreement = Field(default_factory=ShadowDisagreement)
+    max_shadow_truncation_increase: Annotated[float, Field(ge=0, le=1)] = 0.02
     retry: Annotated[str, Field(max_length=63)] | None = None
     resume: Annotated[str, Field(max_length=63)] | None = None  # a new value ends a pause
     golden: GoldenSet | None = None

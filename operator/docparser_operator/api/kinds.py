@@ -9,8 +9,11 @@ that hangs kopf). The chart's ClusterRole is YAML, so a test holds it to ``verbs
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from docparser_operator.api import naming
 
 # How a kind's changes reach the operator: every change ("changes": a Deployment's rollout, a
 # fill Job's end, an HTTPRoute's verdict), only its deletion ("deletion": put a removed child
@@ -32,6 +35,9 @@ class ResourceRef:
     indexed: bool = False  # read from a watch-backed kopf index (kube/observer.py)
     watch: Watch = "none"
     verbs: tuple[str, ...] = ()  # what the chart's ClusterRole must grant on it
+    # A child read by name (one get per pass) instead of from a watch: for a kind the operator
+    # must not list cluster-wide (ConfigMaps): DocParser name -> the child's name.
+    named: Callable[[str], str] | None = None
 
     @property
     def group(self) -> str:
@@ -77,13 +83,21 @@ KINDS: tuple[ResourceRef, ...] = (
     ResourceRef("v1", "Namespace", "namespaces", namespaced=False, verbs=("get", "list", "watch")),
     # cordon state of the nodes our pods run on (kube/nodes.py polls the cordoned ones)
     ResourceRef("v1", "Node", "nodes", namespaced=False, verbs=("get", "list", "watch")),
-    ResourceRef("v1", "ConfigMap", "configmaps", verbs=("get",)),  # golden.configMapRef only
-    ResourceRef("v1", "Secret", "secrets"),  # never read by the operator: tests create them
+    # The shadow's <name>-shadow, read by name (never listed or watched: other ConfigMaps are
+    # not ours to read), and golden.configMapRef (get only).
+    ResourceRef(
+        "v1", "ConfigMap", "configmaps", child=True, verbs=("get", "create", "patch"),
+        named=naming.shadow_config,
+    ),
+    # Never read by the operator: it creates <name>-internal once (controller/credential.py).
+    ResourceRef("v1", "Secret", "secrets", verbs=("create",)),
     ResourceRef("v1", "ServiceAccount", "serviceaccounts"),
 )  # fmt: skip
 KNOWN_KINDS: dict[str, ResourceRef] = {r.kind: r for r in KINDS}
 DOCPARSER = KNOWN_KINDS["DocParser"]
 CHILD_KINDS: tuple[str, ...] = tuple(r.kind for r in KINDS if r.child)
+LISTED_CHILD_KINDS: tuple[str, ...] = tuple(r.kind for r in KINDS if r.child and not r.named)
+NAMED_CHILDREN: tuple[ResourceRef, ...] = tuple(r for r in KINDS if r.child and r.named)
 INDEXED: tuple[ResourceRef, ...] = tuple(r for r in KINDS if r.indexed)
 
 

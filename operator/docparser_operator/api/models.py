@@ -220,15 +220,42 @@ class RuntimeOverride(WireModel):
         return runtime.model_copy(update=self.model_dump(exclude_none=True))
 
 
+class Shadow(WireModel):
+    """Stable's pods copy a sample of the live parse requests they answered to the canary
+    and compare both outputs page by page (docs/operations.md, "Shadow canary"). The budget
+    is the DocParser's; each stable pod gets ``ceil(maxPagesPerMinute / stable pods)``."""
+
+    percent: Annotated[int, Field(ge=1, le=100)] = 10
+    max_pages_per_minute: Annotated[int, Field(ge=1, le=100000)] = 60
+
+
 class Canary(WireModel):
     weights: Weights | None = None  # None: stable's (a runtime-only canary)
     runtime: RuntimeOverride | None = None
     weight: Annotated[int, Field(ge=0, le=100)] = 0
     analysis: CanaryAnalysis | None = None
+    shadow: Shadow | None = None
+
+    @model_validator(mode="after")
+    def _cel_rules(self) -> Canary:
+        steps = self.analysis.steps if self.analysis is not None else []
+        if self.shadow is None and any(s.min_shadow_pages for s in steps):
+            raise ValueError("analysis: a step's minShadowPages needs canary.shadow")
+        return self
+
+
+class KeyRef(WireModel):
+    """One entry of a Secret in the DocParser's namespace."""
+
+    name: Annotated[str, Field(min_length=1, max_length=253)]
+    key: Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")] = (
+        "admin-key"
+    )
 
 
 class Auth(WireModel):
     api_key_secret_ref: SecretRef | None = None
+    admin_key_secret_ref: KeyRef | None = None  # /admin/v1/ routes (the shadow's worst pages)
 
 
 class DocParserSpec(WireModel):

@@ -43,6 +43,9 @@ OPERATOR_ENV = frozenset(
         "DOCPARSER_REDIS_URL",
         "DOCPARSER_REDIS_PREFIX",
         "DOCPARSER_REVISION",
+        "DOCPARSER_SHADOW_CONFIG_FILE",
+        "DOCPARSER_INTERNAL_TOKEN_FILE",
+        "DOCPARSER_ADMIN_KEY_FILE",
         "HOME",
         "HF_HOME",
         "HF_HUB_OFFLINE",
@@ -67,6 +70,14 @@ WAIT_CONTAINER = "wait-weights"  # init, with the weights cache: waits for the f
 HTTP_PORT = 8000
 HTTP_PORT_NAME = "http"
 WEIGHTS_MOUNT = "/models"
+# Shadow canary (docs/operations.md): where every runtime pod finds the shadow configuration,
+# the internal credential of the mirror path and the admin key (the runtime's defaults).
+SHADOW_CONFIG_DIR = "/etc/docparser/shadow"
+SHADOW_CONFIG_KEY = "config.json"
+INTERNAL_TOKEN_DIR = "/var/run/secrets/docparser/internal"
+INTERNAL_TOKEN_KEY = "token"
+ADMIN_KEY_DIR = "/var/run/secrets/docparser/admin"
+ADMIN_KEY_FILE = "admin-key"
 
 
 def endpoint_service(name: str) -> str:
@@ -77,6 +88,16 @@ def endpoint_service(name: str) -> str:
 def canary_service(name: str) -> str:
     """The canary role's Service (``<name>-canary``): reach a dark canary directly."""
     return f"{name}-canary"
+
+
+def shadow_config(name: str) -> str:
+    """The ConfigMap every runtime pod mounts: whether and where stable's pods mirror."""
+    return f"{name}-shadow"
+
+
+def internal_secret(name: str) -> str:
+    """The Secret holding the token of the mirror path (created once, never read by us)."""
+    return f"{name}-internal"
 
 
 def weights_cache(name: str, sha256: str) -> str:

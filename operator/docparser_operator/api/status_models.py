@@ -66,10 +66,34 @@ class AnalysisStatus(WireModel):
     checks: list[AnalysisCheck] | None = None
 
 
+class ShadowDrop(WireModel):
+    reason: str | None = None
+    requests: float | None = None
+
+
+class ShadowStatus(WireModel):
+    """What the shadow does and costs (``spec.canary.shadow``): its configuration as rendered
+    in ``<name>-shadow``, and the stable pods' comparison figures over the span measured last."""
+
+    enabled: bool | None = None
+    percent: int | None = None
+    pod_pages_per_minute: int | None = None
+    since: str | None = None
+    pages_compared: float | None = None
+    pages_mirrored: float | None = None
+    pages_per_minute: float | None = None
+    quantile: float | None = None
+    cer: float | None = None
+    truncation_increase: float | None = None
+    structure_disagreements: float | None = None
+    dropped: list[ShadowDrop] | None = None
+
+
 class CanaryStatus(TrackStatus):
     weight: int | None = None
     requested_weight: int | None = None
     analysis: AnalysisStatus | None = None
+    shadow: ShadowStatus | None = None
 
 
 class RolloutStatus(WireModel):

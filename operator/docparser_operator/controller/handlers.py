@@ -87,6 +87,7 @@ def run_reconcile(state: OperatorState, resource: dict[str, Any], *, strict: boo
                 observer=state.observer,
                 analysis=state.analysis,
                 sources=state.analysis_sources(),
+                credentials=state.credentials,
             )
         except ApiError as exc:
             if state.metrics is not None:
@@ -169,7 +170,9 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -
         client=client,
         event_limiter=events.EventLimiter(ours.event_interval_s),
         metrics=metrics,
-        observer=cache.IndexedObserver(indexes, cordoned=nodes if aware else lambda: None),
+        observer=cache.IndexedObserver(
+            indexes, client=client, cordoned=nodes if aware else lambda: None
+        ),
         nodes=nodes if aware else None,
     )
     memo.state.analysis_sources()  # built once per run (the settings checked the entries)

@@ -38,6 +38,7 @@ from docparser_operator.analysis.sources.base import Sources
 from docparser_operator.api import labels
 from docparser_operator.api.kinds import ref_for
 from docparser_operator.api.models import DocParser
+from docparser_operator.controller.credential import CredentialMemory, ensure_internal_secret
 from docparser_operator.controller.reporting import write_status
 from docparser_operator.core.children import Key, Observed, owned_by
 from docparser_operator.core.decide import Decision, conflict_problem, decide
@@ -135,13 +136,16 @@ def reconcile(
     observer: Observer | None = None,
     analysis: AnalysisMemory | None = None,
     sources: Sources | None = None,
+    credentials: CredentialMemory | None = None,
 ) -> Outcome:
     """Move the children of ``resource`` one safe step towards the spec and write its status.
 
     ``observer`` reads the children and pods (the operator's watch-backed indexes; listing by
     default) and is told what this pass wrote; ``analysis`` keeps the canary analysis'
     window starts between passes (analysis_run.py); ``sources`` is what it may read (the
-    operator's, from its settings; default: pods only and the default golden sources)."""
+    operator's, from its settings; default: pods only and the default golden sources);
+    ``credentials``: the DocParsers whose internal token Secret this run created or found
+    (default: none, so the pass creates it or learns that it exists)."""
     now = now or now_rfc3339()
     meta = resource["metadata"]
     name, namespace = meta["name"], meta["namespace"]
@@ -157,6 +161,7 @@ def reconcile(
         previous_weight=previous_weight,
         canary_weight=walk.weight if walk is not None else None,
         now=now,
+        mirror=walk is None or walk.phase != "Failed",
     )
     planned = walk
     if walk is not None and decision.target is not None:
@@ -180,8 +185,16 @@ def reconcile(
         if walk.phase == "Failed":
             out.problems.append(Problem(walk.reason or "CanaryFailed", walk.message))
     out.analysis = walk
-    if walk is not None and planned is not None and walk.weight != planned.weight:
-        out.wake_in_s = 0.0  # this pass planned the old weight: the next one routes the new
+    if (
+        walk is not None
+        and planned is not None
+        and (
+            walk.weight != planned.weight or (walk.phase == "Failed") != (planned.phase == "Failed")
+        )
+    ):
+        # This pass planned the old weight (or mirroring to a canary that has now failed):
+        # the next one routes the new weight and turns the shadow off.
+        out.wake_in_s = 0.0
     elif walk is not None and walk.phase == "Progressing" and walk.window_start:
         assert decision.target is not None and decision.target.resource.spec.canary is not None
         config = decision.target.resource.spec.canary.analysis
@@ -206,6 +219,12 @@ def reconcile(
         if deadline is not None:
             out.wake_in_s = deadline if out.wake_in_s is None else min(out.wake_in_s, deadline)
     out.conflicts.extend(decision.conflicts)
+    if decision.target is not None:  # before the pods that mount it, on the first pass
+        missing = ensure_internal_secret(
+            client, decision.target, meta["uid"], credentials or CredentialMemory()
+        )
+        if missing is not None:
+            out.problems.append(missing)
     try:
         live = execute(client, namespace, decision, observed, out)
     finally:  # even when a write failed half-way: the ones before it happened

@@ -15,6 +15,7 @@ from docparser_operator.analysis import sources as analysis_sources
 from docparser_operator.analysis.run import AnalysisMemory
 from docparser_operator.analysis.sources.base import Sources
 from docparser_operator.controller import events
+from docparser_operator.controller.credential import CredentialMemory
 from docparser_operator.controller.metrics import OperatorMetrics
 from docparser_operator.controller.settings import OperatorSettings
 from docparser_operator.kube import observer as cache
@@ -50,6 +51,7 @@ class OperatorState:
     wakeups: dict[str, float] = field(default_factory=dict[str, float])  # uid -> monotonic due
     nodes: CordonedNodes | None = None  # None: nodes unreadable, PDB-only drain protection
     node_task: asyncio.Task[None] | None = None
+    credentials: CredentialMemory = field(default_factory=CredentialMemory)  # Secrets made
 
     def analysis_sources(self) -> Sources:
         """The analysis' sources, built once from the settings' allow-lists."""

@@ -104,10 +104,12 @@ def decide(
     previous_weight: int,
     canary_weight: int | None = None,
     now: str = "1970-01-01T00:00:00Z",
+    mirror: bool = True,
 ) -> Decision:
     """observed + desired -> the ordered actions of this pass (pure). ``canary_weight``: the
     canary analysis' effective weight (analysis.py), which replaces spec.canary.weight;
-    ``now`` dates the drains' deadlines (core/drain.py)."""
+    ``now`` dates the drains' deadlines (core/drain.py); ``mirror``: False once the analysis
+    failed (the shadow stops copying to that canary)."""
     meta = resource["metadata"]
     uid = meta["uid"]
     try:
@@ -128,7 +130,7 @@ def decide(
         revision_states(observed, uid),
         previous_weight=previous_weight,
     )
-    plan = Target(model, tracks, step, drains)
+    plan = Target(model, tracks, step, drains, mirror=mirror)
     decision = Decision(target=plan)
     decision.drain = drain.report(drains, step, observed.pods, observed.cordoned or frozenset())
     for prefix, track_spec in _pod_specs(model.spec):

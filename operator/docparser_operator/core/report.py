@@ -13,6 +13,7 @@ from docparser_operator.core import rollout
 from docparser_operator.core.children import Key, owned_by
 from docparser_operator.core.outcome import Outcome
 from docparser_operator.core.render import Target
+from docparser_operator.core.render.shadow import shadow_config
 from docparser_operator.core.route_verdict import route_verdict
 from docparser_operator.core.status import RoleView, TrackObservation, build_status
 from docparser_operator.core.weights_cache_status import CacheVerdict
@@ -124,8 +125,22 @@ def pass_status(
         route_gate=route_gate,
         drains=out.drains,
         draining=bool(out.drain_waits),
+        shadow=shadow_status(plan) if plan is not None else None,
     )
     return status
+
+
+def shadow_status(plan: Target) -> dict[str, Any] | None:
+    """``status.canary.shadow``: the configuration rendered into ``<name>-shadow`` (what the
+    stable pods are told: on or off, the share, each pod's page budget)."""
+    spec = plan.resource.spec
+    if spec.canary is None or spec.canary.shadow is None:
+        return None
+    config = shadow_config(plan)
+    out: dict[str, Any] = {"enabled": config["enabled"], "percent": spec.canary.shadow.percent}
+    if config["enabled"]:
+        out["podPagesPerMinute"] = config["maxPagesPerMinute"]
+    return out
 
 
 def _route_gate(

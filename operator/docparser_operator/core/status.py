@@ -33,6 +33,7 @@ from docparser_operator.api.status_models import (
     DocParserStatus,
     DrainStatus,
     RolloutStatus,
+    ShadowStatus,
     StableStatus,
 )
 from docparser_operator.core.stalls import RESTARTS_TOLERATED, classify
@@ -252,6 +253,7 @@ def build_status(
     route_gate: tuple[str, str] | None = None,
     drains: list[dict[str, Any]] | None = None,
     draining: bool = False,
+    shadow: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The whole ``status`` of a DocParser, built through its typed model (api/status_models.py,
     the one the reader uses: a field the writer adds and the reader lacks fails here, in the
@@ -351,6 +353,7 @@ def build_status(
             requested_weight=requested_weight,
             ready_replicas=canary.ready,
             analysis=AnalysisStatus.model_validate(analysis) if analysis is not None else None,
+            shadow=ShadowStatus.model_validate(shadow) if shadow is not None else None,
         )
         if canary is not None
         else None

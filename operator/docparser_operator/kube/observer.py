@@ -2,11 +2,12 @@
 
 Why: listing the five child kinds and the pods on every pass made a quiet cluster cost six
 requests per DocParser per resync (600 a minute at 100 DocParsers). The operator already
-watches every child kind; kopf keeps one index per kind fed by those watches, and it runs no
+watches every listed child kind; kopf keeps one index per kind fed by those watches, and it runs no
 resource handler before every index holds its initial list (so a pass never plans from an
 empty view after a restart). ``IndexedObserver`` assembles one DocParser's ``Observed`` from
-those indexes without a request; ``ListObserver`` lists (the CLI, tests calling
-``reconcile`` directly, the benchmark's baseline).
+those indexes, plus one get of each child read by name (the shadow's ConfigMap: watching
+ConfigMaps would mean reading every ConfigMap in the cluster, api/kinds.py); ``ListObserver``
+lists (the CLI, tests calling ``reconcile`` directly, the benchmark's baseline).
 
 A watch lags the writes that cause it by a few milliseconds, and the pass right after a write
 must not plan from a view that predates it (it could spend the surge budget twice). So the
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from docparser_operator.api import labels
-from docparser_operator.api.kinds import CHILD_KINDS, ref_for
+from docparser_operator.api.kinds import LISTED_CHILD_KINDS, NAMED_CHILDREN, ref_for
 from docparser_operator.core import drain
 from docparser_operator.core.children import Key, Observed
 from docparser_operator.kube.client import ApiError, KubeClient
@@ -53,7 +54,7 @@ def observe(client: KubeClient, namespace: str, name: str) -> Observed:
     selector = labels.selector_string(labels.owned_selector(name))
     live: dict[Key, dict[str, Any]] = {}
     forbidden: list[str] = []
-    for kind in CHILD_KINDS:
+    for kind in LISTED_CHILD_KINDS:
         try:
             items = client.list(ref_for(kind), namespace, selector=selector)
         except ApiError as exc:
@@ -63,6 +64,7 @@ def observe(client: KubeClient, namespace: str, name: str) -> Observed:
             continue
         for obj in items:
             live[(kind, obj["metadata"]["name"])] = obj
+    forbidden += read_named(client, namespace, name, live)
     pods = client.list(
         ref_for("Pod"), namespace, selector=labels.selector_string(labels.pod_selector(name))
     )
@@ -79,6 +81,27 @@ def cordoned_nodes(client: KubeClient) -> frozenset[str] | None:
             raise
         return None
     return drain.cordoned_names(nodes)
+
+
+def read_named(
+    client: KubeClient, namespace: str, name: str, live: dict[Key, dict[str, Any]]
+) -> list[str]:
+    """Add the children read by name (one get each: kinds the operator may not list, such as
+    ConfigMaps) to ``live``; returns the kinds it may not read."""
+    forbidden = []
+    for ref in NAMED_CHILDREN:
+        assert ref.named is not None
+        child = ref.named(name)
+        try:
+            obj = client.get(ref, namespace, child)
+        except ApiError as exc:
+            if exc.status != 403:
+                raise
+            forbidden.append(ref.kind)
+            continue
+        if obj is not None:
+            live[(ref.kind, child)] = obj
+    return forbidden
 
 
 @dataclass(frozen=True)
@@ -136,6 +159,7 @@ class IndexedObserver:
     """Reads from kopf indexes (one per child kind, and ``pods``) plus our recent writes."""
 
     indexes: Indexes
+    client: KubeClient | None = None  # reads the children read by name (none: skipped)
     ttl_s: float = 10.0
     cordoned: Callable[[], frozenset[str] | None] = lambda: None  # kube/nodes.py's view
     clock: Callable[[], float] = time.monotonic
@@ -146,17 +170,20 @@ class IndexedObserver:
     def __call__(self, namespace: str, name: str) -> Observed:
         key = (namespace, name)
         children: dict[Key, dict[str, Any]] = {}
-        for kind in CHILD_KINDS:
+        for kind in LISTED_CHILD_KINDS:
             index = self.indexes.get(kind) or {}
             for obj in _snapshot(index.get(key)):
                 children[(kind, obj["metadata"]["name"])] = obj
+        forbidden: list[str] = []
+        if self.client is not None:
+            forbidden = read_named(self.client, namespace, name, children)
         pods = [
             p
             for p in _snapshot((self.indexes.get("Pod") or {}).get(key))
             if (p["metadata"].get("labels") or {}).get(labels.LABEL_NAME) == labels.APP_NAME
         ]
         self._overlay(key, children)
-        return Observed(children, pods, cordoned=self.cordoned())
+        return Observed(children, pods, tuple(forbidden), cordoned=self.cordoned())
 
     def all_pods(self) -> list[dict[str, Any]]:
         """Every indexed runtime pod (the cordon poll finds the owners of a node's pods)."""

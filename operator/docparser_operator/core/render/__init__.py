@@ -2,9 +2,11 @@
 
 ``render_all`` is what ``docparser-operator render`` calls (the plan at rest); the reconciler
 renders ``render_target`` of the step its rollout planner chose. The order is stable (the weights
-cache claims and fill Jobs; per spec revision: Deployment, revision Service; then the canary
-Service, the endpoint Service, the HPA, the PDB, the HTTPRoute and the NetworkPolicy) so golden
-files and apply batches never reorder.
+cache claims and fill Jobs; the shadow ConfigMap; per spec revision: Deployment, revision
+Service; then the canary Service, the endpoint Service, the HPA, the PDB, the HTTPRoute and the
+NetworkPolicy) so golden files and apply batches never reorder. The shadow's internal token
+Secret is not rendered here: the controller creates it once with random bytes
+(controller/credential.py).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from docparser_operator.core.render.service import (
     render_endpoint_service,
     render_revision_service,
 )
+from docparser_operator.core.render.shadow import render_shadow_config
 from docparser_operator.core.render.target import (
     RoleRevision,
     Target,
@@ -46,6 +49,7 @@ def roles_of(resource: DocParser) -> tuple[RoleRevision, ...]:
 def render_target(plan: Target) -> list[dict[str, Any]]:
     gateway = plan.resource.spec.traffic.router == "gateway"
     children: list[dict[str, Any]] = render_weights_cache(plan)
+    children.append(render_shadow_config(plan))  # before the pods that mount it
     for tp in plan.roles:
         children.append(render_deployment(plan, tp))
     if gateway:

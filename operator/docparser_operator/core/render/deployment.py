@@ -28,6 +28,7 @@ from docparser_operator.api import naming
 from docparser_operator.api.labels import LABEL_REVISION, pod_labels, pod_selector
 from docparser_operator.api.models import DocParser, DocParserSpec, ObjectMeta
 from docparser_operator.core import sizing
+from docparser_operator.core.render import shadow
 from docparser_operator.core.render.meta import object_meta
 from docparser_operator.core.render.security import container_security, pod_security
 from docparser_operator.core.render.target import RoleRevision, Target, uses_cache
@@ -76,6 +77,7 @@ def _env(spec: DocParserSpec, tp: RoleRevision, meta: ObjectMeta) -> list[dict[s
         env["DOCPARSER_WEIGHTS_SHA256"] = tp.weights.sha256
     if spec.auth and spec.auth.api_key_secret_ref:
         env["DOCPARSER_API_KEYS_FILE"] = API_KEYS_DIR
+    env.update(shadow.env(spec))
     rendered: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in env.items()]
     # The pod's own revision, read from its label (the template stays the same text for
     # every revision): jobs a revision accepts run on that revision only.
@@ -137,6 +139,7 @@ def _runtime_container(spec: DocParserSpec, tp: RoleRevision, meta: ObjectMeta) 
             mounts.append({"name": "weights", "mountPath": naming.WEIGHTS_MOUNT, "readOnly": True})
     if spec.auth and spec.auth.api_key_secret_ref:
         mounts.append({"name": "api-keys", "mountPath": API_KEYS_DIR, "readOnly": True})
+    mounts += shadow.mounts(spec)
     startup_failures = math.ceil(spec.runtime.startup_timeout_seconds / STARTUP_PERIOD_S)
     return {
         "name": naming.RUNTIME_CONTAINER,
@@ -188,7 +191,7 @@ def _volumes(spec: DocParserSpec, tp: RoleRevision, name: str) -> list[dict[str,
                 "secret": {"secretName": spec.auth.api_key_secret_ref.name, "defaultMode": 0o440},
             }
         )
-    return volumes
+    return volumes + shadow.volumes(spec, name)
 
 
 def _pod_annotations(spec: DocParserSpec, tp: RoleRevision) -> dict[str, str]:

@@ -1,7 +1,8 @@
 """NetworkPolicy over all runtime pods of one DocParser (only with ``traffic.allowFrom``).
 
 The runtime serves documents and metrics on one port; ``allowFrom`` (NetworkPolicyPeer
-objects: the Gateway's namespace, the clients' namespaces, Prometheus) are the only sources
+objects: the Gateway's namespace, the clients' namespaces, Prometheus) and the DocParser's
+own runtime pods (the shadow canary's mirror, stable pod to canary pod) are the only sources
 that reach it. Egress is left open: pods fetch weights from object stores and talk to Redis,
 whose addresses the operator does not know. The kubelet's probes come from the node, which
 NetworkPolicy implementations allow.
@@ -18,10 +19,14 @@ from docparser_operator.core.render.target import Target
 
 
 def render_network_policy(plan: Target) -> dict[str, Any]:
-    peers = plan.resource.spec.traffic.allow_from or []
-    ingress: dict[str, Any] = {"ports": [{"protocol": "TCP", "port": naming.HTTP_PORT}]}
-    if peers:
-        ingress["from"] = [dict(peer) for peer in peers]
+    # The DocParser's own pods always: the shadow's mirror goes from stable's pods to the
+    # canary's (a podSelector peer is this namespace only; the internal token guards the path).
+    own = {"podSelector": {"matchLabels": pod_selector(plan.name)}}
+    peers = [dict(peer) for peer in plan.resource.spec.traffic.allow_from or []] + [own]
+    ingress: dict[str, Any] = {
+        "from": peers,
+        "ports": [{"protocol": "TCP", "port": naming.HTTP_PORT}],
+    }
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -29,7 +34,7 @@ def render_network_policy(plan: Target) -> dict[str, Any]:
         "spec": {
             "podSelector": {"matchLabels": pod_selector(plan.name)},
             "policyTypes": ["Ingress"],
-            # allowFrom: [] allows no source at all (the port is closed to everyone)
-            "ingress": [ingress] if peers else [],
+            # allowFrom: [] allows no source but the DocParser's own pods
+            "ingress": [ingress],
         },
     }

@@ -49,6 +49,8 @@ class Target:
         """Pods of the spec's revisions at rest: what the PDB keeps Ready (render/pdb.py)."""
         return sum(r.target for r in self.rollout.revisions if r.desired)
 
+    mirror: bool = True  # False once the canary analysis failed: the shadow stops copying
+
     @property
     def name(self) -> str:
         return self.resource.metadata.name

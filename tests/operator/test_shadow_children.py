@@ -1,0 +1,133 @@
+"""The shadow's children on the emulator and a real API server: the internal token Secret is
+created once and never read, the ConfigMap <name>-shadow is read by name and kept current, and
+turning the shadow on or replacing the canary writes the ConfigMap only (no pod restarts)."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+from typing import Any
+
+from docparser_operator.api.kinds import KNOWN_KINDS
+from docparser_operator.controller.credential import CredentialMemory
+from docparser_operator.controller.reconcile import reconcile
+from docparser_operator.kube.client import KubeClient
+from dp_helpers import CANARY_WEIGHTS, SHA_C, create, docparser, set_spec, spec_of
+from kube_cluster import Cluster, client_for
+
+SECRET, CONFIG_MAP, DEPLOY = (
+    KNOWN_KINDS["Secret"],
+    KNOWN_KINDS["ConfigMap"],
+    KNOWN_KINDS["Deployment"],
+)
+
+
+def _operator(cluster: Cluster) -> KubeClient:
+    return client_for(cluster.kubeconfig, user_agent="docparser-operator/test")
+
+
+def _pass(cluster: Cluster, run: CredentialMemory) -> Any:
+    live = cluster.get(KNOWN_KINDS["DocParser"], "inv")
+    return reconcile(_operator(cluster), live, credentials=run)
+
+
+def _shadow_config(cluster: Cluster) -> dict[str, Any]:
+    config_map = cluster.get(CONFIG_MAP, "inv-shadow")
+    assert config_map is not None
+    return json.loads(config_map["data"]["config.json"])  # type: ignore[no-any-return]
+
+
+def _secret_requests(cluster: Cluster, mark: int) -> list[str]:
+    return [r.method for r in cluster.requests_since(mark) if "/secrets" in r.path]
+
+
+def test_the_token_secret_is_created_once_owned_and_never_read(cluster: Cluster) -> None:
+    live = create(cluster, docparser("inv"))
+    run = CredentialMemory()
+    mark = cluster.mark()
+    _pass(cluster, run)
+    secret = cluster.get(SECRET, "inv-internal")  # the test reads it; the operator never does
+    assert secret is not None
+    (owner,) = secret["metadata"]["ownerReferences"]
+    assert owner["uid"] == live["metadata"]["uid"] and owner["controller"] is True
+    token = base64.b64decode(secret["data"]["token"])
+    assert len(token) >= 43  # 32 random bytes, URL-safe base64
+    assert _secret_requests(cluster, mark) == ["POST"]
+    mark = cluster.mark()
+    _pass(cluster, run)  # the same operator run: nothing more
+    assert _secret_requests(cluster, mark) == []
+    mark = cluster.mark()
+    _pass(cluster, CredentialMemory())  # a restarted operator: one create, refused (409)
+    assert _secret_requests(cluster, mark) == ["POST"]
+    again = cluster.get(SECRET, "inv-internal")
+    assert again is not None and again["data"]["token"] == secret["data"]["token"]
+
+
+def test_a_secret_the_user_made_is_left_alone(cluster: Cluster) -> None:
+    mine = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "inv-internal"},
+        "stringData": {"token": "chosen-by-the-user"},
+    }
+    made = create(cluster, mine)
+    create(cluster, docparser("inv"))
+    outcome = _pass(cluster, CredentialMemory())
+    assert [p for p in outcome.problems if p.reason == "Forbidden"] == []
+    kept = cluster.get(SECRET, "inv-internal")
+    assert kept is not None
+    assert kept["metadata"]["resourceVersion"] == made["metadata"]["resourceVersion"]
+
+
+def test_shadow_on_and_a_new_canary_rewrite_only_the_config_map(cluster: Cluster) -> None:
+    run = CredentialMemory()
+    create(cluster, docparser("inv", canary={"weights": CANARY_WEIGHTS, "weight": 0}))
+    _pass(cluster, run)
+    assert _shadow_config(cluster) == {"enabled": False}
+    deployments = {d["metadata"]["name"] for d in cluster.list(DEPLOY)}
+    spec = spec_of(cluster, "inv")
+    spec["canary"]["shadow"] = {"percent": 20, "maxPagesPerMinute": 30}
+    set_spec(cluster, "inv", spec)
+    outcome = _pass(cluster, run)
+    assert outcome.applied == [("ConfigMap", "inv-shadow")]
+    config = _shadow_config(cluster)
+    assert config["enabled"] is True and config["percent"] == 20
+    assert config["target"] == f"http://inv-canary.{cluster.namespace}.svc:8000"
+    assert config["maxPagesPerMinute"] == 30  # one stable pod takes the DocParser's budget
+    replaced = copy.deepcopy(spec)
+    replaced["canary"]["weights"] = {**CANARY_WEIGHTS, "version": "2026-05-01", "sha256": SHA_C}
+    set_spec(cluster, "inv", replaced)
+    outcome = _pass(cluster, run)
+    created = {d["metadata"]["name"] for d in cluster.list(DEPLOY)} - deployments
+    (new_canary,) = created  # the new canary's Deployment, and stable's untouched
+    assert config["canaryRevision"] != _shadow_config(cluster)["canaryRevision"]
+    assert new_canary.endswith(_shadow_config(cluster)["canaryRevision"])
+    # Only the new canary's Deployment is written; stable's pod template is the same.
+    assert [k for k in outcome.applied if k[0] == "Deployment"] == [("Deployment", new_canary)]
+
+
+def test_a_deleted_config_map_is_put_back_by_the_next_pass(cluster: Cluster) -> None:
+    run = CredentialMemory()
+    create(cluster, docparser("inv"))
+    _pass(cluster, run)
+    config_map = cluster.get(CONFIG_MAP, "inv-shadow")
+    assert config_map is not None
+    cluster.client.delete(
+        CONFIG_MAP, cluster.namespace, "inv-shadow", uid=config_map["metadata"]["uid"]
+    )
+    outcome = _pass(cluster, run)
+    assert ("ConfigMap", "inv-shadow") in outcome.applied
+    assert _shadow_config(cluster) == {"enabled": False}
+
+
+def test_status_says_what_the_shadow_is_told(cluster: Cluster) -> None:
+    shadow = {"percent": 25, "maxPagesPerMinute": 7}
+    canary = {"weights": CANARY_WEIGHTS, "weight": 0, "shadow": shadow}
+    create(cluster, docparser("inv", replicas={"min": 2, "max": 2}, canary=canary))
+    outcome = _pass(cluster, CredentialMemory())
+    assert outcome.status["canary"]["shadow"] == {
+        "enabled": True,
+        "percent": 25,
+        "podPagesPerMinute": 4,  # 7 pages a minute over 2 stable pods, rounded up
+    }
