@@ -48,6 +48,7 @@ CONTROLLERS = (
     "persistentvolumeclaim-protection-controller",  # frees a deleted claim once no pod mounts it
     "namespace-controller",
     "serviceaccount-controller",
+    "disruption-controller",  # PDB status, which the Eviction API decides by (drains)
 )
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 

@@ -51,6 +51,7 @@ RESOURCES: dict[str, tuple[str, bool]] = {
     "v1/services": ("Service", True),
     "v1/events": ("Event", True),
     "v1/namespaces": ("Namespace", False),
+    "v1/nodes": ("Node", False),
     "v1/configmaps": ("ConfigMap", True),
     "v1/secrets": ("Secret", True),
     "apps/v1/deployments": ("Deployment", True),

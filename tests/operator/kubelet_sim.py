@@ -8,6 +8,11 @@ runs the real Deployment and ReplicaSet controllers it only writes pod statuses;
 emulator it also creates and deletes the pods a Deployment asks for (unready ones first) and
 writes the Deployment's status, as those controllers would.
 
+With ``nodes`` it also plays the scheduler for node drains: each unbound pod is placed on the
+schedulable node holding fewest of its Deployment's pods (a ``Binding``, as kube-scheduler
+writes it; on the emulator the pod is created with its ``nodeName``), and only bound pods turn
+Ready. No node is a pod that stays Pending, as with every GPU taken.
+
 Everything goes through the cluster's public API (the test client), like the real kubelet.
 """
 
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from typing import Any
 
 from docparser_operator.api.kinds import KNOWN_KINDS
@@ -43,6 +49,7 @@ class Kubelet(Ticker):
         never_ready: set[str] | None = None,
         interval: float = 0.2,
         pod_ip: dict[str, str] | None = None,
+        nodes: Callable[[], list[str]] | None = None,
     ) -> None:
         """``pod_ip``: revision -> the address its pods report (a real process listening
         there stands in for them: the canary analysis reads their /metrics)."""
@@ -50,6 +57,7 @@ class Kubelet(Ticker):
         self.cluster = cluster
         self.ready_after = ready_after
         self.never_ready = never_ready or set()  # revisions whose pods never pass readiness
+        self.nodes = nodes  # the schedulable nodes now (None: pods need no node)
         super().__init__("kubelet-sim", interval)
         self._seen: dict[str, float] = {}  # pod uid -> first seen (monotonic)
         self._written: dict[str, str] = {}  # pod uid -> state written
@@ -64,6 +72,8 @@ class Kubelet(Ticker):
             ]
             if not self.cluster.has_controllers:
                 pods = self._reconcile_pods(dep, pods)
+            elif self.nodes is not None:
+                pods = [self._bind(p, pods) for p in pods]
             ready = 0
             revision = dep["spec"]["template"]["metadata"]["labels"].get(REVISION, "")
             for pod in pods:
@@ -72,6 +82,7 @@ class Kubelet(Ticker):
                 ok = (
                     revision not in self.never_ready
                     and time.monotonic() - first >= self.ready_after
+                    and (self.nodes is None or bool(pod["spec"].get("nodeName")))
                 )
                 state = "ready" if ok else "loading"
                 ready += ok
@@ -89,6 +100,37 @@ class Kubelet(Ticker):
             if not self.cluster.has_controllers:
                 self._write_deployment_status(dep, len(pods), ready)
 
+    def _place(self, pods: list[dict[str, Any]]) -> str | None:
+        """The schedulable node with fewest of these pods (None: nowhere to go)."""
+        if self.nodes is None:
+            return None
+        load = {n: 0 for n in self.nodes()}
+        for pod in pods:
+            node = pod["spec"].get("nodeName")
+            if node in load:
+                load[node] += 1
+        return min(load, key=lambda n: (load[n], n)) if load else None
+
+    def _bind(self, pod: dict[str, Any], pods: list[dict[str, Any]]) -> dict[str, Any]:
+        """kube-scheduler's write: a Binding of an unbound pod to a node."""
+        if pod["spec"].get("nodeName"):
+            return pod
+        node = self._place(pods)
+        if node is None:
+            return pod
+        name = pod["metadata"]["name"]
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        self.cluster.client.request(
+            "POST", POD.path(self.cluster.namespace, name, "binding"), body=binding
+        )
+        pod["spec"]["nodeName"] = node
+        return pod
+
     def _reconcile_pods(self, dep: dict[str, Any], pods: list[dict[str, Any]]) -> list[dict]:
         """The ReplicaSet controller's part on the emulator: as many pods as replicas."""
         want = dep["spec"].get("replicas", 1)
@@ -103,8 +145,11 @@ class Kubelet(Ticker):
                     "namespace": self.cluster.namespace,
                     "labels": dict(template["metadata"]["labels"]),
                 },
-                "spec": template["spec"],
+                "spec": dict(template["spec"]),
             }
+            node = self._place(pods)
+            if node is not None:
+                pod["spec"]["nodeName"] = node
             pods.append(self.cluster.client.create(pod))
         if len(pods) > want:
             pods.sort(key=lambda p: (_is_ready(p), -self._seen.get(p["metadata"]["uid"], 0)))

@@ -127,6 +127,18 @@ def test_phases_replacing_evictable_blocked() -> None:
     assert "maxSurge is 0" in problem.message
 
 
+def test_two_leaving_pods_and_room_for_one_replace_one_at_a_time() -> None:
+    """maxSurge 1, two pods on the cordoned node: one replacement now (not Blocked); the
+    budget then lets one go, and its ReplicaSet's new pod is the second replacement."""
+    pods = [pod("p1", "n1"), pod("p2", "n1"), pod("p3", "n2"), pod("p4", "n2", ready=False)]
+    plan = drain.plan_drain(pods, frozenset({"n1"}), {REV}, [], now=NOW, timeout_s=600)
+    state = rollout.RevisionState(REV, "stable", replicas=4, ready=3)
+    step = rollout.plan(desired(3, 1, dict(plan.leaving)), [state])
+    assert (step.revisions[0].replicas, step.revisions[0].drain) == (4, 1)
+    report = drain.report(plan, step, pods, frozenset({"n1"}))
+    assert report.status[0]["phase"] == "Replacing" and not report.problems
+
+
 def test_an_unschedulable_replacement_blocks_the_drain_with_the_schedulers_words() -> None:
     pending = pod("p2", "", ready=False)
     pending["status"]["conditions"].append(
@@ -154,3 +166,31 @@ def test_past_the_deadline_status_names_the_capacity_lost() -> None:
     (problem,) = report.problems
     assert problem.reason == "DrainBlocked"
     assert "0/1 Ready pods elsewhere, capacity lost 1 pod(s)" in problem.message
+
+
+def test_events_follow_the_phase_changes_and_the_deadline_names_the_capacity_lost() -> None:
+    from docparser_operator.core.events import events_for
+    from docparser_operator.core.outcome import Outcome
+    from docparser_operator.core.status import Problem
+
+    def entry(phase: str) -> dict[str, Any]:
+        return {"node": "n1", "since": NOW, "deadline": NOW, "pods": 1, "phase": phase}
+
+    lost = Problem("DrainBlocked", "node n1: drain deadline ... capacity lost 1 pod(s)")
+
+    def reasons(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> list[str]:
+        out = Outcome(previous_status={"drains": before}, status={"drains": after}, problems=[lost])
+        return [e.reason for e in events_for(out) if e.reason.startswith("Drain")]
+
+    assert reasons([], [entry("Replacing")]) == ["DrainStarted"]
+    assert reasons([entry("Replacing")], [entry("Replacing")]) == []  # no change, no Event
+    assert reasons([entry("Replacing")], [entry("Evictable")]) == ["DrainReplaced"]
+    assert reasons([], [entry("Blocked")]) == ["DrainBlocked"]
+    out = Outcome(
+        previous_status={"drains": [entry("Blocked")]},
+        status={"drains": [entry("DeadlineExceeded")]},
+        problems=[lost],
+    )
+    (event,) = [e for e in events_for(out) if e.reason.startswith("Drain")]
+    assert event.type == "Warning" and event.reason == "DrainDeadlineExceeded"
+    assert "capacity lost 1 pod(s)" in event.message

@@ -319,3 +319,57 @@ def test_the_operator_names_watches_rbac_denies_before_it_starts(
     )
     denied = permissions.missing(user, kinds, [""])  # bound in one namespace, not cluster-wide
     assert denied and "in all namespaces" in str(denied[0])
+
+
+def test_without_node_reads_drains_get_pdb_only_protection(
+    real_apiserver: ControlPlane, real_api: KubeApi, real_namespace: str
+) -> None:
+    """An operator limited to a namespace, with no cluster-scope read of nodes: the start-up
+    check (SelfSubjectAccessReview) says so, its passes render the budget that cannot hold a
+    drain for ever (maxUnavailable 1, kube/nodes.py); once nodes may be listed (the chart's
+    -discovery ClusterRole), the budget holds evictions for replacements (minAvailable)."""
+    from docparser_operator.controller.reconcile import reconcile
+    from docparser_operator.kube.nodes import CordonedNodes
+
+    verbs = ["get", "list", "watch", "create", "patch", "delete", "update"]
+    groups = ["docparser.io", "apps", "", "policy", "autoscaling", "batch", "networking.k8s.io"]
+    grant_user(real_api, real_namespace, "ns-only", [
+        {"apiGroups": groups, "resources": ["*"], "verbs": verbs},
+    ])  # fmt: skip
+    user = user_client(real_apiserver)
+    nodes = CordonedNodes(user)
+    assert nodes.start() is False and nodes() is None
+    live = real_api.create(path(real_namespace), docparser("pdb", SPECS["service-router"]))
+    real_api.wait_for(
+        "a pass with the namespaced role",
+        lambda: reconcile(user_client(real_apiserver), live).applied,
+        timeout=30,
+    )
+    pdb = real_api.get(f"/apis/policy/v1/namespaces/{real_namespace}/poddisruptionbudgets/pdb")
+    assert pdb["spec"]["maxUnavailable"] == 1 and "minAvailable" not in pdb["spec"]
+
+    role = f"nodes-{real_namespace}"
+    cluster_rbac = "/apis/rbac.authorization.k8s.io/v1/"
+    rule = {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}
+    real_api.create(cluster_rbac + "clusterroles", {"metadata": {"name": role}, "rules": [rule]})
+    real_api.create(
+        cluster_rbac + "clusterrolebindings",
+        {
+            "metadata": {"name": role},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": role,
+            },
+            "subjects": [{"kind": "User", "name": ControlPlane.USER_NAME}],
+        },
+    )
+    try:
+        real_api.wait_for("nodes readable", lambda: CordonedNodes(user).start(), timeout=30)
+        live = real_api.get(path(real_namespace, "pdb"))
+        reconcile(user_client(real_apiserver), live)
+        pdb = real_api.get(f"/apis/policy/v1/namespaces/{real_namespace}/poddisruptionbudgets/pdb")
+        assert pdb["spec"]["minAvailable"] == 2 and "maxUnavailable" not in pdb["spec"]  # size
+    finally:
+        real_api.delete(cluster_rbac + f"clusterrolebindings/{role}")
+        real_api.delete(cluster_rbac + f"clusterroles/{role}")

@@ -189,10 +189,11 @@ def report(
     size = sum(r.target for r in step.revisions if r.desired)
     ready = sum(r.ready for r in step.revisions if r.desired)
     wanted = {r.revision for r in step.revisions if r.desired}
+    # No replacement at all may start (with some room, the pods go one replacement at a time)
     short = [
         r
         for r in step.revisions
-        if r.desired and r.target > 0 and r.drain < plan.leaving.get(r.revision, 0)
+        if r.desired and r.target > 0 and r.drain == 0 and plan.leaving.get(r.revision, 0)
     ]
     why = ""
     if short:
