@@ -194,3 +194,13 @@ def test_events_follow_the_phase_changes_and_the_deadline_names_the_capacity_los
     (event,) = [e for e in events_for(out) if e.reason.startswith("Drain")]
     assert event.type == "Warning" and event.reason == "DrainDeadlineExceeded"
     assert "capacity lost 1 pod(s)" in event.message
+
+
+def test_an_eviction_or_a_binding_alone_is_worth_a_pass() -> None:
+    """A pod evicted from a dead node keeps its last status for ever: its deletionTimestamp
+    alone must wake the owner (back to its size now, not at the next resync)."""
+    from docparser_operator.core.triggers import pod_signature
+
+    bound = pod("p1", "n1")
+    assert pod_signature(bound) != pod_signature({**bound, "spec": {}})
+    assert pod_signature(bound) != pod_signature(pod("p1", "n1", terminating=True))

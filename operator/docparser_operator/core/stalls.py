@@ -8,7 +8,8 @@ order. So each reason is classed once, here, and status.py derives both conditio
   a Gateway that admits the route): ``Stalled=True``, ``Reconciling=False``, so Flux says Failed
   with the cause within one reconcile instead of waiting out its timeout;
 - ``progressing``: the cluster is still working on it (a lost node's pods being replaced):
-  ``Reconciling=True``, ``Stalled=False``;
+  ``Reconciling=True``, ``Stalled=False``. A drain whose replacements are coming is no problem
+  at all but a wait (``Progressing`` reason ``Draining``, core/drain.py);
 - ``advisory``: worth a Degraded condition (and ``kubectl get dp``), but the DocParser serves
   and nothing it was asked to do waits on it: neither condition changes.
 
@@ -71,7 +72,11 @@ REASONS: dict[str, ReasonClass] = {
         "stalled", "no node fits the pods a rollout waits for", grace_s=UNSCHEDULABLE_GRACE_S
     ),
     "NodeLost": ReasonClass("progressing", "pods of a lost node are being replaced"),
-    "DrainBlocked": ReasonClass("advisory", "a node drain waits on the disruption budget"),
+    "DrainBlocked": ReasonClass(
+        "advisory",
+        "a drain's eviction is held because no replacement can start, or went ahead at its "
+        "deadline: it serves meanwhile",
+    ),
     "MetricsUnavailable": ReasonClass("advisory", "the autoscaler cannot read its metric"),
     "Restarting": ReasonClass(
         "advisory", "a serving pod restarted after it served (fewer restarts than a crash loop)"

@@ -44,7 +44,9 @@ def deployment_signature(body: Mapping[str, Any]) -> tuple[Any, ...]:
 
 
 def pod_signature(body: Mapping[str, Any]) -> tuple[Any, ...]:
-    """What status reports of a pod: phase, conditions, each container's state and reason."""
+    """What status reports of a pod: phase, conditions, each container's state and reason; and
+    what a drain plans by (core/drain.py): its node, and whether it is terminating (an evicted
+    pod, or one on a dead node, whose status may never change again)."""
     st = body.get("status") or {}
 
     def containers(key: str) -> tuple[Any, ...]:
@@ -64,4 +66,6 @@ def pod_signature(body: Mapping[str, Any]) -> tuple[Any, ...]:
         ),
         containers("initContainerStatuses"),
         containers("containerStatuses"),
+        (body.get("spec") or {}).get("nodeName"),
+        bool((body.get("metadata") or {}).get("deletionTimestamp")),
     )
