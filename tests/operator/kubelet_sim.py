@@ -72,7 +72,7 @@ class Kubelet(Ticker):
             ]
             if not self.cluster.has_controllers:
                 pods = self._reconcile_pods(dep, pods)
-            elif self.nodes is not None:
+            if self.nodes is not None:
                 pods = [self._bind(p, pods) for p in pods]
             ready = 0
             revision = dep["spec"]["template"]["metadata"]["labels"].get(REVISION, "")
@@ -112,13 +112,20 @@ class Kubelet(Ticker):
         return min(load, key=lambda n: (load[n], n)) if load else None
 
     def _bind(self, pod: dict[str, Any], pods: list[dict[str, Any]]) -> dict[str, Any]:
-        """kube-scheduler's write: a Binding of an unbound pod to a node."""
+        """kube-scheduler's write: a Binding of an unbound pod to a node (on the emulator, which
+        serves no binding subresource, the pod's nodeName)."""
         if pod["spec"].get("nodeName"):
             return pod
         node = self._place(pods)
         if node is None:
             return pod
         name = pod["metadata"]["name"]
+        pod["spec"]["nodeName"] = node
+        if not self.cluster.has_controllers:
+            self.cluster.client.patch(
+                POD, self.cluster.namespace, name, {"spec": {"nodeName": node}}
+            )
+            return pod
         binding = {
             "apiVersion": "v1",
             "kind": "Binding",
@@ -128,7 +135,6 @@ class Kubelet(Ticker):
         self.cluster.client.request(
             "POST", POD.path(self.cluster.namespace, name, "binding"), body=binding
         )
-        pod["spec"]["nodeName"] = node
         return pod
 
     def _reconcile_pods(self, dep: dict[str, Any], pods: list[dict[str, Any]]) -> list[dict]:
@@ -147,9 +153,6 @@ class Kubelet(Ticker):
                 },
                 "spec": dict(template["spec"]),
             }
-            node = self._place(pods)
-            if node is not None:
-                pod["spec"]["nodeName"] = node
             pods.append(self.cluster.client.create(pod))
         if len(pods) > want:
             pods.sort(key=lambda p: (_is_ready(p), -self._seen.get(p["metadata"]["uid"], 0)))
