@@ -111,8 +111,15 @@ def serve(args: argparse.Namespace) -> int:
     from docparser_runtime.errors import WeightsError
     from docparser_runtime.weights.verify import check_serving_weights
 
+    problem = settings.role_problem()
+    if problem is not None:  # e.g. a front without the Redis its jobs wait in
+        message = f"serve: invalid_configuration: {problem}"
+        print(message, file=sys.stderr)
+        write_termination_message(settings.termination_log, message)
+        return 1
     try:
-        check_serving_weights(settings)  # refuse unverified weights unless allowed
+        if settings.role == "server":  # the CPU front loads no weights
+            check_serving_weights(settings)  # refuse unverified weights unless allowed
     except WeightsError as exc:
         message = f"serve: {exc.code}: {exc.message}"
         print(message, file=sys.stderr)

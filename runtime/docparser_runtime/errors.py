@@ -102,9 +102,17 @@ class Overloaded(DocParserError):
 
 
 class Unavailable(DocParserError):
-    """Starting up, draining or engine not loaded (503)."""
+    """Starting up, draining, engine not loaded, or (the CPU front) no backend ready in time
+    (503). ``retry_after_s``: when the client should come back (``Retry-After``); None
+    leaves the default of ``server/error_mapping.py``."""
 
     code = "unavailable"
+
+    def __init__(
+        self, message: str, *, code: str | None = None, retry_after_s: float | None = None
+    ) -> None:
+        super().__init__(message, code=code)
+        self.retry_after_s = retry_after_s
 
 
 class DeadlineExceeded(DocParserError):

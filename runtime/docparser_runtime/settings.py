@@ -29,6 +29,13 @@ class Settings(BaseSettings):
         "auto", description="json lines, text, or auto: json unless stderr is a terminal"
     )
 
+    role: Literal["server", "front"] = Field(
+        "server",
+        description="server: load the engine and serve (a GPU pod); front: the CPU front of a "
+        "DocParser scaled to zero: no engine, jobs into Redis, synchronous parses held until a "
+        "backend is ready, then proxied (server/inference/front_proxy.py)",
+    )
+
     # Engine
     engine: EngineName = "rapidocr"
     model_path: Path | None = None
@@ -262,6 +269,58 @@ class Settings(BaseSettings):
         description="TEST-ONLY fault: the rapidocr engine drops every Nth line it read (a "
         "release that reads worse, for shadow canary tests); 0 off",
     )
+
+    # The CPU front (role front)
+    front_backend_url: str | None = Field(
+        None,
+        pattern=r"^https?://[^\s/?#]+/?$",
+        description="where the front sends synchronous parses: a Service selecting the GPU "
+        "pods (the operator sets http://<name>-serving.<ns>.svc:8000); it polls <url>/readyz",
+    )
+    front_hold_seconds: float = Field(
+        120.0, ge=0, description="how long a synchronous parse waits for a ready backend; 0: 503"
+    )
+    front_retry_after_seconds: int = Field(
+        30, ge=1, description="Retry-After of the front's 503 (no backend within the hold)"
+    )
+    front_max_held_requests: int = Field(
+        64, ge=1, description="synchronous parses the front holds or forwards at once; past it 503"
+    )
+    front_max_held_bytes: int = Field(
+        256 * 1024 * 1024,
+        ge=1,
+        description="document bytes of the parses the front holds or forwards at once; past it 503",
+    )
+    front_poll_interval_s: float = Field(
+        1.0,
+        gt=0,
+        le=60,
+        description="how often the front polls the backend's /readyz while a parse waits (ten "
+        "times less often while none does)",
+    )
+    front_max_reply_bytes: int = Field(
+        128 * 1024 * 1024, ge=1024, description="largest backend reply the front relays"
+    )
+
+    def role_problem(self) -> str | None:
+        """Why these settings cannot serve their role (a clear start-up error), or None."""
+        if self.role != "front":
+            return None
+        missing = [
+            name
+            for name, value in (
+                ("DOCPARSER_REDIS_URL", self.redis_url),
+                ("DOCPARSER_FRONT_BACKEND_URL", self.front_backend_url),
+            )
+            if not value
+        ]
+        if missing:
+            return (
+                f"DOCPARSER_ROLE=front needs {' and '.join(missing)}: the front keeps no job "
+                "state of its own (jobs wait in the DocParser's Redis) and forwards synchronous "
+                "parses to the GPU pods' Service"
+            )
+        return None
 
     # Lifecycle
     drain_timeout_s: float = Field(120.0, ge=0)

@@ -6,6 +6,7 @@ import httpx
 import pytest
 from docparser_runtime import errors
 from docparser_runtime.server.error_mapping import (
+    error_from_reply,
     error_response,
     install_error_handlers,
     status_for,
@@ -140,3 +141,37 @@ async def test_unexpected_exception_is_500_without_leaking(client):
     assert resp.status_code == 500
     assert resp.json() == {"error": {"code": "engine_failure", "message": "internal server error"}}
     assert "hunter2" not in resp.text
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        errors.InvalidInput("bad tier", code="invalid_tier"),
+        errors.PayloadTooLarge("too big"),
+        errors.PermissionDenied("no", code="invalid_api_key"),
+        errors.Overloaded("slow down", retry_after_s=12, code="rate_limited"),
+        errors.Unavailable("later", code="no_capacity", retry_after_s=30),
+        errors.DeadlineExceeded("late"),
+        errors.DocumentTooComplex("hostile"),
+    ],
+)
+def test_a_relayed_error_reply_becomes_the_same_reply_again(exc):
+    """The CPU front turns a pod's error reply back into an error; answering it gives the
+    client the pod's status, code, message and Retry-After."""
+    import json
+
+    sent = error_response(exc)
+    again = error_from_reply(
+        sent.status_code, json.loads(sent.body), retry_after=sent.headers.get("Retry-After")
+    )
+    relayed = error_response(again)
+    assert relayed.status_code == sent.status_code
+    assert relayed.body == sent.body
+    assert relayed.headers.get("Retry-After") == sent.headers.get("Retry-After")
+
+
+def test_a_reply_without_an_error_body_is_a_backend_failure():
+    assert error_from_reply(502, "<html>bad gateway</html>").code == "backend_failure"
+    assert error_from_reply(418, {"error": {"code": "teapot", "message": "x"}}).code == (
+        "backend_failure"
+    )

@@ -189,6 +189,14 @@ class RedisJobStore(JobStore):
     async def queue_depth(self) -> int:
         return await self.r.llen(self.keys.queue)
 
+    @unavailable_when_unreachable
+    async def queued_total(self) -> int:
+        """Every revision's queue Redis knows of (seen or accepting), and ours."""
+        seen = await self.r.hkeys(self.keys.revision_seen)
+        accepted = await self.r.hkeys(self.keys.revision_accepted)
+        revisions = {as_text(r) for r in (*seen, *accepted)} | {self.revision}
+        return sum([int(await self.r.llen(self.keys.queue_for(r))) for r in sorted(revisions)])
+
     # Queued jobs whose page estimates are summed exactly; past it, the rest are counted
     # at the sampled mean (the metric refreshes every few seconds on every pod).
     BACKLOG_SAMPLE = 1000

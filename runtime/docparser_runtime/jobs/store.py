@@ -83,6 +83,11 @@ class JobStore(abc.ABC):
     async def queue_depth(self) -> int:
         """Number of queued jobs this pod's revision will run."""
 
+    async def queued_total(self) -> int:
+        """Queued jobs of every revision (what the CPU front reports: work waiting for
+        any pod); a store of one process has one queue."""
+        return await self.queue_depth()
+
     @abc.abstractmethod
     async def backlog(self) -> Backlog:
         """Queued jobs and pages of this pod's revision and the live pods sharing them."""

@@ -36,10 +36,15 @@ from docparser_runtime.server.endpoints.shadow import api_router as shadow_api
 from docparser_runtime.server.error_mapping import install_error_handlers
 from docparser_runtime.server.guards.auth import create_key_store
 from docparser_runtime.server.guards.internal_auth import SecretFile
-from docparser_runtime.server.guards.ratelimit import RateLimiter, enforce_limits
+from docparser_runtime.server.guards.ratelimit import (
+    RateLimiter,
+    enforce_limits,
+    is_protected_path,
+)
 from docparser_runtime.server.guards.slow_clients import BodyDeadline
 from docparser_runtime.server.inference.continuous import make_batcher
 from docparser_runtime.server.inference.document_loader import DocumentLoader
+from docparser_runtime.server.inference.front_proxy import ForwardHeaders, Front
 from docparser_runtime.server.ops.lifecycle import Lifecycle
 from docparser_runtime.server.ops.metrics import Metrics
 from docparser_runtime.server.ops.request_log import RequestLogMiddleware
@@ -63,6 +68,9 @@ class RequestMetricsMiddleware:
             await self.app(scope, receive, send)
             return
         status = 500
+        client = is_protected_path(scope.get("path", ""))
+        if client:
+            self.metrics.client_request()
 
         async def send_wrapper(message: Message) -> None:
             nonlocal status
@@ -75,8 +83,10 @@ class RequestMetricsMiddleware:
         finally:
             route = scope.get("route")
             label = getattr(route, "path", None) or "unmatched"
+            if client:
+                self.metrics.client_request()
             self.metrics.count_request(
-                route=label, method=scope.get("method", ""), status=str(status)
+                route=label, method=scope.get("method", ""), status=str(status), client=client
             )
 
 
@@ -126,6 +136,25 @@ async def _bring_up(app: FastAPI, engine: Engine | None, engine_loaded: bool) ->
     log.info("engine %s %s ready", engine.name, engine.version)
 
 
+async def _bring_up_front(app: FastAPI) -> None:
+    """The CPU front (role front) has nothing to load: it opens for traffic at once. Its
+    parse service holds and forwards (server/inference/front_proxy.py); jobs go to Redis."""
+    state = runtime_state(app)
+    settings: Settings = state.settings
+    front = Front(settings, state.metrics, lambda: state.drain_deadline)
+    state.front = front
+    proxy = front.start()
+    # The pods' result cache answers here too when the front knows the identity they key it
+    # by (the operator sets DOCPARSER_MODEL_VERSION on both): a hit wakes no GPU.
+    state.parse_service = (
+        with_result_cache(proxy, settings, state.metrics.registry)
+        if settings.model_version
+        else proxy
+    )
+    state.lifecycle.mark_ready()
+    log.info("front ready: jobs to Redis, parses held for %s", settings.front_backend_url)
+
+
 async def _shut_down(app: FastAPI, bring_up: asyncio.Task[None]) -> None:
     state = runtime_state(app)
     state.lifecycle.start_draining()
@@ -147,6 +176,8 @@ async def _shut_down(app: FastAPI, bring_up: asyncio.Task[None]) -> None:
         state.parse_service.close()
     if state.engine is not None and state.owns_engine:
         await asyncio.to_thread(state.engine.close)
+    if state.front is not None:
+        await state.front.close()
     await asyncio.to_thread(state.tracing.shutdown)  # flush the last spans
 
 
@@ -165,10 +196,15 @@ def create_app(
     ``tracer_provider``: an OpenTelemetry provider for ``settings.tracing`` instead of the
     OTLP exporter's (tests)."""
     settings = settings or Settings()
+    problem = settings.role_problem()
+    if problem is not None:
+        raise ValueError(problem)
+    front = settings.role == "front"
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        task = asyncio.create_task(_bring_up(app, engine, engine_loaded), name="bring-up")
+        bring_up = _bring_up_front(app) if front else _bring_up(app, engine, engine_loaded)
+        task = asyncio.create_task(bring_up, name="bring-up")
         await start_jobs(app)
         shadow = runtime_state(app).shadow
         if shadow is not None:
@@ -188,7 +224,7 @@ def create_app(
     )
     state = RuntimeState(
         settings=settings,
-        metrics=Metrics(model=settings.engine, version=settings.model_version or ""),
+        metrics=Metrics(model=settings.engine, version=settings.model_version or "", front=front),
         lifecycle=Lifecycle(),
         api_keys=create_key_store(settings.api_keys_file),
         rate_limiter=RateLimiter.from_settings(settings),
@@ -204,9 +240,12 @@ def create_app(
         owns_engine=not engine_loaded,
         document_loader=document_loader,
     )
-    state.shadow = ShadowMirror(settings, state.metrics.registry, token=state.internal_token)
+    if not front:  # the pod that answers a forwarded parse is the one that mirrors it
+        state.shadow = ShadowMirror(settings, state.metrics.registry, token=state.internal_token)
     app.state.runtime = state
     install_error_handlers(app)
+    if front:  # innermost: the forwarded parse carries the caller's key and request id
+        app.add_middleware(ForwardHeaders)
     app.add_middleware(  # inside the metrics middleware, so its 408s are counted
         BodyDeadline, idle_s=settings.body_idle_timeout_s, total_s=settings.body_timeout_s
     )

@@ -63,6 +63,41 @@ CODE_BY_HTTP_STATUS = {
 CLIENT_CLOSED_STATUS = 499
 
 
+UNAVAILABLE_RETRY_AFTER_S = 5.0
+
+# The reverse of ``STATUS_BY_ERROR`` (its most specific class per status): the CPU front
+# turns a backend pod's error reply back into the same error, so its client gets the
+# status, code and message the pod gave, mapped here like any other error.
+ERROR_BY_STATUS: dict[int, type[errors.DocParserError]] = {}
+for _cls, _status in STATUS_BY_ERROR.items():
+    ERROR_BY_STATUS.setdefault(_status, _cls)
+
+
+def error_from_reply(
+    status: int, body: object, *, retry_after: str | None = None
+) -> errors.DocParserError:
+    """The error a pod answered (``{"error": {"code", "message"}}`` with ``status``)."""
+    detail = body.get("error") if isinstance(body, dict) else None
+    code = str(detail.get("code", "")) if isinstance(detail, dict) else ""
+    message = str(detail.get("message", "")) if isinstance(detail, dict) else ""
+    cls = ERROR_BY_STATUS.get(status)
+    if cls is None or not code:
+        return errors.EngineFailure(
+            f"the backend answered HTTP {status} without an error body", code="backend_failure"
+        )
+    wait: float | None = None
+    if retry_after is not None:
+        try:
+            wait = max(0.0, float(retry_after))
+        except ValueError:
+            wait = None
+    if issubclass(cls, errors.Overloaded):
+        return cls(message, code=code, retry_after_s=1.0 if wait is None else wait)
+    if issubclass(cls, errors.Unavailable):
+        return cls(message, code=code, retry_after_s=wait)
+    return cls(message, code=code)
+
+
 def status_for(exc: errors.DocParserError) -> int:
     for cls in type(exc).__mro__:
         if cls in STATUS_BY_ERROR:
@@ -81,7 +116,8 @@ def error_response(exc: errors.DocParserError) -> JSONResponse:
     if isinstance(exc, errors.Overloaded):
         headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_s)))
     elif isinstance(exc, errors.Unavailable):
-        headers["Retry-After"] = "5"
+        wait = exc.retry_after_s if exc.retry_after_s is not None else UNAVAILABLE_RETRY_AFTER_S
+        headers["Retry-After"] = str(max(1, math.ceil(wait)))
     elif isinstance(exc, errors.Unauthenticated):
         headers["WWW-Authenticate"] = "Bearer"
     if status >= 500:

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from docparser_runtime.server.guards.ratelimit import RateLimiter
     from docparser_runtime.server.inference.batcher import MicroBatcher
     from docparser_runtime.server.inference.document_loader import DocumentLoader
+    from docparser_runtime.server.inference.front_proxy import Front
     from docparser_runtime.server.ops.lifecycle import Lifecycle
     from docparser_runtime.server.ops.metrics import Metrics
     from docparser_runtime.server.ops.tracing import Tracing
@@ -66,6 +67,7 @@ class RuntimeState:
     job_worker: JobWorker | None = None  # once the engine is ready and the store answers
     job_metrics_task: asyncio.Task[None] | None = None
     job_starter: asyncio.Task[None] | None = None
+    front: Front | None = None  # role front: the backend poller and the forwarding session
 
     @property
     def parser(self) -> Parser[ParseRequest]:

@@ -12,6 +12,8 @@ averaged over pods, as the HPA does, it sums to the whole backlog).
 
 from __future__ import annotations
 
+import time
+
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -38,12 +40,25 @@ class Metrics:
 
     content_type = CONTENT_TYPE_LATEST
 
-    def __init__(self, *, model: str = "", version: str = "") -> None:
+    def __init__(self, *, model: str = "", version: str = "", front: bool = False) -> None:
         """``model`` / ``version``: the engine and weights version this process serves,
         as labels of every request series (``set_engine`` confirms them once the engine
-        has loaded; the operator sets the version up front, DOCPARSER_MODEL_VERSION)."""
+        has loaded; the operator sets the version up front, DOCPARSER_MODEL_VERSION).
+        ``front``: this process is the CPU front (``FrontMetrics``): client requests count
+        there, not in ``docparser_requests`` (the pod that answers a forwarded parse counts
+        it, so live traffic is never counted twice)."""
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        self.front = FrontMetrics(r) if front else None
+        # Idleness, for scale to zero: the operator reads how long ago a client last called.
+        # Starts at the process's start, so a pod that just woke is not idle at once.
+        self.last_request = Gauge(
+            "docparser_last_request_timestamp_seconds",
+            "Unix time of the last client API request (/v1) this pod got (its start, before "
+            "the first).",
+            registry=r,
+        )
+        self.last_request.set(time.time())
         self.identity = {"model": model, "version": version}
         self._requests = Counter(
             "docparser_requests",
@@ -228,7 +243,20 @@ class Metrics:
             family.labels(**self.identity)
 
     # Request series, labelled with this process's model and version ---------------
-    def count_request(self, *, route: str, method: str, status: str) -> None:
+    def client_request(self) -> None:
+        """A client API request (/v1) arrived or ended: the idleness clocks restart."""
+        now = time.time()
+        if self.front is not None:
+            self.front.last_request.set(now)
+        else:
+            self.last_request.set(now)
+
+    def count_request(self, *, route: str, method: str, status: str, client: bool = False) -> None:
+        """One answered HTTP request; ``client``: a /v1 API request (not a probe)."""
+        if self.front is not None:
+            if client:
+                self.front.requests.inc()
+            return
         self._requests.labels(route=route, method=method, status=status, **self.identity).inc()
 
     def reject(self, code: str) -> None:
@@ -271,3 +299,39 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class FrontMetrics:
+    """The CPU front's own series (role front): what the operator reads to wake a DocParser
+    at zero GPU pods and to tell when it is idle (names shared with the operator)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.held = Gauge(
+            "docparser_front_held_requests",
+            "Synchronous parses waiting at the front for a ready backend.",
+            registry=registry,
+        )
+        self.queued_jobs = Gauge(
+            "docparser_front_queued_jobs",
+            "Jobs waiting in the DocParser's Redis queues (every revision's).",
+            registry=registry,
+        )
+        self.requests = Counter(
+            "docparser_front_requests",
+            "Client API requests (/v1) the front got.",
+            registry=registry,
+        )
+        self.last_request = Gauge(
+            "docparser_front_last_request_timestamp_seconds",
+            "Unix time of the last client API request the front got (its start, before the first).",
+            registry=registry,
+        )
+        self.last_request.set(time.time())
+        self.forwarded = Counter(
+            "docparser_front_forwarded",
+            "Synchronous parses the front forwarded to a backend, by outcome (answered: the "
+            "backend replied, any status; busy: over the hold bound; timeout: no backend ready "
+            "within the hold; failed: the backend could not be reached or broke off).",
+            ["outcome"],
+            registry=registry,
+        )

@@ -3,15 +3,21 @@
 ``/livez`` answers while the process is alive (the event loop turns) and the engine is not
 stuck in one call for longer than ``engine_stall_s``; ``/readyz`` is
 200 only when the engine is loaded and warmed up and the server is not draining, so
-Kubernetes sends traffic only to replicas that can serve it.
+Kubernetes sends traffic only to replicas that can serve it. The CPU front
+(``DOCPARSER_ROLE=front``) has no engine: it is ready while not draining and its Redis
+answers a ping within a second.
 """
 
 from __future__ import annotations
 
+import asyncio
+
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from docparser_runtime.server.state import runtime_state
+from docparser_runtime.server.state import RuntimeState, runtime_state
+
+REDIS_PING_TIMEOUT_S = 1.0
 
 router = APIRouter(tags=["health"])
 
@@ -49,6 +55,8 @@ async def livez(request: Request) -> JSONResponse:
 async def readyz(request: Request) -> JSONResponse:
     state = runtime_state(request.app)
     body = state.lifecycle.snapshot()
+    if state.settings.role == "front":
+        return await _front_ready(state, body)
     engine = state.engine
     if engine is not None:
         body["engine"] = engine.name
@@ -63,3 +71,20 @@ async def readyz(request: Request) -> JSONResponse:
 async def metrics(request: Request) -> Response:
     m = runtime_state(request.app).metrics
     return Response(m.render(), media_type=m.content_type)
+
+
+async def _front_ready(state: RuntimeState, body: dict[str, object]) -> JSONResponse:
+    """The CPU front is ready while its Redis answers: every job it accepts waits there."""
+    body["role"] = "front"
+    if not state.lifecycle.is_ready:
+        return JSONResponse(body, status_code=503)
+    store = state.job_store
+    try:
+        if store is None:
+            raise ConnectionError("no job store")
+        await asyncio.wait_for(store.ping(), REDIS_PING_TIMEOUT_S)
+    except Exception as exc:
+        body["status"] = "redis_unreachable"
+        body["reason"] = f"Redis did not answer ({type(exc).__name__})"
+        return JSONResponse(body, status_code=503)
+    return JSONResponse(body)

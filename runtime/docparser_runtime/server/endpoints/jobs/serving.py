@@ -146,6 +146,10 @@ class JobMetrics:
                 self.queued.set(backlog.jobs)
                 self.queued_pages.set(backlog.pages)
                 self.metrics.queued_job_pages_share = backlog.pages_per_worker
+            front = self.metrics.front
+            if front is not None and store is not None:
+                with contextlib.suppress(Exception):
+                    front.queued_jobs.set(await store.queued_total())
             await asyncio.sleep(every_s)
 
 
@@ -159,8 +163,8 @@ async def start_jobs(app: FastAPI) -> None:
     state.job_worker = None
     metrics = JobMetrics(state.metrics)
     state.job_metrics_task = asyncio.create_task(metrics.refresh(app), name="jobs-metrics")
-    if settings.job_workers <= 0:
-        return
+    if settings.job_workers <= 0 or settings.role == "front":
+        return  # the front runs no jobs: the GPU pods' workers take them from Redis
 
     async def start_when_ready() -> None:
         while state.lifecycle.state is State.STARTING:

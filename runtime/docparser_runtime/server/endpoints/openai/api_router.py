@@ -115,13 +115,18 @@ async def _image_bytes(url: str, settings: Settings) -> bytes:
     return await fetch_allowed_image(url, settings)
 
 
+def _served(state: RuntimeState) -> tuple[str, str | None]:
+    """The engine name and, once ready, its version: the parse service's (a pod's engine,
+    or what the CPU front forwards to, which knows the version only when it is set)."""
+    service = state.parse_service
+    if service is not None and state.lifecycle.is_ready:
+        return service.engine.name, service.engine.version or None
+    return state.settings.engine, None
+
+
 def _model_ids(state: RuntimeState) -> list[str]:
-    engine = state.engine
-    name = engine.name if engine is not None else state.settings.engine
-    ids = [name]
-    if engine is not None and state.lifecycle.is_ready:
-        ids.append(f"{name}:{engine.version}")
-    return ids
+    name, version = _served(state)
+    return [name] if version is None else [name, f"{name}:{version}"]
 
 
 async def to_parse_request(body: ChatCompletionRequest, settings: Settings) -> ParseRequest:
@@ -258,8 +263,7 @@ async def _stream(
 
 
 def _model_objects(state: RuntimeState) -> list[dict[str, Any]]:
-    engine = state.engine
-    version = engine.version if engine is not None and state.lifecycle.is_ready else None
+    _name, version = _served(state)
     return [
         {
             "id": mid,

@@ -1,0 +1,387 @@
+"""The CPU front's parse: hold a synchronous parse until a GPU pod is ready, then forward it.
+
+A DocParser scaled to zero GPU pods keeps one small CPU process, the front
+(``DOCPARSER_ROLE=front``), behind its Service. It is the same app as a pod: the same
+routes, API keys, rate limits, job store, result cache and error mapping. Only the parse
+service differs: instead of ``ParseService`` (decode, batch, engine) the routes call
+``ProxyParser``, which meets the same ``result_cache.Parser`` protocol, so the parse route,
+streaming, the OpenAI route and the result cache run unchanged on top of it.
+
+``ProxyParser.parse``:
+
+1. admits the parse against the hold bound (``front_max_held_requests`` parses and
+   ``front_max_held_bytes`` document bytes held or being forwarded): over it, ``503`` with
+   ``Retry-After`` at once, so a burst at zero costs bounded memory;
+2. waits up to ``front_hold_seconds`` for ``BackendWatch`` to see the backend ready (0: no
+   wait); past it, ``503`` + ``Retry-After: front_retry_after_seconds``. A drain (SIGTERM)
+   shortens the wait so every held parse is answered before the process exits;
+3. forwards the document bytes (``application/octet-stream``, options in the query: the
+   raw-body form every pod accepts) with the caller's ``Authorization`` and request id, so
+   the pod authenticates the same key and scopes its cache to the same tenant. A pod that
+   refuses the connection or answers ``503 starting/draining`` did no work: the parse waits
+   again within its hold time. Replies are bounded in bytes; streamed parses relay the pod's
+   events to the caller's callbacks as they arrive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from docparser_runtime.errors import (
+    DeadlineExceeded,
+    DocParserError,
+    EngineFailure,
+    Unavailable,
+)
+from docparser_runtime.result_cache import (
+    CacheableRequest,
+    PageCallback,
+    PageDeltaCallback,
+    Reply,
+    TotalCallback,
+)
+from docparser_runtime.server.error_mapping import error_from_reply
+from docparser_runtime.server.inference.backend_watch import BackendWatch
+from docparser_runtime.server.ops.metrics import FrontMetrics, Metrics
+from docparser_runtime.settings import Settings
+
+log = logging.getLogger("docparser.front")
+
+# The request headers a forwarded parse carries (set per request by ``ForwardHeaders``).
+_forwarded: ContextVar[tuple[tuple[str, str], ...]] = ContextVar(
+    "docparser_front_forwarded", default=()
+)
+NOT_STARTED = frozenset({"starting", "draining", "engine_unavailable"})
+DRAIN_MARGIN_S = 1.0  # a held parse is answered this long before the drain deadline
+# The front's own failures to relay (the rest are the backend's answers, relayed as given).
+FAILED_CODES = frozenset({"deadline_exceeded", "backend_failed", "backend_reply_too_large"})
+MAX_ATTEMPTS = 20  # forwards of one parse that found no pod (each after a good poll)
+_WAIT_SLICE_S = 1.0
+_READ_CHUNK = 65536
+
+
+class ForwardHeaders:
+    """ASGI middleware (front only): remembers the caller's ``Authorization`` and request id
+    for the parse it forwards, without threading them through every route."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = [
+            ("Authorization", value.decode("latin-1"))
+            for name, value in scope.get("headers") or []
+            if name.lower() == b"authorization"
+        ][:1]
+        request_id = (scope.get("state") or {}).get("request_id")
+        if request_id:
+            headers.append(("X-Request-ID", str(request_id)))
+        token = _forwarded.set(tuple(headers))
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            _forwarded.reset(token)
+
+
+@dataclass(frozen=True)
+class BackendIdentity:
+    """What the front serves, as the pods name it (the result cache's key needs it)."""
+
+    name: str
+    version: str
+
+
+class _NoPod(Exception):
+    """The forward found no pod to take it (connection refused, 503 before any work)."""
+
+
+def forward_query(request: CacheableRequest, *, stream: bool) -> dict[str, str]:
+    """The request's resolved options as the query of a raw-body parse."""
+    options = request.options
+    query = {
+        "tier": "auto" if options.auto else str(options.tier),
+        "mode": options.mode,
+        "max_new_tokens": str(options.max_new_tokens),
+    }
+    if request.pages:
+        query["pages"] = request.pages
+    if not request.cache:
+        query["cache"] = "false"
+    if stream:
+        query["stream"] = "true"
+    return query
+
+
+class ProxyParser:
+    """``result_cache.Parser`` that holds and forwards (module docstring)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        metrics: Metrics,
+        watch: BackendWatch,
+        session: aiohttp.ClientSession,
+        *,
+        drain_deadline: Callable[[], float | None],
+    ) -> None:
+        assert metrics.front is not None and settings.front_backend_url
+        self.settings = settings
+        self.metrics = metrics
+        self.front: FrontMetrics = metrics.front
+        self.engine = BackendIdentity(settings.engine, settings.model_version or "")
+        self.watch = watch
+        self._session = session
+        self._url = settings.front_backend_url.rstrip("/") + "/v1/document/parse"
+        self._drain_deadline = drain_deadline
+        self.held_requests = 0
+        self.held_bytes = 0
+
+    def close(self) -> None:
+        """Nothing of its own: the app closes the watch and the session."""
+
+    def _refuse(self, message: str, code: str) -> Unavailable:
+        return Unavailable(
+            message, code=code, retry_after_s=float(self.settings.front_retry_after_seconds)
+        )
+
+    @contextlib.contextmanager
+    def _admitted(self, size: int) -> Iterator[None]:
+        s = self.settings
+        if (
+            self.held_requests >= s.front_max_held_requests
+            or self.held_bytes + size > s.front_max_held_bytes
+        ):
+            self.front.forwarded.labels(outcome="busy").inc()
+            raise self._refuse(
+                f"the front already holds {self.held_requests} requests "
+                f"({self.held_bytes} bytes) while capacity comes up; retry later",
+                "front_busy",
+            )
+        self.held_requests += 1
+        self.held_bytes += size
+        try:
+            yield
+        finally:
+            self.held_requests -= 1
+            self.held_bytes -= size
+
+    def _hold_cap(self, hold_until: float) -> float:
+        drain = self._drain_deadline()
+        return hold_until if drain is None else min(hold_until, drain - DRAIN_MARGIN_S)
+
+    async def _wait_backend(self, hold_until: float) -> bool:
+        """True once the backend is ready; False past the hold (or the drain's) deadline."""
+        if self.watch.ready.is_set():
+            return True
+        self.front.held.inc()
+        try:
+            while True:  # slices: a drain that starts mid-wait shortens it
+                left = self._hold_cap(hold_until) - time.monotonic()
+                if left <= 0:
+                    return False
+                if await self.watch.wait_ready(min(left, _WAIT_SLICE_S)):
+                    return True
+        finally:
+            self.front.held.dec()
+
+    async def parse(
+        self,
+        request: CacheableRequest,
+        *,
+        on_page: PageCallback | None = None,
+        on_delta: PageDeltaCallback | None = None,
+        deadline: float | None = None,
+        on_total: TotalCallback | None = None,
+    ) -> Reply:
+        hold_until = time.monotonic() + self.settings.front_hold_seconds
+        with self._admitted(len(request.data)):
+            for _attempt in range(MAX_ATTEMPTS):
+                if not await self._wait_backend(hold_until):
+                    break
+                try:
+                    reply = await self._forward(request, on_page, on_delta, deadline)
+                except _NoPod:
+                    self.watch.mark_down()
+                    continue
+                except DocParserError as exc:
+                    failed = exc.code in FAILED_CODES
+                    self.front.forwarded.labels(outcome="failed" if failed else "answered").inc()
+                    raise
+                self.front.forwarded.labels(outcome="answered").inc()
+                if on_total is not None:
+                    on_total(len(reply.get("pages") or []))
+                return reply
+        self.front.forwarded.labels(outcome="timeout").inc()
+        raise self._refuse(
+            "no parsing capacity is ready yet (the DocParser is scaling up from zero); "
+            "retry later, or submit an asynchronous job (POST /v1/jobs)",
+            "no_capacity",
+        )
+
+    async def _forward(
+        self,
+        request: CacheableRequest,
+        on_page: PageCallback | None,
+        on_delta: PageDeltaCallback | None,
+        deadline: float | None,
+    ) -> Reply:
+        stream = on_delta is not None
+        limit = deadline or time.monotonic() + self.settings.sync_deadline_s
+        timeout = aiohttp.ClientTimeout(total=max(limit - time.monotonic(), 0.001))
+        headers = {"Content-Type": "application/octet-stream", **dict(_forwarded.get())}
+        try:
+            async with self._session.post(
+                self._url,
+                params=forward_query(request, stream=stream),
+                data=request.data,
+                headers=headers,
+                timeout=timeout,
+            ) as resp:
+                if resp.status == 200 and stream:
+                    return await self._relay(resp, on_page, on_delta)
+                body = await self._read(resp)
+                if resp.status == 200:
+                    reply: Reply = json.loads(body)
+                    if on_page is not None:
+                        for page in reply.get("pages") or []:
+                            on_page(page)
+                    return reply
+                raise self._error(resp, body)
+        except aiohttp.ClientConnectorError:
+            raise _NoPod() from None
+        except TimeoutError:
+            raise DeadlineExceeded(
+                "the backend did not answer within the request timeout", code="deadline_exceeded"
+            ) from None
+        except (aiohttp.ClientError, ValueError) as exc:
+            log.warning("forwarding to %s failed: %s", self._url, type(exc).__name__)
+            raise self._refuse(
+                f"the backend broke off the reply ({type(exc).__name__}); retry",
+                "backend_failed",
+            ) from None
+
+    def _error(self, resp: aiohttp.ClientResponse, body: bytes) -> Exception:
+        try:
+            payload: Any = json.loads(body)
+        except ValueError:
+            payload = None
+        error = error_from_reply(resp.status, payload, retry_after=resp.headers.get("Retry-After"))
+        if resp.status == 503 and error.code in NOT_STARTED:
+            return _NoPod()  # a pod leaving or still loading did nothing: wait again
+        return error
+
+    async def _read(self, resp: aiohttp.ClientResponse) -> bytes:
+        limit = self.settings.front_max_reply_bytes
+        chunks: list[bytes] = []
+        total = 0
+        async for chunk in resp.content.iter_chunked(_READ_CHUNK):
+            total += len(chunk)
+            if total > limit:
+                raise EngineFailure(
+                    f"the backend's reply exceeds {limit} bytes (DOCPARSER_FRONT_MAX_REPLY_BYTES)",
+                    code="backend_reply_too_large",
+                )
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def _relay(
+        self,
+        resp: aiohttp.ClientResponse,
+        on_page: PageCallback | None,
+        on_delta: PageDeltaCallback | None,
+    ) -> Reply:
+        """Relay the pod's Server-Sent Events to the callbacks; the ``result`` event is the
+        reply. Each event is bounded by ``front_max_reply_bytes``."""
+        limit = self.settings.front_max_reply_bytes
+        texts: dict[int, list[str]] = {}
+        buffer = b""
+        async for chunk in resp.content.iter_any():
+            buffer += chunk
+            while b"\n\n" in buffer:
+                raw, buffer = buffer.split(b"\n\n", 1)
+                kind, data = _sse(raw)
+                if kind == "delta":
+                    texts.setdefault(data["page"], []).append(data["text"])
+                    if on_delta is not None:
+                        on_delta(data["page"], data["text"])
+                elif kind == "page_end" and on_page is not None:
+                    on_page({**data, "content": "".join(texts.pop(data["index"], []))})
+                elif kind == "result":
+                    result: Reply = data
+                    return result
+                elif kind == "error":
+                    detail = data.get("error") or {}
+                    raise DocParserError(
+                        str(detail.get("message", "the backend failed")),
+                        code=str(detail.get("code", "backend_failed")),
+                    )
+            if len(buffer) > limit:
+                raise EngineFailure(
+                    f"a streamed event of the backend exceeds {limit} bytes",
+                    code="backend_reply_too_large",
+                )
+        raise self._refuse("the backend ended the stream without a result; retry", "backend_failed")
+
+
+def _sse(raw: bytes) -> tuple[str, Any]:
+    kind, data = "message", b""
+    for line in raw.split(b"\n"):
+        if line.startswith(b"event:"):
+            kind = line[6:].strip().decode()
+        elif line.startswith(b"data:"):
+            data += line[5:].strip()
+    return kind, json.loads(data) if data else None
+
+
+class Front:
+    """What the front runs besides the routes: the HTTP session, the backend poller and
+    the parser (``start`` in the lifespan, ``close`` at shutdown)."""
+
+    def __init__(
+        self, settings: Settings, metrics: Metrics, drain_deadline: Callable[[], float | None]
+    ) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.drain_deadline = drain_deadline
+        self.session: aiohttp.ClientSession | None = None
+        self.watch: BackendWatch | None = None
+
+    def start(self) -> ProxyParser:
+        assert self.settings.front_backend_url
+        # Limits per pod Service: connections are pooled, a burst never opens thousands.
+        connector = aiohttp.TCPConnector(limit=self.settings.front_max_held_requests + 4)
+        self.session = aiohttp.ClientSession(connector=connector, auto_decompress=True)
+        self.watch = BackendWatch(
+            self.settings.front_backend_url,
+            interval_s=self.settings.front_poll_interval_s,
+            session=self.session,
+        )
+        self.watch.start()
+        return ProxyParser(
+            self.settings,
+            self.metrics,
+            self.watch,
+            self.session,
+            drain_deadline=self.drain_deadline,
+        )
+
+    async def close(self) -> None:
+        if self.watch is not None:
+            await self.watch.close()
+        if self.session is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.session.close(), 5.0)
