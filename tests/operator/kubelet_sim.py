@@ -10,8 +10,9 @@ writes the Deployment's status, as those controllers would.
 
 With ``nodes`` it also plays the scheduler for node drains: each unbound pod is placed on the
 schedulable node holding fewest of its Deployment's pods (a ``Binding``, as kube-scheduler
-writes it; on the emulator the pod is created with its ``nodeName``), and only bound pods turn
-Ready. No node is a pod that stays Pending, as with every GPU taken.
+writes it; on the emulator the pod's ``nodeName``), and only bound pods turn Ready,
+``ready_after`` seconds after their binding. A pod no node can take stays Pending with the
+scheduler's ``PodScheduled=False`` / ``Unschedulable`` condition, as with every GPU taken.
 
 Everything goes through the cluster's public API (the test client), like the real kubelet.
 """
@@ -29,6 +30,22 @@ from ticker import Ticker
 
 DEPLOY, POD = KNOWN_KINDS["Deployment"], KNOWN_KINDS["Pod"]
 REVISION = "docparser.io/revision"
+
+
+# What kube-scheduler writes on a pod no node can take (diagnose.py reads this condition).
+UNSCHEDULABLE = {
+    "phase": "Pending",
+    "conditions": [
+        {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": "0/2 nodes are available: 1 node(s) were unschedulable, "
+            "1 Insufficient nvidia.com/gpu.",
+            "lastTransitionTime": "2026-01-01T00:00:00Z",
+        }
+    ],
+}
 
 
 def _selector(dep: dict[str, Any]) -> str:
@@ -78,18 +95,20 @@ class Kubelet(Ticker):
             revision = dep["spec"]["template"]["metadata"]["labels"].get(REVISION, "")
             for pod in pods:
                 uid = pod["metadata"]["uid"]
-                first = self._seen.setdefault(uid, time.monotonic())
-                ok = (
-                    revision not in self.never_ready
-                    and time.monotonic() - first >= self.ready_after
-                    and (self.nodes is None or bool(pod["spec"].get("nodeName")))
-                )
-                state = "ready" if ok else "loading"
+                if self.nodes is not None and not pod["spec"].get("nodeName"):
+                    state, ok = "unschedulable", False  # kube-scheduler's verdict, below
+                else:  # Ready ``ready_after`` seconds after its node took it
+                    first = self._seen.setdefault(uid, time.monotonic())
+                    ok = (
+                        revision not in self.never_ready
+                        and time.monotonic() - first >= self.ready_after
+                    )
+                    state = "ready" if ok else "loading"
                 ready += ok
                 ip = self.pod_ip.get(revision)
                 written = f"{state}@{ip}"
                 if self._written.get(uid) != written:
-                    status = pod_status(state)
+                    status = pod_status(state) if state != "unschedulable" else UNSCHEDULABLE
                     if ip:
                         status["podIP"] = ip
                     with contextlib.suppress(Exception):  # deleted meanwhile

@@ -125,9 +125,10 @@ def test_a_drain_replaces_the_only_pod_before_the_budget_lets_it_go(
     nodes: Nodes,
     gitops_check_optional: GitOpsCheck | None,
 ) -> None:
-    """replicas 1, maxSurge 1: cordon -> a replacement on the other node -> the eviction is
-    refused until it is Ready -> then allowed -> back to 1 pod, never without a Ready one,
-    and the evicted pod, stuck terminating, uses no surge and counts as no capacity."""
+    """replicas 1, maxSurge 1: cordon -> a replacement, Unschedulable while the other node is
+    full (Degraded DrainBlocked in the scheduler's words; the eviction refused) -> the node
+    frees up -> the replacement Ready -> the eviction allowed -> back to 1 pod, never without
+    a Ready one, and the evicted pod, stuck terminating, uses no surge and is no capacity."""
     first, other = nodes.names
     nodes.open = {first}  # the other node is full until the test frees it
     with Kubelet(cluster, ready_after=0.5, nodes=nodes.schedulable):
@@ -141,12 +142,18 @@ def test_a_drain_replaces_the_only_pod_before_the_budget_lets_it_go(
         ) as sampler:
             nodes.cordon(old["spec"]["nodeName"])
             wait_for("a replacement", lambda: replicas(cluster, "dr") == 2, timeout=STEP)
-            (entry,) = wait_for("status.drains", lambda: drains(cluster, "dr"), timeout=STEP)
-            assert entry["node"] == old["spec"]["nodeName"] and entry["pods"] == 1
-            assert entry["phase"] == "Replacing"  # the replacement waits for room, Pending
+            (entry,) = wait_for(
+                "the replacement Unschedulable: the drain Blocked",
+                lambda: [d for d in drains(cluster, "dr") if d.get("phase") == "Blocked"],
+                timeout=STEP,
+            )
+            assert entry["node"] == first and entry["pods"] == 1
+            degraded = condition(cluster, "dr", "Degraded")
+            assert degraded["reason"] == "DrainBlocked", degraded
+            assert "cannot be scheduled: 0/2 nodes are available" in degraded["message"]
             if cluster.has_controllers:
-                assert not evict(cluster, old)  # the replacement is not Ready: 429
-            nodes.open.add(other)
+                assert not evict(cluster, old)  # no Ready replacement: 429
+            nodes.open.add(other)  # a GPU frees up (an autoscaler's node): it proceeds
             wait_for(
                 "the replacement Ready",
                 lambda: [d.get("phase") for d in drains(cluster, "dr")] == ["Evictable"],
@@ -173,7 +180,7 @@ def test_a_drain_replaces_the_only_pod_before_the_budget_lets_it_go(
             "one pod left", lambda: (p := live_pods(cluster, "dr")) and len(p) == 1 and p
         )
         assert left[0]["spec"]["nodeName"] != old["spec"]["nodeName"]
-        assert {"DrainStarted", "DrainReplaced"} <= event_reasons(cluster, "dr")
+        assert {"DrainStarted", "DrainBlocked", "DrainReplaced"} <= event_reasons(cluster, "dr")
 
 
 def test_without_room_the_eviction_waits_for_the_deadline_then_proceeds(

@@ -185,7 +185,7 @@ def test_events_follow_the_phase_changes_and_the_deadline_names_the_capacity_los
     assert reasons([], [entry("Replacing")]) == ["DrainStarted"]
     assert reasons([entry("Replacing")], [entry("Replacing")]) == []  # no change, no Event
     assert reasons([entry("Replacing")], [entry("Evictable")]) == ["DrainReplaced"]
-    assert reasons([], [entry("Blocked")]) == ["DrainBlocked"]
+    assert reasons([], [entry("Blocked")]) == ["DrainStarted", "DrainBlocked"]
     out = Outcome(
         previous_status={"drains": [entry("Blocked")]},
         status={"drains": [entry("DeadlineExceeded")]},

@@ -102,6 +102,15 @@ def _drain_events(outcome: Outcome) -> list[Event]:
             ),
             "",
         )
+        if node not in before:
+            out.append(
+                Event(
+                    "Normal",
+                    "DrainStarted",
+                    f"node {node} cordoned: replacing its {d.get('pods')} pod(s) first; "
+                    f"evictions held until they are Ready (deadline {d.get('deadline')})",
+                )
+            )
         if phase == "DeadlineExceeded":
             out.append(Event("Warning", "DrainDeadlineExceeded", said))
         elif phase == "Blocked":
@@ -110,15 +119,6 @@ def _drain_events(outcome: Outcome) -> list[Event]:
             out.append(
                 Event(
                     "Normal", "DrainReplaced", f"node {node}: replacements Ready, its pods may go"
-                )
-            )
-        elif node not in before:
-            out.append(
-                Event(
-                    "Normal",
-                    "DrainStarted",
-                    f"node {node} cordoned: replacing its {d.get('pods')} pod(s) first; "
-                    f"evictions held until they are Ready (deadline {d.get('deadline')})",
                 )
             )
     return out
