@@ -308,8 +308,8 @@ def test_character_error_rate_folds_whitespace_and_counts_edits() -> None:
 
 
 def test_golden_gate_holds_traffic_until_it_passes_and_fails_on_regression() -> None:
+    from docparser_operator.analysis.gates import verified
     from docparser_operator.analysis.golden_score import score_golden
-    from docparser_operator.analysis.walk import verified
 
     state = current(GOLDEN, None, "c1")
     assert (state.phase, state.weight) == ("Verifying", 0)
@@ -332,8 +332,8 @@ def test_golden_every_step_gates_each_later_step_holding_the_weight_earned() -> 
     """``everyStep``: after a passed window the gate runs again before the weight widens;
     while it runs the canary keeps the previous step's share (never 0, never more). A
     regression found then rolls the canary back; the pause of a step resumes through it too."""
+    from docparser_operator.analysis.gates import verified
     from docparser_operator.analysis.golden_score import score_golden
-    from docparser_operator.analysis.walk import verified
 
     config = CanaryAnalysis.model_validate(
         {

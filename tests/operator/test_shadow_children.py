@@ -131,3 +131,32 @@ def test_status_says_what_the_shadow_is_told(cluster: Cluster) -> None:
         "percent": 25,
         "podPagesPerMinute": 4,  # 7 pages a minute over 2 stable pods, rounded up
     }
+
+
+def test_the_watch_backed_observer_reads_the_config_map_once_per_ttl(cluster: Cluster) -> None:
+    """The operator's observer has no ConfigMap index (it never watches ConfigMaps): it gets
+    <name>-shadow by name, then trusts that (or its own write) for NAMED_TTL_S, so a quiet
+    cluster costs one get per DocParser per TTL; a deletion is seen after it."""
+    from docparser_operator.kube.observer import IndexedObserver
+
+    create(cluster, docparser("inv"))
+    _pass(cluster, CredentialMemory())
+    clock = [0.0]
+    seen = IndexedObserver({}, client=_operator(cluster), named_ttl_s=600, clock=lambda: clock[0])
+
+    def gets() -> int:
+        return len([r for r in cluster.requests_since(mark) if "/configmaps/" in r.path])
+
+    mark = cluster.mark()
+    first = seen(cluster.namespace, "inv").children[("ConfigMap", "inv-shadow")]
+    assert gets() == 1
+    clock[0] = 599.0
+    assert seen(cluster.namespace, "inv").children[("ConfigMap", "inv-shadow")] == first
+    assert gets() == 1  # trusted: no request
+    rewritten = {**first, "data": {"config.json": '{"enabled":false}'}}
+    seen.remember(cluster.namespace, "inv", {("ConfigMap", "inv-shadow"): rewritten}, {})
+    assert seen(cluster.namespace, "inv").children[("ConfigMap", "inv-shadow")] == rewritten
+    cluster.client.delete(CONFIG_MAP, cluster.namespace, "inv-shadow", uid=first["metadata"]["uid"])
+    clock[0] = 599.0 + 601.0
+    assert ("ConfigMap", "inv-shadow") not in seen(cluster.namespace, "inv").children
+    assert gets() == 2

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 # Output-quality outcomes per page (the runtime's docparser_pages_<name>_total counters):
 # the check's name in status, and the CanaryAnalysis field holding its threshold.
@@ -65,19 +66,51 @@ class TrackCounters:
 
     def quantile(self, q: float) -> float:
         """Like PromQL's histogram_quantile: linear within the bucket holding rank q."""
-        buckets = sorted(self.latency)
-        if not buckets or buckets[-1][1] <= 0:
-            return 0.0
-        rank = q * buckets[-1][1]
-        lower, below = 0.0, 0.0
-        for le, count in buckets:
-            if count >= rank:
-                if math.isinf(le):
-                    return lower  # the highest finite bound, as Prometheus does
-                inside = count - below
-                return lower + (le - lower) * ((rank - below) / inside if inside else 1.0)
-            lower, below = le, count
-        return lower
+        return histogram_quantile(self.latency, q)
+
+
+def histogram_quantile(cumulative: tuple[tuple[float, float], ...], q: float) -> float:
+    """PromQL's histogram_quantile over (upper bound, cumulative count) buckets: linear
+    within the bucket holding rank q; the highest finite bound past it."""
+    buckets = sorted(cumulative)
+    if not buckets or buckets[-1][1] <= 0:
+        return 0.0
+    rank = q * buckets[-1][1]
+    lower, below = 0.0, 0.0
+    for le, count in buckets:
+        if count >= rank:
+            if math.isinf(le):
+                return lower  # the highest finite bound, as Prometheus does
+            inside = count - below
+            return lower + (le - lower) * ((rank - below) / inside if inside else 1.0)
+        lower, below = le, count
+    return lower
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check of a window or a gate, as status reports it."""
+
+    name: str
+    value: float
+    threshold: float
+    ok: bool
+    canary: float | None = None
+    stable: float | None = None
+    quantile: float | None = None  # latency or CER: the quantile compared
+
+    def to_status(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "name": self.name,
+            "value": round(self.value, 4),
+            "threshold": self.threshold,
+            "ok": self.ok,
+        }
+        for key in ("canary", "stable", "quantile"):
+            number = getattr(self, key)
+            if number is not None:
+                out[key] = round(number, 4)
+        return out
 
 
 P99 = 0.99

@@ -20,20 +20,24 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from docparser_operator.analysis import golden_score
+from docparser_operator.analysis import gates, golden_score
 from docparser_operator.analysis import walk as analysis
 from docparser_operator.analysis.counters import TrackCounters
+from docparser_operator.analysis.shadow import ShadowCounters, ShadowFigures
 from docparser_operator.analysis.sources import golden
 from docparser_operator.analysis.sources.base import (
     MetricSource,
+    ShadowQuery,
     Sources,
     SourceUnavailable,
     TrackQuery,
 )
 from docparser_operator.api import labels
+from docparser_operator.api.analysis_spec import CanaryAnalysis
 from docparser_operator.api.models import DocParser
 
 WindowKey = tuple[str, str, int, str]  # canary revision, retry, step, window start
+GATE_POLL_S = 15.0  # how often the shadow gate reads the stable pods while it waits for pages
 
 
 @dataclass
@@ -66,7 +70,8 @@ def begin(
     if canary is None or canary.analysis is None or "canary" not in revisions:
         return None
     previous = (status.get("canary") or {}).get("analysis")
-    return analysis.current(canary.analysis, previous, revisions["canary"])
+    shadow = canary.shadow is not None
+    return analysis.current(canary.analysis, previous, revisions["canary"], shadow=shadow)
 
 
 def refusals(sources: Sources, model: DocParser) -> list[str]:
@@ -104,7 +109,8 @@ def _verify(
         )
     except golden.GoldenUnavailable as exc:
         return replace(state, message=f"golden documents: {exc}")
-    return analysis.verified(state, golden_score.score_golden(config, results))
+    scores = golden_score.score_golden(config, results)
+    return gates.verified(state, scores, shadow=model.spec.canary.shadow is not None)
 
 
 def finish(
@@ -138,8 +144,20 @@ def finish(
         query = TrackQuery(model.metadata.namespace, revision, _pods(pods, revision), seconds)
         return metrics.measure(query)
 
+    def read_shadow(seconds: int = 0) -> ShadowCounters | None:
+        if model.spec.canary is None or model.spec.canary.shadow is None:
+            return None
+        stable, canary = revisions.get("stable", ""), revisions.get("canary", "")
+        query = ShadowQuery(model.metadata.namespace, stable, canary, _pods(pods, stable), seconds)
+        return metrics.measure_shadow(query)
+
     def sample(seconds: int = 0) -> analysis.Window:
-        return analysis.Window(read("canary", seconds), read("stable", seconds))
+        return analysis.Window(
+            read("canary", seconds), read("stable", seconds), read_shadow(seconds)
+        )
+
+    if state.phase == "Shadowing":
+        return _shadow_gate(memory, metrics, config, state, where, read_shadow, now)
 
     window: analysis.Window | None = None
     end: analysis.Window | None = None
@@ -168,7 +186,14 @@ def finish(
                 end = sample()
                 c = end.canary.minus(known[1].canary)
                 s = end.stable.minus(known[1].stable)
-                window = analysis.Window(c, s) if c is not None and s is not None else None
+                span = _span(end.shadow, known[1].shadow)
+                shadow = span if isinstance(span, ShadowCounters) else None
+                measured = c is not None and s is not None and span is not False
+                window = (
+                    analysis.Window(c, s, shadow)
+                    if c is not None and s is not None and measured
+                    else None
+                )
                 if window is None:  # a pod left or restarted: measure a fresh window
                     state = replace(state, window_start=now)
                     memory.windows[where] = (_key(state), end)
@@ -184,8 +209,64 @@ def finish(
     )
     if problem:  # say why nothing moves (the source's words: never a remote body)
         after = replace(after, message=problem[:300])
+    if window is not None and window.shadow is not None:  # the judged window's figures
+        spent = analysis.elapsed(state.window_start, now)
+        q = config.max_shadow_disagreement.quantile
+        after = replace(after, figures=ShadowFigures(state.window_start, spent, q, window.shadow))
     if after.phase != "Progressing":
         memory.windows.pop(where, None)
     elif _key(after) != _key(state) and after.window_start and end is not None:
         memory.windows[where] = (_key(after), end)  # one window ends, the next begins
     return after
+
+
+def _span(end: ShadowCounters | None, start: ShadowCounters | None) -> ShadowCounters | bool | None:
+    """The shadow's share of a window: None without a shadow, False when unmeasurable."""
+    if end is None or start is None:
+        return None
+    span = end.minus(start)
+    return False if span is None else span
+
+
+def _shadow_gate(
+    memory: AnalysisMemory,
+    metrics: MetricSource,
+    config: CanaryAnalysis,
+    state: analysis.AnalysisState,
+    where: tuple[str, str],
+    read: Callable[[int], ShadowCounters | None],
+    now: str,
+) -> analysis.AnalysisState:
+    """The shadow gate, at weight 0 before step 1: the stable pods' comparison since the gate
+    began (its start in memory for the pods' cumulative counters; a history source answers
+    for the span), judged by gates.shadowed once enough pages were compared."""
+    refused = metrics.refusal()
+    if refused is not None:
+        return replace(state, message=refused[:300])
+    try:
+        if not metrics.cumulative:
+            if not state.window_start:
+                return replace(state, window_start=now)
+            seconds = analysis.elapsed(state.window_start, now)
+            span = read(round(seconds))
+        else:
+            known = memory.windows.get(where)
+            end = read(0)
+            start = known[1].shadow if known is not None and known[0] == _key(state) else None
+            span = end.minus(start) if end is not None and start is not None else None
+            if span is None:  # a new gate, a restart, or a stable pod left: begin now
+                state = replace(state, window_start=now)
+                empty = TrackCounters()
+                memory.windows[where] = (_key(state), analysis.Window(empty, empty, end))
+                return state
+            seconds = analysis.elapsed(state.window_start, now)
+    except SourceUnavailable as exc:
+        return replace(state, message=str(exc)[:300])
+    assert span is not None
+    if seconds < 1:  # status' clock has whole seconds: a span must be measurable in it
+        return state
+    after = gates.shadowed(state, config, span)
+    if after.phase != "Shadowing":
+        memory.windows.pop(where, None)
+    q = config.max_shadow_disagreement.quantile
+    return replace(after, figures=ShadowFigures(state.window_start, seconds, q, span))

@@ -30,6 +30,12 @@ stable's, never gets traffic (``Failed``, reason ``GoldenRegression``). With
 ``golden.everyStep`` the gate runs again before each later step, holding the weight earned
 so far while it does; a failure then rolls the canary back to 0 %.
 
+With ``canary.shadow`` (stable's pods copy live requests to the canary and compare the
+outputs) the walk holds ``Shadowing`` at weight 0 before step 1 (after the golden gate):
+gates.py judges the stable pods' comparison once ``minShadowPages`` pages were compared
+(``ShadowRegression`` on failure, no traffic sent); every later window also carries the
+comparison over its minutes (shadow.py's checks; a step's ``minShadowPages`` waits for them).
+
 The operator never writes ``spec``: the step, the effective weight, the last checks and the
 verdict live in ``status.canary.analysis`` and survive an operator restart or a new leader.
 The counters at a window's start are kept in the leader's memory only; a restart begins the
@@ -42,35 +48,19 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from docparser_operator.analysis.counters import OUTCOMES, TrackCounters, supported_quantile
+from docparser_operator.analysis import shadow
+from docparser_operator.analysis.counters import (
+    OUTCOMES,
+    Check,
+    TrackCounters,
+    supported_quantile,
+)
 from docparser_operator.analysis.golden_score import GoldenScore
+from docparser_operator.analysis.shadow import ShadowCounters, ShadowFigures
 from docparser_operator.api.analysis_spec import AnalysisStep, CanaryAnalysis
 
-Phase = Literal["Verifying", "Progressing", "Paused", "Failed", "Succeeded"]
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    value: float
-    threshold: float
-    ok: bool
-    canary: float | None = None
-    stable: float | None = None
-    quantile: float | None = None  # latency: the quantile compared (counters.supported_quantile)
-
-    def to_status(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "name": self.name,
-            "value": round(self.value, 4),
-            "threshold": self.threshold,
-            "ok": self.ok,
-        }
-        for key in ("canary", "stable", "quantile"):
-            number = getattr(self, key)
-            if number is not None:
-                out[key] = round(number, 4)
-        return out
+Phase = Literal["Verifying", "Shadowing", "Progressing", "Paused", "Failed", "Succeeded"]
+__all__ = ["AnalysisState", "Check", "Window", "advance", "current", "evaluate", "window_due"]
 
 
 @dataclass(frozen=True)
@@ -87,15 +77,16 @@ class AnalysisState:
     retry: str = ""
     message: str = ""
     checks: tuple[Check, ...] = field(default_factory=tuple)
-    reason: str = ""  # why a Failed walk stopped: CanaryFailed or GoldenRegression
+    reason: str = ""  # why a Failed walk stopped: CanaryFailed, Golden- or ShadowRegression
     golden: tuple[GoldenScore, ...] = field(default_factory=tuple)
+    figures: ShadowFigures | None = None  # the shadow span measured this pass (status.shadow)
 
     @property
     def weight(self) -> int:
         """The canary's effective weight (what the rollout planner is asked for)."""
         if self.phase == "Failed":
             return 0
-        if self.phase == "Verifying":  # hold what earlier steps earned, never widen
+        if self.phase in ("Verifying", "Shadowing"):  # hold what was earned, never widen
             return self.steps[self.step - 1].weight if self.step else 0
         if self.phase == "Succeeded":
             return 100
@@ -125,24 +116,35 @@ class AnalysisState:
         return out
 
 
-def current(config: CanaryAnalysis, status: dict[str, Any] | None, revision: str) -> AnalysisState:
+def current(
+    config: CanaryAnalysis,
+    status: dict[str, Any] | None,
+    revision: str,
+    *,
+    shadow: bool = False,
+) -> AnalysisState:
     """The state to continue from: the status's, unless it speaks of another canary
-    revision or an older ``retry`` token (then the walk starts again at step 1)."""
+    revision or an older ``retry`` token (then the walk starts again at step 1).
+    ``shadow``: the DocParser has ``canary.shadow`` (its gate comes before step 1)."""
     steps = tuple(config.schedule())
+    first: Phase = (
+        "Verifying" if config.golden is not None else "Shadowing" if shadow else "Progressing"
+    )
     fresh = AnalysisState(
         revision=revision,
         steps=steps,
         retry=config.retry or "",
-        phase="Verifying" if config.golden is not None else "Progressing",
-        message="golden documents: waiting for a Ready canary pod"
-        if config.golden is not None
-        else f"step 1/{len(steps)}: {steps[0].weight}% for {config.interval_seconds}s",
+        phase=first,
+        message={
+            "Verifying": "golden documents: waiting for a Ready canary pod",
+            "Shadowing": "shadow: comparing live pages at 0%",
+        }.get(first, f"step 1/{len(steps)}: {steps[0].weight}% for {config.interval_seconds}s"),
     )
     old = status or {}
     if old.get("revision") != revision or (old.get("retry") or "") != (config.retry or ""):
         return fresh
     step = min(max(int(old.get("step") or 1) - 1, 0), len(steps) - 1)
-    kept = ("Verifying", "Paused", "Failed", "Succeeded")
+    kept = ("Verifying", "Shadowing", "Paused", "Failed", "Succeeded")
     phase = old.get("phase") if old.get("phase") in kept else None
     return replace(
         fresh,
@@ -178,9 +180,14 @@ def current(config: CanaryAnalysis, status: dict[str, Any] | None, revision: str
 
 
 def evaluate(
-    config: CanaryAnalysis, canary: TrackCounters, stable: TrackCounters
+    config: CanaryAnalysis,
+    canary: TrackCounters,
+    stable: TrackCounters,
+    span: ShadowCounters | None = None,
+    min_shadow_pages: int = 0,
 ) -> tuple[Check, ...] | str:
-    """The window's checks, or why there is no verdict yet."""
+    """The window's checks, or why there is no verdict yet. ``span``: the shadow's compared
+    pages in the window (with ``canary.shadow``); the step may require ``min_shadow_pages``."""
     low = [
         f"{track} {int(c.requests)}/{config.min_requests}"
         for track, c in (("canary", canary), ("stable", stable))
@@ -188,6 +195,10 @@ def evaluate(
     ]
     if low:
         return "waiting for requests in the window: " + ", ".join(low)
+    compared = span.compared if span is not None else 0.0
+    if compared < min_shadow_pages:
+        return f"waiting for compared live pages in the window: {compared:g}/{min_shadow_pages}"
+    judged = shadow.checks(config, span) if span is not None and compared > 0 else ()
     increase = canary.error_rate - stable.error_rate
     q = supported_quantile(min(canary.timed, stable.timed))
     stable_p99, canary_p99 = stable.quantile(q), canary.quantile(q)
@@ -218,6 +229,7 @@ def evaluate(
             quantile=q,
         ),
         *quality,
+        *judged,
     )
 
 
@@ -227,6 +239,7 @@ class Window:
 
     canary: TrackCounters
     stable: TrackCounters
+    shadow: ShadowCounters | None = None  # the stable pods' comparison (canary.shadow)
 
 
 def advance(
@@ -262,7 +275,8 @@ def advance(
         )
     if window is None:
         return state
-    verdict = evaluate(config, window.canary, window.stable)
+    step_pages = state.steps[state.step].min_shadow_pages
+    verdict = evaluate(config, window.canary, window.stable, window.shadow, step_pages)
     if isinstance(verdict, str):
         return replace(state, message=f"step {state.step + 1}/{n} at {state.weight}%: {verdict}")
     failed = [c for c in verdict if not c.ok]
@@ -270,10 +284,11 @@ def advance(
         failures = state.failures + 1
         why = "; ".join(f"{c.name} {c.value:.4g} > {c.threshold:g}" for c in failed)
         if failures >= config.failure_limit:
+            on_shadow = any(c.name.startswith("shadow") for c in failed)
             return replace(
                 state,
                 phase="Failed",
-                reason="CanaryFailed",
+                reason="ShadowRegression" if on_shadow else "CanaryFailed",
                 failures=failures,
                 checks=verdict,
                 window_start="",
@@ -333,35 +348,6 @@ def _next_step(
             f"({state.steps[step].weight}%): waiting for a Ready canary pod",
         )
     return moved
-
-
-def verified(state: AnalysisState, scores: tuple[GoldenScore, ...]) -> AnalysisState:
-    """The golden gate's verdict: traffic may start (or widen to the step's weight), or the
-    canary gets none (a failure after earlier steps rolls it back to 0 %)."""
-    failed = [g for g in scores if not g.ok]
-    n = len(state.steps)
-    if failed:
-        worst = ", ".join(f"{g.document} {g.canary:.3f} (stable {g.stable:.3f})" for g in failed)
-        return replace(
-            state,
-            phase="Failed",
-            reason="GoldenRegression",
-            golden=scores,
-            message=f"golden documents: the canary reads {len(failed)} of {len(scores)} worse "
-            f"than allowed (character error rate: {worst}); "
-            + (
-                f"rolled back from {state.weight}% before step {state.step + 1}/{n}"
-                if state.step
-                else "no traffic was sent to it"
-            ),
-        )
-    return replace(
-        state,
-        phase="Progressing",
-        golden=scores,
-        message=f"golden documents passed ({len(scores)}); step {state.step + 1}/{n}: "
-        f"{state.steps[state.step].weight}%",
-    )
 
 
 def _seconds(rfc3339: str) -> float:

@@ -35,8 +35,8 @@ class ResourceRef:
     indexed: bool = False  # read from a watch-backed kopf index (kube/observer.py)
     watch: Watch = "none"
     verbs: tuple[str, ...] = ()  # what the chart's ClusterRole must grant on it
-    # A child read by name (one get per pass) instead of from a watch: for a kind the operator
-    # must not list cluster-wide (ConfigMaps): DocParser name -> the child's name.
+    # A child read by name (a get, trusted for a while: kube/observer.py), not from a watch,
+    # for a kind the operator must not list cluster-wide (ConfigMaps): DocParser name -> name.
     named: Callable[[str], str] | None = None
 
     @property

@@ -172,6 +172,32 @@ def _condition_line(c: dict[str, Any]) -> str:
     return f"{head} {c.get('reason', '')}: {c.get('message', '')}"
 
 
+def _shadow_lines(shadow: dict[str, Any]) -> list[str]:
+    """The shadow's figures (status.canary.shadow): what stable's pods are told, and the
+    comparison over the span measured last (docs/operations.md, "Shadow canary")."""
+    if not shadow:
+        return []
+    told = (
+        f"on, {shadow.get('percent', '-')}% of answered requests, "
+        f"{shadow.get('podPagesPerMinute', '-')} pages/min per stable pod"
+        if shadow.get("enabled")
+        else "off"
+    )
+    lines = [f"shadow  {told}"]
+    if "pagesCompared" in shadow:
+        q = round(100 * float(shadow.get("quantile") or 0))
+        dropped = ", ".join(f"{d['reason']} {d['requests']:g}" for d in shadow.get("dropped") or [])
+        lines.append(
+            f"        since {shadow.get('since', '-')}: {shadow['pagesCompared']:g} pages "
+            f"compared, {shadow.get('pagesMirrored', 0):g} sent "
+            f"({shadow.get('pagesPerMinute', 0):g}/min), p{q} CER {shadow.get('cer', 0):.4f}, "
+            f"truncation {shadow.get('truncationIncrease', 0):+.4f}, "
+            f"structure differs on {shadow.get('structureDisagreements', 0):g}, "
+            f"dropped: {dropped or 'none'}"
+        )
+    return lines
+
+
 def render_status(
     dp: dict[str, Any], deployments: list[dict[str, Any]], events: list[dict[str, Any]]
 ) -> str:
@@ -193,6 +219,7 @@ def render_status(
             f"ready {canary.get('readyReplicas', 0)}  weight {canary.get('weight', 0)}% "
             f"(requested {requested}%)"
         )
+    lines += _shadow_lines(canary.get("shadow") or {})
     lines.append("revisions:")
     for dep in sorted(deployments, key=lambda d: d["metadata"]["name"]):
         dep_labels = dep["metadata"].get("labels") or {}

@@ -195,6 +195,9 @@ def reconcile(
         # This pass planned the old weight (or mirroring to a canary that has now failed):
         # the next one routes the new weight and turns the shadow off.
         out.wake_in_s = 0.0
+    elif walk is not None and walk.phase == "Shadowing":
+        # The shadow gate reads the stable pods until enough live pages were compared.
+        out.wake_in_s = analysis_run.GATE_POLL_S
     elif walk is not None and walk.phase == "Progressing" and walk.window_start:
         assert decision.target is not None and decision.target.resource.spec.canary is not None
         config = decision.target.resource.spec.canary.analysis

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from docparser_operator.analysis.walk import AnalysisState
 from docparser_operator.api import labels, naming
 from docparser_operator.core import rollout
 from docparser_operator.core.children import Key, owned_by
@@ -125,21 +126,35 @@ def pass_status(
         route_gate=route_gate,
         drains=out.drains,
         draining=bool(out.drain_waits),
-        shadow=shadow_status(plan) if plan is not None else None,
+        shadow=shadow_status(plan, previous, out.analysis) if plan is not None else None,
     )
     return status
 
 
-def shadow_status(plan: Target) -> dict[str, Any] | None:
+CONFIGURED = ("enabled", "percent", "podPagesPerMinute")
+
+
+def shadow_status(
+    plan: Target, previous: dict[str, Any], walk: AnalysisState | None = None
+) -> dict[str, Any] | None:
     """``status.canary.shadow``: the configuration rendered into ``<name>-shadow`` (what the
-    stable pods are told: on or off, the share, each pod's page budget)."""
+    stable pods are told: on or off, the share, each pod's page budget) and the comparison
+    figures the analysis measured last: this pass's, else those already in status while the
+    canary revision is the same (most passes read no metrics)."""
     spec = plan.resource.spec
-    if spec.canary is None or spec.canary.shadow is None:
+    canary = plan.role("canary")
+    if spec.canary is None or spec.canary.shadow is None or canary is None:
         return None
     config = shadow_config(plan)
     out: dict[str, Any] = {"enabled": config["enabled"], "percent": spec.canary.shadow.percent}
     if config["enabled"]:
         out["podPagesPerMinute"] = config["maxPagesPerMinute"]
+    before = previous.get("canary") or {}
+    if walk is not None and walk.figures is not None:
+        out.update(walk.figures.to_status())
+    elif before.get("revision") == canary.revision:
+        kept = before.get("shadow") or {}
+        out.update({k: v for k, v in kept.items() if k not in CONFIGURED})
     return out
 
 

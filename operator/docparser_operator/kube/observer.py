@@ -5,9 +5,14 @@ requests per DocParser per resync (600 a minute at 100 DocParsers). The operator
 watches every listed child kind; kopf keeps one index per kind fed by those watches, and it runs no
 resource handler before every index holds its initial list (so a pass never plans from an
 empty view after a restart). ``IndexedObserver`` assembles one DocParser's ``Observed`` from
-those indexes, plus one get of each child read by name (the shadow's ConfigMap: watching
-ConfigMaps would mean reading every ConfigMap in the cluster, api/kinds.py); ``ListObserver``
-lists (the CLI, tests calling ``reconcile`` directly, the benchmark's baseline).
+those indexes without a request; ``ListObserver`` lists (the CLI, tests calling ``reconcile``
+directly, the benchmark's baseline).
+
+A child read by name (the shadow's ConfigMap: watching ConfigMaps would mean reading every
+ConfigMap in the cluster, api/kinds.py) has no index. What a pass wrote of it, or last read
+with one get, is trusted for ``NAMED_TTL_S`` (10 minutes), then read again: at rest that is
+one get per DocParser every 10 minutes, and a ConfigMap deleted or edited by hand is put back
+within that time (its pods, which mount it optionally, read the shadow as off meanwhile).
 
 A watch lags the writes that cause it by a few milliseconds, and the pass right after a write
 must not plan from a view that predates it (it could spend the surge budget twice). So the
@@ -27,12 +32,18 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from docparser_operator.api import labels
-from docparser_operator.api.kinds import LISTED_CHILD_KINDS, NAMED_CHILDREN, ref_for
+from docparser_operator.api.kinds import (
+    LISTED_CHILD_KINDS,
+    NAMED_CHILDREN,
+    ResourceRef,
+    ref_for,
+)
 from docparser_operator.core import drain
 from docparser_operator.core.children import Key, Observed
 from docparser_operator.kube.client import ApiError, KubeClient
 
 IndexKey = tuple[str, str]  # (namespace, DocParser name)
+NAMED_TTL_S = 600.0  # a child read by name is read again at most this often (at rest)
 # What kopf hands over: per kind, an index of (namespace, instance) -> objects.
 Indexes = Mapping[str, Mapping[IndexKey, Iterable[dict[str, Any]]]]
 
@@ -84,12 +95,16 @@ def cordoned_nodes(client: KubeClient) -> frozenset[str] | None:
 
 
 def read_named(
-    client: KubeClient, namespace: str, name: str, live: dict[Key, dict[str, Any]]
+    client: KubeClient,
+    namespace: str,
+    name: str,
+    live: dict[Key, dict[str, Any]],
+    refs: tuple[ResourceRef, ...] = NAMED_CHILDREN,
 ) -> list[str]:
     """Add the children read by name (one get each: kinds the operator may not list, such as
     ConfigMaps) to ``live``; returns the kinds it may not read."""
     forbidden = []
-    for ref in NAMED_CHILDREN:
+    for ref in refs:
         assert ref.named is not None
         child = ref.named(name)
         try:
@@ -161,11 +176,17 @@ class IndexedObserver:
     indexes: Indexes
     client: KubeClient | None = None  # reads the children read by name (none: skipped)
     ttl_s: float = 10.0
+    named_ttl_s: float = NAMED_TTL_S  # how long a child read by name is trusted unread
     cordoned: Callable[[], frozenset[str] | None] = lambda: None  # kube/nodes.py's view
     clock: Callable[[], float] = time.monotonic
     _pending: dict[IndexKey, dict[Key, _Pending]] = field(default_factory=dict)
     _gone: dict[str, float] = field(default_factory=dict)  # uids seen deleted -> until
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    # (DocParser, child) -> (trusted until, the object or None when absent): what we last
+    # read or wrote of the children read by name (kube/observer.py's module doc).
+    _named: dict[tuple[IndexKey, Key], tuple[float, dict[str, Any] | None]] = field(
+        default_factory=dict
+    )
 
     def __call__(self, namespace: str, name: str) -> Observed:
         key = (namespace, name)
@@ -174,9 +195,7 @@ class IndexedObserver:
             index = self.indexes.get(kind) or {}
             for obj in _snapshot(index.get(key)):
                 children[(kind, obj["metadata"]["name"])] = obj
-        forbidden: list[str] = []
-        if self.client is not None:
-            forbidden = read_named(self.client, namespace, name, children)
+        forbidden = self._read_named(key, children)
         pods = [
             p
             for p in _snapshot((self.indexes.get("Pod") or {}).get(key))
@@ -184,6 +203,29 @@ class IndexedObserver:
         ]
         self._overlay(key, children)
         return Observed(children, pods, tuple(forbidden), cordoned=self.cordoned())
+
+    def _read_named(self, key: IndexKey, children: dict[Key, dict[str, Any]]) -> list[str]:
+        """The children read by name, from what we last read or wrote of them while that is
+        younger than ``named_ttl_s``, else with one get (returns the kinds RBAC denies)."""
+        if self.client is None:
+            return []
+        forbidden: list[str] = []
+        for ref in NAMED_CHILDREN:
+            assert ref.named is not None
+            child = (ref.kind, ref.named(key[1]))
+            with self._lock:
+                until, obj = self._named.get((key, child), (0.0, None))
+            if until <= self.clock():
+                found: dict[Key, dict[str, Any]] = {}
+                if read_named(self.client, key[0], key[1], found, (ref,)):
+                    forbidden.append(ref.kind)
+                    continue
+                obj = found.get(child)
+                with self._lock:
+                    self._named[(key, child)] = (self.clock() + self.named_ttl_s, obj)
+            if obj is not None:
+                children[child] = obj
+        return forbidden
 
     def all_pods(self) -> list[dict[str, Any]]:
         """Every indexed runtime pod (the cordon poll finds the owners of a node's pods)."""
@@ -193,7 +235,14 @@ class IndexedObserver:
     def remember(
         self, namespace: str, name: str, written: dict[Key, dict[str, Any]], deleted: dict[Key, str]
     ) -> None:
-        until = self.clock() + self.ttl_s
+        now = self.clock()
+        until = now + self.ttl_s
+        named = {(r.kind, r.named(name)) for r in NAMED_CHILDREN if r.named is not None}
+        with self._lock:  # what we wrote of a child read by name is what it holds now
+            for child in named & set(written):
+                self._named[((namespace, name), child)] = (now + self.named_ttl_s, written[child])
+            for child in named & set(deleted):
+                self._named.pop(((namespace, name), child), None)
         entries = {
             k: _Pending(obj, obj["metadata"].get("uid", ""), resource_version(obj), until)
             for k, obj in written.items()

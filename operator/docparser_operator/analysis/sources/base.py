@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from docparser_operator.analysis.counters import TrackCounters
+from docparser_operator.analysis.shadow import ShadowCounters
 from docparser_operator.analysis.sources.golden import Documents
 from docparser_operator.api.analysis_spec import CanaryAnalysis, PrometheusSource
 
@@ -36,6 +37,18 @@ class TrackQuery:
     seconds: int
 
 
+@dataclass(frozen=True)
+class ShadowQuery:
+    """The shadow's reading: the stable pods' comparison with one canary revision (stable's
+    pods send the copies and compare, so only their ``/metrics`` carry it)."""
+
+    namespace: str
+    stable_revision: str
+    canary_revision: str
+    pods: Sequence[Mapping[str, Any]]  # the stable revision's pods
+    seconds: int
+
+
 class MetricSource(Protocol):
     """Where a window's counters come from (Argo Rollouts: ``metricproviders.Provider``)."""
 
@@ -49,6 +62,9 @@ class MetricSource(Protocol):
 
     def measure(self, query: TrackQuery) -> TrackCounters:
         """One track's counters; raises SourceUnavailable."""
+
+    def measure_shadow(self, query: ShadowQuery) -> ShadowCounters:
+        """The stable pods' shadow counters for the canary revision; raises SourceUnavailable."""
 
 
 class GoldenReader(Protocol):

@@ -1,7 +1,8 @@
 """The canary analysis' metric source: the runtime pods' own ``/metrics`` (no Prometheus).
 
 Each track's Ready pods are read over HTTP at ``<podIP>:8000/metrics`` and their counters are
-summed (analysis.TrackCounters): API requests (``docparser_requests_total`` on ``/v1/``
+summed (analysis.TrackCounters; the stable pods' shadow counters the same way,
+analysis.shadow.ShadowCounters): API requests (``docparser_requests_total`` on ``/v1/``
 routes; probes and ``/metrics`` do not count), those answered 5xx, the total-stage latency
 histogram, pages parsed and the pages of each output-quality outcome (truncated, empty,
 steered by the repetition guard). A pod that does not answer makes the whole sample unusable
@@ -22,8 +23,10 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from docparser_operator.analysis import shadow
 from docparser_operator.analysis.counters import OUTCOMES, TrackCounters
-from docparser_operator.analysis.sources.base import SourceUnavailable, TrackQuery
+from docparser_operator.analysis.shadow import ShadowCounters
+from docparser_operator.analysis.sources.base import ShadowQuery, SourceUnavailable, TrackQuery
 from docparser_operator.analysis.sources.fetch import Fetcher
 from docparser_operator.api import naming
 
@@ -67,6 +70,49 @@ def parse_counters(text: str) -> TrackCounters:
     )
 
 
+_SHADOW_SCALARS = {
+    "docparser_shadow_mirrored_pages_total": "mirrored",
+    "docparser_shadow_pages_compared_total": "compared",
+    "docparser_shadow_structure_disagreements_total": "structure",
+}
+
+
+def parse_shadow(text: str, stable_revision: str, canary_revision: str) -> ShadowCounters:
+    """One stable pod's shadow counters for this revision pair (pure). Series of another
+    pair (an earlier canary, before the pod re-read its configuration) are left out; the
+    drop counters may carry no revision labels (then they count)."""
+    scalars = dict.fromkeys(("mirrored", "compared", "structure"), 0.0)
+    truncated = {"stable": 0.0, "canary": 0.0}
+    cer: dict[float, float] = defaultdict(float)
+    dropped: dict[str, float] = dict.fromkeys(shadow.DROP_REASONS, 0.0)
+    pair = {"stable_revision": stable_revision, "canary_revision": canary_revision}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels, name = sample.labels, sample.name
+            if not name.startswith("docparser_shadow_"):
+                continue
+            if any(labels.get(k, v) != v for k, v in pair.items()):
+                continue
+            if name in _SHADOW_SCALARS:
+                scalars[_SHADOW_SCALARS[name]] += sample.value
+            elif name == "docparser_shadow_page_cer_bucket":
+                cer[float(labels["le"])] += sample.value
+            elif name == "docparser_shadow_dropped_total":
+                reason = labels.get("reason", "error")
+                dropped[reason] = dropped.get(reason, 0.0) + sample.value
+            elif name == "docparser_shadow_flagged_pages_total" and (
+                labels.get("flag") == "truncated" and labels.get("side") in truncated
+            ):
+                truncated[labels["side"]] += sample.value
+    return ShadowCounters(
+        **scalars,
+        cer=tuple(sorted(cer.items())),
+        stable_truncated=truncated["stable"],
+        canary_truncated=truncated["canary"],
+        dropped=tuple(sorted(dropped.items())),
+    )
+
+
 def add(counters: Iterable[TrackCounters]) -> TrackCounters:
     requests = errors = pages = 0.0
     buckets: dict[float, float] = defaultdict(float)
@@ -103,18 +149,37 @@ def _ready(pod: Mapping[str, Any]) -> bool:
     )
 
 
-def scrape_track(pods: Iterable[Mapping[str, Any]], fetch: Fetch) -> TrackCounters | None:
-    """The summed counters of these pods' Ready ones; None when one cannot be read."""
-    counters = []
+def _expositions(pods: Iterable[Mapping[str, Any]], fetch: Fetch) -> list[str] | None:
+    """The ``/metrics`` text of every Ready pod; None when one cannot be read."""
+    texts = []
     for pod in pods:
         if not _ready(pod) or (pod.get("metadata") or {}).get("deletionTimestamp"):
             continue
         url = f"http://{pod['status']['podIP']}:{naming.HTTP_PORT}/metrics"
         try:
-            counters.append(parse_counters(fetch(url)))
+            texts.append(fetch(url))
         except Exception:  # unreachable, timed out, not our exposition: no sample this time
             return None
-    return add(counters)
+    return texts
+
+
+def scrape_track(pods: Iterable[Mapping[str, Any]], fetch: Fetch) -> TrackCounters | None:
+    """The summed counters of these pods' Ready ones; None when one cannot be read."""
+    texts = _expositions(pods, fetch)
+    try:
+        return None if texts is None else add(parse_counters(t) for t in texts)
+    except Exception:  # not our exposition
+        return None
+
+
+def scrape_shadow(query: ShadowQuery, fetch: Fetch) -> ShadowCounters | None:
+    """The stable pods' shadow counters, summed; None when one cannot be read."""
+    texts = _expositions(query.pods, fetch)
+    pair = (query.stable_revision, query.canary_revision)
+    try:
+        return None if texts is None else shadow.add(parse_shadow(t, *pair) for t in texts)
+    except Exception:  # not our exposition
+        return None
 
 
 @dataclass(frozen=True)
@@ -133,5 +198,11 @@ class PodMetrics:
     def measure(self, query: TrackQuery) -> TrackCounters:
         counters = scrape_track(query.pods, self.fetch)
         if counters is None:  # most often a NetworkPolicy keeps the operator out
+            raise SourceUnavailable(UNREADABLE)
+        return counters
+
+    def measure_shadow(self, query: ShadowQuery) -> ShadowCounters:
+        counters = scrape_shadow(query, self.fetch)
+        if counters is None:
             raise SourceUnavailable(UNREADABLE)
         return counters

@@ -3,7 +3,9 @@
 For users who already run one (``spec.canary.analysis.prometheus``). At a window's end each
 track's counters over the window come from ``increase(...[<window>s])`` instant queries,
 summed over the revision's series: API requests (``/v1/`` routes), those answered 5xx, the
-total-stage latency histogram by ``le``, pages and the pages of each output outcome. The
+total-stage latency histogram by ``le``, pages and the pages of each output outcome; with
+``canary.shadow`` the stable revision's shadow counters for the canary revision the same way
+(shadow_queries). The
 result is the same ``TrackCounters`` the scrape source differences, so the checks are the
 same (the latency quantile is computed as PromQL's ``histogram_quantile`` would, over the summed
 bucket increases, at the quantile the window's request count supports: counters.py).
@@ -26,8 +28,10 @@ import json
 import urllib.parse
 from dataclasses import dataclass
 
+from docparser_operator.analysis import shadow
 from docparser_operator.analysis.counters import OUTCOMES, TrackCounters
-from docparser_operator.analysis.sources.base import SourceUnavailable, TrackQuery
+from docparser_operator.analysis.shadow import ShadowCounters
+from docparser_operator.analysis.sources.base import ShadowQuery, SourceUnavailable, TrackQuery
 from docparser_operator.analysis.sources.fetch import Fetcher, FetchError
 from docparser_operator.api.analysis_spec import PrometheusSource
 
@@ -133,6 +137,54 @@ def window_counters(
     )
 
 
+def shadow_queries(source: PrometheusSource, query: ShadowQuery) -> dict[str, str]:
+    """name -> PromQL for the stable pods' shadow counters over the span (pure): the stable
+    revision's series (the pod label) for the canary revision (the metric's own label)."""
+
+    def increase(metric: str, by: str = "", **extra: str) -> str:
+        group = f" by ({by})" if by else ""
+        sel = selector(source, query.namespace, query.stable_revision, **extra)
+        return f"sum{group}(increase({metric}{sel}[{max(query.seconds, 1)}s]))"
+
+    canary = {"canary_revision": query.canary_revision}
+    return {
+        "mirrored": increase("docparser_shadow_mirrored_pages_total", **canary),
+        "compared": increase("docparser_shadow_pages_compared_total", **canary),
+        "structure": increase("docparser_shadow_structure_disagreements_total", **canary),
+        "cer": increase("docparser_shadow_page_cer_bucket", "le", **canary),
+        "truncated": increase(
+            "docparser_shadow_flagged_pages_total", "side", flag="truncated", **canary
+        ),
+        "dropped": increase("docparser_shadow_dropped_total", "reason"),
+    }
+
+
+def shadow_counters(
+    source: PrometheusSource, query: ShadowQuery, fetcher: Fetcher
+) -> ShadowCounters:
+    """The shadow's counters over the span; raises PrometheusUnavailable."""
+    rows = {name: _instant(source, q, fetcher) for name, q in shadow_queries(source, query).items()}
+
+    def total(name: str) -> float:
+        return sum(v for _, v in rows[name])
+
+    def by(name: str, label: str) -> dict[str, float]:
+        return {m[label]: v for m, v in rows[name] if label in m}
+
+    sides = by("truncated", "side")
+    return ShadowCounters(
+        mirrored=total("mirrored"),
+        compared=total("compared"),
+        structure=total("structure"),
+        cer=tuple(sorted((float(le), v) for le, v in by("cer", "le").items())),
+        stable_truncated=sides.get("stable", 0.0),
+        canary_truncated=sides.get("canary", 0.0),
+        dropped=tuple(
+            sorted({**dict.fromkeys(shadow.DROP_REASONS, 0.0), **by("dropped", "reason")}.items())
+        ),
+    )
+
+
 @dataclass(frozen=True)
 class PromQL:
     """The ``MetricSource`` of one DocParser's Prometheus: counters over the window."""
@@ -153,5 +205,11 @@ class PromQL:
             return window_counters(
                 self.source, query.namespace, query.revision, query.seconds, self.fetcher
             )
+        except PrometheusUnavailable as exc:
+            raise SourceUnavailable(f"cannot query Prometheus: {exc}") from None
+
+    def measure_shadow(self, query: ShadowQuery) -> ShadowCounters:
+        try:
+            return shadow_counters(self.source, query, self.fetcher)
         except PrometheusUnavailable as exc:
             raise SourceUnavailable(f"cannot query Prometheus: {exc}") from None
