@@ -8,6 +8,7 @@ front polls); with hold 0, past the hold or over the hold bound it is a 503 with
 
 from __future__ import annotations
 
+import base64
 import json
 import signal
 import subprocess
@@ -23,6 +24,10 @@ from PIL import Image
 pytestmark = [pytest.mark.slow, pytest.mark.redis]
 
 HELD = "docparser_front_held_requests"
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
 
 
 @pytest.fixture(scope="module")
@@ -102,6 +107,27 @@ def test_a_held_parse_is_answered_once_a_backend_comes_up(redis_url, page):
         before = metric(backend.url, "docparser_last_request_timestamp_seconds")
         assert post_parse(front, page).status_code == 200  # ready: straight through
         assert metric(backend.url, "docparser_last_request_timestamp_seconds") > before
+        # Bad input gets the pods' answer (the pod's, or the same check at the front).
+        bad = post_parse(front, b"%PDF-1.7 not really")
+        assert bad.status_code in (400, 415, 422), bad.text
+        assert bad.json()["error"]["code"] != "backend_failed"
+        wrong = post_parse(front, page, fields={"tier": "9"})
+        assert wrong.status_code == 400 and wrong.json()["error"]["code"] == "invalid_tier"
+        image = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + b64(page)}}
+        chat_body = {"model": "rapidocr", "messages": [{"role": "user", "content": [image]}]}
+        chat = httpx.post(f"{front}/v1/chat/completions", json=chat_body, timeout=120)
+        assert chat.status_code == 200, chat.text
+        assert chat.json()["choices"][0]["message"]["content"] == body["content"]
+
+
+def test_a_client_that_leaves_frees_its_hold(redis_url, page):
+    with FrontAndBackend(redis_url, front_env={"DOCPARSER_FRONT_HOLD_SECONDS": 120}) as fb:
+        front = fb.front.url
+        gone = InBackground(lambda: post_parse(front, page, timeout=6))
+        wait_for("a held parse", lambda: metric(front, HELD) == 1, 6)
+        with pytest.raises(httpx.ReadTimeout):
+            gone.result(30)  # the client gives up and closes its connection
+        wait_for("the hold to be released", lambda: metric(front, HELD) == 0, 30)
 
 
 def test_held_parses_are_bounded_in_count_and_bytes(redis_url, page):
