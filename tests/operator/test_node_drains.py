@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from docparser_operator.core import drain, rollout
+from docparser_operator.kube.nodes import CordonedNodes
 
 REV = "aaaaaa"
 NOW = "2026-01-01T00:05:00Z"
@@ -204,3 +205,21 @@ def test_an_eviction_or_a_binding_alone_is_worth_a_pass() -> None:
     bound = pod("p1", "n1")
     assert pod_signature(bound) != pod_signature({**bound, "spec": {}})
     assert pod_signature(bound) != pod_signature(pod("p1", "n1", terminating=True))
+
+
+def test_an_unanswered_start_up_check_keeps_the_budget_guarding() -> None:
+    """No answer at start-up (nothing listens): neither the access review nor the list says
+    "forbidden", so the operator keeps drain protection (no cordon known yet, the next poll
+    tells) instead of falling back for its whole life on a transient error."""
+    import socket
+
+    from docparser_operator.kube.client import KubeClient
+    from kubernetes import client as k8s_client
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = k8s_client.Configuration()
+    cfg.host = f"http://127.0.0.1:{port}"
+    nodes = CordonedNodes(KubeClient(cfg, timeout_s=2))
+    assert nodes.start() is True and nodes() == frozenset() and not nodes.forbidden

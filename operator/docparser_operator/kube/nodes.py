@@ -37,6 +37,7 @@ class CordonedNodes:
 
     client: KubeClient
     _names: frozenset[str] | None = None
+    forbidden: bool = False  # the last list was refused (403)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __call__(self) -> frozenset[str] | None:
@@ -60,7 +61,12 @@ class CordonedNodes:
             )
             return False
         self.poll()
-        return self() is not None
+        if self.forbidden:
+            return False
+        with self._lock:
+            if self._names is None:  # a transient failure: no cordon known yet, keep guarding
+                self._names = frozenset()
+        return True
 
     def poll(self) -> frozenset[str]:
         """List the cordoned nodes once; returns the nodes whose cordon state changed."""
@@ -68,6 +74,7 @@ class CordonedNodes:
             nodes = self.client.list(ref_for("Node"), None, fields=CORDONED)
         except ApiError as exc:
             if exc.status == 403:
+                self.forbidden = True
                 with self._lock:
                     if self._names is not None:
                         log.warning("nodes may no longer be listed: PDB-only drain protection")
@@ -76,6 +83,7 @@ class CordonedNodes:
             log.warning("listing the cordoned nodes failed (kept the last view): %s", exc)
             return frozenset()
         names = drain.cordoned_names(nodes)
+        self.forbidden = False
         with self._lock:
             before, self._names = self._names, names
         return names ^ (before or frozenset())
