@@ -140,3 +140,26 @@ def test_the_admin_key_entry_is_mounted_under_the_runtime_s_file_name() -> None:
     assert "admin-key" not in {v["name"] for v in template["spec"]["volumes"]}
     (container,) = template["spec"]["containers"]
     assert "DOCPARSER_ADMIN_KEY_FILE" not in {e["name"] for e in container["env"]}
+
+
+def test_a_canary_of_a_runtime_setting_sets_env_on_its_own_pods_only() -> None:
+    """canary.runtime.env: a canary that differs by an environment variable alone (a setting
+    the spec has no field for, or the regression fault the shadow's tests inject) gets it over
+    spec.pod.env; stable's pod template is the one it was."""
+    resource = MINIMAL.resource()
+    before = _templates(resource)["stable"]
+    fault = {"name": "DOCPARSER_TEST_DROP_LINE_EVERY", "value": "20"}
+    resource["spec"]["pod"] = {"env": [{"name": "DOCPARSER_MAX_PAGES", "value": "9"}]}
+    plain = _templates(resource)["stable"]
+    resource["spec"]["canary"] = {
+        "runtime": {"env": [fault, {"name": "DOCPARSER_MAX_PAGES", "value": "3"}]},
+        "shadow": {},
+    }
+    templates = _templates(resource)
+    assert templates["stable"] == plain and plain != before
+    (stable,) = templates["stable"]["spec"]["containers"]
+    (canary,) = templates["canary"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in canary["env"]}
+    assert env["DOCPARSER_TEST_DROP_LINE_EVERY"] == "20" and env["DOCPARSER_MAX_PAGES"] == "3"
+    assert [e["name"] for e in canary["env"]].count("DOCPARSER_MAX_PAGES") == 1
+    assert "DOCPARSER_TEST_DROP_LINE_EVERY" not in {e["name"] for e in stable["env"]}

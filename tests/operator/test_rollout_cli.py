@@ -139,3 +139,33 @@ def test_promotion_carries_the_canarys_runtime_override() -> None:
     assert promote_patch(dp)["spec"]["runtime"] == after["spec"]["runtime"]
     plain = docparser("inv", canary={"weights": CANARY_WEIGHTS, "weight": 100})
     assert "runtime" not in promote_patch(plain)["spec"]  # nothing to carry: runtime untouched
+
+
+def test_promotion_moves_the_canarys_env_into_pod_env_keeping_its_pod_template() -> None:
+    """canary.runtime.env joins spec.pod.env by name: the promoted spec renders the pod
+    template the canary ran, so promoting restarts nothing; a manifest edit writes the same."""
+    from docparser_operator.cli import manifest_edit
+    from docparser_operator.core.render import render_all
+
+    env = [{"name": "DOCPARSER_MAX_PAGES", "value": "3"}, {"name": "X_NEW", "value": "1"}]
+    dp = docparser(
+        "inv",
+        pod={"env": [{"name": "DOCPARSER_MAX_PAGES", "value": "9"}]},
+        canary={"weight": 100, "runtime": {"env": env, "maxBatchSize": 2}},
+    )
+    after = promoted(dp)
+    assert after["spec"]["pod"]["env"] == env and after["spec"]["runtime"]["maxBatchSize"] == 2
+    assert promote_patch(dp)["spec"]["pod"] == {"env": env}
+    dp["metadata"]["namespace"] = after["metadata"]["namespace"] = "ocr"
+
+    def template(resource: dict, track: str) -> dict:
+        deployments = [o for o in render_all(resource) if o["kind"] == "Deployment"]
+        dep = next(d for d in deployments if d["metadata"]["labels"]["docparser.io/track"] == track)
+        return dep["spec"]["template"]
+
+    assert template(after, "stable") == template(dp, "canary")
+    text = yaml.safe_dump(dp, sort_keys=False)
+    assert (
+        yaml.safe_load(manifest_edit.edit_document(text, manifest_edit.promote_tree, after))
+        == after
+    )

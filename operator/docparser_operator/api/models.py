@@ -164,16 +164,20 @@ class PodSettings(WireModel):
             raise ValueError(
                 f"pod.labels may not set {', '.join(taken)}: the operator selects pods by them"
             )
-        names = [e.name for e in self.env]
-        owned = sorted(set(names) & naming.OPERATOR_ENV)
-        if owned:
-            raise ValueError(
-                f"pod.env may not set {', '.join(owned)}: the operator renders it from the spec "
-                "(change the spec field instead)"
-            )
-        if len(set(names)) != len(names):
-            raise ValueError("pod.env: each name at most once")
+        _check_env(self.env, "pod.env")
         return self
+
+
+def _check_env(env: list[EnvVar], where: str) -> None:
+    names = [e.name for e in env]
+    owned = sorted(set(names) & naming.OPERATOR_ENV)
+    if owned:
+        raise ValueError(
+            f"{where} may not set {', '.join(owned)}: the operator renders it from the spec "
+            "(change the spec field instead)"
+        )
+    if len(set(names)) != len(names):
+        raise ValueError(f"{where}: each name at most once")
 
 
 class Runtime(WireModel):
@@ -215,9 +219,25 @@ class RuntimeOverride(WireModel):
     max_batch_size: Annotated[int, Field(ge=1, le=256)] | None = None
     max_new_tokens: Annotated[int, Field(ge=1, le=8192)] | None = None
     startup_timeout_seconds: Annotated[int, Field(ge=60, le=86400)] | None = None
+    # Runtime settings the spec has no field for, on the canary only (over spec.pod.env by
+    # name): a canary of a setting, or a test fault (DOCPARSER_TEST_DROP_LINE_EVERY).
+    env: Annotated[list[EnvVar], Field(max_length=64)] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _owned_env(self) -> RuntimeOverride:
+        _check_env(self.env, "canary.runtime.env")
+        return self
 
     def applied_to(self, runtime: Runtime) -> Runtime:
-        return runtime.model_copy(update=self.model_dump(exclude_none=True))
+        return runtime.model_copy(update=self.model_dump(exclude_none=True, exclude={"env"}))
+
+    def env_over(self, pod: PodSettings) -> PodSettings:
+        """spec.pod with this env over its own (same name: the canary's value)."""
+        if not self.env:
+            return pod
+        mine = {e.name for e in self.env}
+        kept = [e for e in pod.env if e.name not in mine]
+        return pod.model_copy(update={"env": kept + list(self.env)})
 
 
 class Shadow(WireModel):
@@ -285,7 +305,13 @@ class DocParserSpec(WireModel):
         runtime override applied (the same spec when there is none)."""
         if self.canary is None or self.canary.runtime is None:
             return self
-        return self.model_copy(update={"runtime": self.canary.runtime.applied_to(self.runtime)})
+        override = self.canary.runtime
+        return self.model_copy(
+            update={
+                "runtime": override.applied_to(self.runtime),
+                "pod": override.env_over(self.pod),
+            }
+        )
 
     @field_validator("tier", mode="before")
     @classmethod
@@ -312,11 +338,12 @@ class DocParserSpec(WireModel):
                 or (self.weights.uri, self.weights.version, self.weights.sha256)
                 != (theirs.uri, theirs.version, theirs.sha256)
             )  # the CRD's rule compares these three only (credentials may differ)
-            if not other_weights and self.for_canary().runtime == self.runtime:
+            own_env = self.canary.runtime is not None and bool(self.canary.runtime.env)
+            if not other_weights and self.for_canary().runtime == self.runtime and not own_env:
                 raise ValueError(
                     "canary must differ from stable: other weights (uri, version or sha256) or "
                     "runtime settings"
-                )
+                )  # a canary.runtime.env entry counts as a runtime setting (the CRD's rule)
         return self
 
     @property

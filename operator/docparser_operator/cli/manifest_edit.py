@@ -98,11 +98,19 @@ def promote_tree(doc: MutableMapping[str, Any]) -> None:
             set_in_place(spec["weights"], weights)
         else:
             spec["weights"] = weights
-    if canary.get("runtime"):
+    runtime = {k: v for k, v in (canary.get("runtime") or {}).items() if k != "env"}
+    if runtime:
         if not isinstance(spec.get("runtime"), MutableMapping):
             spec["runtime"] = {}
-        for key, value in canary["runtime"].items():
+        for key, value in runtime.items():
             spec["runtime"][key] = value
+    env = (canary.get("runtime") or {}).get("env")
+    if env:  # into spec.pod.env, replacing entries of the same name
+        if not isinstance(spec.get("pod"), MutableMapping):
+            spec["pod"] = {}
+        names = {e.get("name") for e in env}
+        kept = [e for e in spec["pod"].get("env") or [] if e.get("name") not in names]
+        spec["pod"]["env"] = kept + list(env)
     del spec["canary"]
 
 

@@ -48,10 +48,22 @@ def promoted(resource: dict[str, Any]) -> dict[str, Any]:
     out = copy.deepcopy(resource)
     if canary.get("weights"):  # a runtime-only canary runs stable's weights: they stay
         out["spec"]["weights"] = copy.deepcopy(canary["weights"])
-    if canary.get("runtime"):  # the canary's runtime override becomes the runtime
-        out["spec"]["runtime"] = {**(spec.get("runtime") or {}), **canary["runtime"]}
+    runtime = dict(canary.get("runtime") or {})
+    env = runtime.pop("env", None)
+    if runtime:  # the canary's runtime override becomes the runtime
+        out["spec"]["runtime"] = {**(spec.get("runtime") or {}), **runtime}
+    if env:  # its env joins spec.pod.env (by name): the same pod template, no restart
+        pod = out["spec"].setdefault("pod", {})
+        pod["env"] = merged_env(pod.get("env") or [], env)
     del out["spec"]["canary"]
     return out
+
+
+def merged_env(base: list[dict[str, Any]], over: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``base`` with ``over``'s entries replacing those of the same name, in the order the
+    operator renders them (api/models.py RuntimeOverride.env_over)."""
+    names = {e.get("name") for e in over}
+    return [e for e in base if e.get("name") not in names] + copy.deepcopy(list(over))
 
 
 def promote_patch(resource: dict[str, Any]) -> dict[str, Any]:
@@ -61,8 +73,10 @@ def promote_patch(resource: dict[str, Any]) -> dict[str, Any]:
     patch: dict[str, Any] = {"canary": None}
     if canary.get("weights"):
         patch["weights"] = after["spec"]["weights"]
-    if canary.get("runtime"):
+    if {k for k in canary.get("runtime") or {} if k != "env"}:
         patch["runtime"] = after["spec"]["runtime"]
+    if (canary.get("runtime") or {}).get("env"):
+        patch["pod"] = {"env": after["spec"]["pod"]["env"]}
     return {"spec": patch}
 
 
