@@ -308,12 +308,14 @@ class ProxyParser:
         reply. Each event is bounded by ``front_max_reply_bytes``."""
         limit = self.settings.front_max_reply_bytes
         texts: dict[int, list[str]] = {}
-        buffer = b""
+        buffer = bytearray()
+        scanned = 0  # the separator is looked for in new bytes only: a large event is linear
         async for chunk in resp.content.iter_any():
             buffer += chunk
-            while b"\n\n" in buffer:
-                raw, buffer = buffer.split(b"\n\n", 1)
-                kind, data = _sse(raw)
+            while (end := buffer.find(b"\n\n", max(scanned - 1, 0))) >= 0:
+                kind, data = _sse(bytes(buffer[:end]))
+                del buffer[: end + 2]
+                scanned = 0
                 if kind == "delta":
                     texts.setdefault(data["page"], []).append(data["text"])
                     if on_delta is not None:
@@ -329,6 +331,7 @@ class ProxyParser:
                         str(detail.get("message", "the backend failed")),
                         code=str(detail.get("code", "backend_failed")),
                     )
+            scanned = len(buffer)
             if len(buffer) > limit:
                 raise EngineFailure(
                     f"a streamed event of the backend exceeds {limit} bytes",
