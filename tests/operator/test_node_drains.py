@@ -121,6 +121,7 @@ def test_phases_replacing_evictable_blocked() -> None:
     assert replacing.waits[0].startswith("drain of node n1")
     evictable = _report([pod("p1", "n1"), pod("p2", "n2")], 1, 2, 2)
     assert evictable.status[0]["phase"] == "Evictable"
+    assert not evictable.waits and not evictable.problems  # the drainer's turn, no Progressing
     blocked = _report([pod("p1", "n1")], 0, 1, 1)
     assert blocked.status[0]["phase"] == "Blocked" and not blocked.waits
     (problem,) = blocked.problems
@@ -223,3 +224,31 @@ def test_an_unanswered_start_up_check_keeps_the_budget_guarding() -> None:
     cfg.host = f"http://127.0.0.1:{port}"
     nodes = CordonedNodes(KubeClient(cfg, timeout_s=2))
     assert nodes.start() is True and nodes() == frozenset() and not nodes.forbidden
+
+
+def test_replacements_starting_are_progressing_with_reason_draining() -> None:
+    from docparser_operator.core.status import build_status
+
+    wait = "drain of node n1: 1 pod(s) held until their replacements are Ready"
+    status = build_status(
+        name="dr",
+        namespace="ns",
+        generation=1,
+        stable=None,
+        canary=None,
+        routed_weight=0,
+        requested_weight=0,
+        ready_serving=1,
+        min_ready=1,
+        rolling=[wait],
+        problems=[],
+        previous=None,
+        now=NOW,
+        selector="",
+        drains=[{"node": "n1", "since": NOW, "deadline": NOW, "pods": 1, "phase": "Replacing"}],
+        draining=True,
+    )
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert conditions["Progressing"]["reason"] == "Draining"
+    assert conditions["Reconciling"]["status"] == "True"  # Flux: InProgress, Argo: Progressing
+    assert status["drains"][0]["phase"] == "Replacing"

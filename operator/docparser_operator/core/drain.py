@@ -181,8 +181,10 @@ def report(
     pods: list[dict[str, Any]],
     cordoned: frozenset[str],
 ) -> DrainReport:
-    """Each drain's phase (status.drains), and why it waits (Progressing) or is held
-    (Degraded ``DrainBlocked``, advisory: the DocParser serves at its size meanwhile)."""
+    """Each drain's phase (status.drains), and why it waits (Progressing ``Draining``, while
+    replacements start) or is held (Degraded ``DrainBlocked``, advisory: the DocParser serves
+    at its size meanwhile). Once a replacement is Ready nothing waits on the operator: a node
+    cordoned and never drained must not leave the DocParser Progressing."""
     out = DrainReport()
     if not plan.drains:
         return out
@@ -234,10 +236,7 @@ def report(
                 )
             )
         elif ready > size:
-            phase = "Evictable"
-            out.waits.append(
-                f"drain of node {d.node}: replacement Ready, its {d.pods} pod(s) may be evicted"
-            )
+            phase = "Evictable"  # the operator's part is done: the drainer evicts (no wait)
         else:
             phase = "Replacing"
             out.waits.append(
