@@ -252,3 +252,13 @@ def test_replacements_starting_are_progressing_with_reason_draining() -> None:
     assert conditions["Progressing"]["reason"] == "Draining"
     assert conditions["Reconciling"]["status"] == "True"  # Flux: InProgress, Argo: Progressing
     assert status["drains"][0]["phase"] == "Replacing"
+
+
+def test_past_the_deadline_with_the_replacement_ready_nothing_is_lost_or_degraded() -> None:
+    pods = [pod("p1", "n1"), pod("p2", "n2")]
+    previous = [{"node": "n1", "since": "2026-01-01T00:00:00Z"}]
+    plan = drain.plan_drain(pods, frozenset({"n1"}), {REV}, previous, now=NOW, timeout_s=60)
+    state = rollout.RevisionState(REV, "stable", 2, 2)
+    step = rollout.plan(desired(1, 1, dict(plan.leaving)), [state])
+    report = drain.report(plan, step, pods, frozenset({"n1"}))
+    assert report.status[0]["phase"] == "Evictable" and not report.problems and not plan.guard

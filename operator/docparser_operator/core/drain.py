@@ -215,9 +215,9 @@ def report(
     )
     for d in plan.drains:
         phase: Phase
-        if d.expired:
+        lost = max(0, size - elsewhere)
+        if d.expired and lost:
             phase = "DeadlineExceeded"
-            lost = max(0, size - elsewhere)
             out.problems.append(
                 Problem(
                     "DrainBlocked",
@@ -226,7 +226,7 @@ def report(
                     f"elsewhere, capacity lost {lost} pod(s)" + (f" ({why})" if why else ""),
                 )
             )
-        elif why:
+        elif why and not d.expired:
             phase = "Blocked"
             out.problems.append(
                 Problem(
@@ -235,7 +235,7 @@ def report(
                     f"{d.deadline}; {why}",
                 )
             )
-        elif ready > size:
+        elif ready > size or d.expired:  # past the deadline with nothing to lose: the same
             phase = "Evictable"  # the operator's part is done: the drainer evicts (no wait)
         else:
             phase = "Replacing"
