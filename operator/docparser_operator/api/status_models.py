@@ -118,7 +118,9 @@ class DocParserStatus(WireModel):
     stable: StableStatus | None = None
     canary: CanaryStatus | None = None
     rollout: RolloutStatus | None = None
-    drains: Annotated[list[DrainStatus], Field(max_length=64)] | None = None
+    drains: Annotated[list[DrainStatus], Field(max_length=1000)] | None = (
+        None  # one per node: at most replicas.max
+    )
     endpoint: str | None = None
     replicas: int | None = None
     selector: str | None = None
