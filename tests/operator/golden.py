@@ -27,16 +27,19 @@ UPDATE = os.environ.get("DOCPARSER_UPDATE_GOLDEN") == "1"
 class Case:
     example: str
     canary_ready: bool = True
+    idle: bool = False  # at zero (replicas.min 0)
 
     @property
     def id(self) -> str:
+        if self.idle:
+            return f"{self.example}.idle"
         return self.example if self.canary_ready else f"{self.example}.canary-not-ready"
 
     def resource(self) -> dict:
         return yaml.safe_load((EXAMPLES_DIR / f"{self.example}.yaml").read_text())
 
     def render(self) -> list[dict]:
-        return render_all(self.resource(), canary_ready=self.canary_ready)
+        return render_all(self.resource(), canary_ready=self.canary_ready, idle=self.idle)
 
 
 CASES = [
@@ -46,6 +49,8 @@ CASES = [
     Case("deepseek-service-router"),
     Case("deepseek-service-router", canary_ready=False),
     Case("deepseek-weights-cache"),
+    Case("deepseek-scale-to-zero"),
+    Case("deepseek-scale-to-zero", idle=True),
 ]
 
 

@@ -166,6 +166,7 @@ def test_crd_names_subresources_and_printer_columns() -> None:
     columns = [c["name"] for c in version["additionalPrinterColumns"]]
     assert columns == [
         "Ready",
+        "Reason",
         "Stable",
         "Canary",
         "Weight",

@@ -117,12 +117,40 @@ def test_root_rule_rejects_names_too_long_for_child_suffixes(
     real_api: KubeApi, real_namespace: str
 ) -> None:
     """57 characters is a valid object name but leaves no room for "-canary" on children."""
-    message = next(m for m in crd_rule_messages() if m.startswith("metadata.name"))
+    message = next(m for m in crd_rule_messages() if m.startswith("metadata.name must"))
     with pytest.raises(KubeApiError) as info:
         real_api.create(path(real_namespace), docparser("a" * 57, BASE_SPEC))
     assert info.value.status_code == 422
     assert message in info.value.body["message"]
     assert real_api.create(path(real_namespace), docparser("a" * 56, BASE_SPEC))["metadata"]
+
+
+def test_scale_to_zero_needs_redis_and_room_for_serving(
+    real_api: KubeApi, real_namespace: str
+) -> None:
+    """replicas.min 0: refused without Redis, and with a name longer than 55 characters (the
+    child Service <name>-serving); accepted otherwise, with the scaleToZero defaults. The
+    model agrees on each."""
+    redis = {**BASE_SPEC["runtime"], "redisUrlSecretRef": {"name": "redis"}}
+    no_redis = with_changes(replicas={"min": 0, "max": 2})
+    for name, spec, rule in (
+        ("noredis", no_redis, "replicas.min 0 needs runtime.redisUrlSecretRef"),
+        ("a" * 56, with_changes(replicas={"min": 0, "max": 2}, runtime=redis), "at most 55"),
+    ):
+        with pytest.raises(KubeApiError) as info:
+            real_api.create(path(real_namespace), docparser(name, spec))
+        assert info.value.status_code == 422 and rule in info.value.body["message"]
+        with pytest.raises(pydantic.ValidationError, match=rule):
+            DocParser.from_resource(docparser(name, spec))
+    spec = with_changes(replicas={"min": 0, "max": 2, "scaleToZero": {}}, runtime=redis)
+    created = real_api.create(path(real_namespace), docparser("a" * 55, spec))
+    assert created["spec"]["replicas"]["scaleToZero"] == {
+        "after": "15m",
+        "holdSeconds": 120,
+        "retryAfterSeconds": 30,
+    }
+    model = DocParser.from_resource(created).spec.replicas
+    assert model.idle_policy is not None and model.idle_policy.after_seconds == 900
 
 
 def test_valid_spec_is_accepted_by_server_and_model(real_api: KubeApi, real_namespace: str) -> None:

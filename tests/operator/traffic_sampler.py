@@ -85,8 +85,8 @@ class TrafficSampler:
             self._stop.wait(self.interval)
 
     def _ready_pods(self) -> dict[str, dict[str, str]]:
-        selector = f"app.kubernetes.io/instance={self.name},app.kubernetes.io/name=docparser"
-        pods = self.cluster.list(POD, selector)
+        # the runtime pods and, for a DocParser that scales to zero, its front's
+        pods = self.cluster.list(POD, f"app.kubernetes.io/instance={self.name}")
         return {p["metadata"]["uid"]: p["metadata"]["labels"] for p in pods if _ready(p)}
 
     def sample(self) -> Sample:

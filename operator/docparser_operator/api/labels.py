@@ -13,6 +13,9 @@ from typing import Literal
 from docparser_operator.api.naming import Track
 
 APP_NAME = "docparser"
+# The front's pods (replicas.min 0): another name, so that no selector of the runtime pods
+# (the endpoint Service at rest, the PDB, status.selector for the HPA) ever counts them.
+FRONT_APP_NAME = "docparser-front"
 MANAGED_BY = "docparser-operator"
 
 LABEL_NAME = "app.kubernetes.io/name"
@@ -59,6 +62,15 @@ def pod_selector(name: str, revision: str | None = None) -> dict[str, str]:
     if revision is not None:
         selector[LABEL_REVISION] = revision
     return selector
+
+
+def front_selector(name: str) -> dict[str, str]:
+    """The front pods of one DocParser (replicas.min 0)."""
+    return {LABEL_NAME: FRONT_APP_NAME, LABEL_INSTANCE: name}
+
+
+def front_pod_labels(name: str) -> dict[str, str]:
+    return {**front_selector(name), LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: "front"}
 
 
 def pod_labels(name: str, revision: str, version: str | None) -> dict[str, str]:

@@ -60,15 +60,54 @@ class Weights(WireModel):
         return claim, path
 
 
+# 10s..999h: a shorter window would read one quiet scrape as idleness
+DURATION_PATTERN = r"^([1-9][0-9]{1,4}s|[1-9][0-9]{0,4}m|[1-9][0-9]{0,2}h)$"
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600}
+
+
+def duration_seconds(text: str) -> int:
+    """``15m`` -> 900 (one number, one unit: s, m or h; the CRD's pattern)."""
+    return int(text[:-1]) * _DURATION_UNITS[text[-1]]
+
+
+class ScaleToZero(WireModel):
+    """How a DocParser with ``replicas.min: 0`` sleeps and wakes (core/idle.py): after
+    ``after`` without client requests and without queued or running jobs its GPU pods go; the
+    front (a CPU pod of the same image) takes requests meanwhile, holding a synchronous one up
+    to ``holdSeconds`` while pods start (else 503 with ``Retry-After: retryAfterSeconds``)."""
+
+    after: Annotated[str, Field(max_length=8, pattern=DURATION_PATTERN)] = "15m"
+    hold_seconds: Annotated[int, Field(ge=0, le=900)] = 120
+    retry_after_seconds: Annotated[int, Field(ge=1, le=3600)] = 30
+
+    @property
+    def after_seconds(self) -> int:
+        return duration_seconds(self.after)
+
+
 class Replicas(WireModel):
-    min: Annotated[int, Field(ge=1, le=1000)] = 1
+    min: Annotated[int, Field(ge=0, le=1000)] = 1
     max: Annotated[int, Field(ge=1, le=1000)] = 1
     desired: Annotated[int, Field(ge=0, le=1000)] = 1  # the autoscaler's, through /scale
+    scale_to_zero: ScaleToZero | None = None  # read only with min 0
+
+    @property
+    def floor(self) -> int:
+        """Fewest pods while awake: min, and 1 for a DocParser that scales to zero (it goes
+        to 0 only by the idle decision, core/idle.py, never by the autoscaler)."""
+        return max(1, self.min)
 
     @property
     def size(self) -> int:
-        """The DocParser's size now: the autoscaler's choice clamped to [min, max]."""
-        return max(self.min, min(self.max, self.desired))
+        """The DocParser's size while awake: the autoscaler's choice clamped to [floor, max]."""
+        return max(self.floor, min(self.max, self.desired))
+
+    @property
+    def idle_policy(self) -> ScaleToZero | None:
+        """The scale-to-zero settings when min is 0 (defaults without the field), else None."""
+        if self.min > 0:
+            return None
+        return self.scale_to_zero or ScaleToZero()
 
     @model_validator(mode="after")
     def _cel_rules(self) -> Replicas:
@@ -331,6 +370,11 @@ class DocParserSpec(WireModel):
     def _cel_rules(self) -> DocParserSpec:
         if self.engine == "deepseek-ocr2" and self.weights is None:
             raise ValueError("weights is required for engine deepseek-ocr2")
+        if self.replicas.min == 0 and self.runtime.redis_url_secret_ref is None:
+            raise ValueError(
+                "replicas.min 0 needs runtime.redisUrlSecretRef: while no pod runs, the front "
+                "queues jobs in the DocParser's Redis"
+            )
         if self.canary is not None:
             theirs = self.canary.weights
             other_weights = theirs is not None and (
@@ -355,8 +399,9 @@ class DocParserSpec(WireModel):
 
     @property
     def autoscaled(self) -> bool:
-        """An HPA manages replicas exactly when the range is open (min < max)."""
-        return self.replicas.min < self.replicas.max
+        """An HPA manages replicas exactly when the range is open (floor < max; at 0 the
+        idle decision, not the HPA, scales: core/idle.py)."""
+        return self.replicas.floor < self.replicas.max
 
 
 class ObjectMeta(BaseModel):
@@ -389,6 +434,15 @@ class DocParser(BaseModel):
     metadata: ObjectMeta
     spec: DocParserSpec
     status: DocParserStatus | None = None
+
+    @model_validator(mode="after")
+    def _cel_rules(self) -> DocParser:
+        if self.spec.replicas.min == 0 and len(self.metadata.name) > 55:
+            raise ValueError(
+                "metadata.name of a DocParser with replicas.min 0 must be at most 55 characters "
+                "(child names append -serving)"
+            )
+        return self
 
     @classmethod
     def from_resource(cls, resource: dict[str, Any]) -> DocParser:

@@ -46,6 +46,10 @@ OPERATOR_ENV = frozenset(
         "DOCPARSER_SHADOW_CONFIG_FILE",
         "DOCPARSER_INTERNAL_TOKEN_FILE",
         "DOCPARSER_ADMIN_KEY_FILE",
+        "DOCPARSER_ROLE",
+        "DOCPARSER_FRONT_BACKEND_URL",
+        "DOCPARSER_FRONT_HOLD_SECONDS",
+        "DOCPARSER_FRONT_RETRY_AFTER_SECONDS",
         "HOME",
         "HF_HOME",
         "HF_HUB_OFFLINE",
@@ -100,6 +104,23 @@ def internal_secret(name: str) -> str:
     return f"{name}-internal"
 
 
+def front(name: str) -> str:
+    """The front of a DocParser that scales to zero (``replicas.min: 0``): its Deployment
+    and Service ``<name>-front``, a CPU pod of the runtime image that takes requests at 0."""
+    return f"{name}-front"
+
+
+def serving_service(name: str) -> str:
+    """``<name>-serving``: every runtime (GPU) pod of the DocParser, never the front: where the
+    front hands held requests over (DOCPARSER_FRONT_BACKEND_URL). Its name is one character
+    longer than ``<name>-canary``, hence the 55-character name rule with ``replicas.min: 0``."""
+    return f"{name}-serving"
+
+
+def service_url(service: str, namespace: str) -> str:
+    return f"http://{service}.{namespace}.svc:{HTTP_PORT}"
+
+
 def weights_cache(name: str, sha256: str) -> str:
     """The cache claim and fill Job of one weights version: ``<name>-weights-<sha256[:12]>``.
 
@@ -142,7 +163,7 @@ def redis_prefix(namespace: str, name: str) -> str:
 
 def endpoint_url(name: str, namespace: str) -> str:
     """What status.endpoint reports."""
-    return f"http://{endpoint_service(name)}.{namespace}.svc:{HTTP_PORT}"
+    return service_url(endpoint_service(name), namespace)
 
 
 def model_path(version: str) -> str:

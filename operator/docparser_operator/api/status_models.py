@@ -112,6 +112,13 @@ class DrainStatus(WireModel):
     phase: str | None = None
 
 
+class ScaleToZeroStatus(WireModel):
+    state: Literal["Awake", "Idle", "Waking"] | None = None
+    since: str | None = None
+    reason: str | None = None
+    wake_replicas: int | None = None
+
+
 class DocParserStatus(WireModel):
     observed_generation: int | None = None
     conditions: list[Condition] = Field(default_factory=list)
@@ -121,6 +128,7 @@ class DocParserStatus(WireModel):
     drains: Annotated[list[DrainStatus], Field(max_length=1000)] | None = (
         None  # one per node: at most replicas.max
     )
+    scale_to_zero: ScaleToZeroStatus | None = None
     endpoint: str | None = None
     replicas: int | None = None
     selector: str | None = None

@@ -88,6 +88,7 @@ def run_reconcile(state: OperatorState, resource: dict[str, Any], *, strict: boo
                 analysis=state.analysis,
                 sources=state.analysis_sources(),
                 credentials=state.credentials,
+                **state.idle_args(),
             )
         except ApiError as exc:
             if state.metrics is not None:

@@ -34,15 +34,17 @@ from docparser_operator.analysis import sources as analysis_sources
 from docparser_operator.analysis import walk as analysis_module
 from docparser_operator.analysis.run import AnalysisMemory
 from docparser_operator.analysis.sources import golden
-from docparser_operator.analysis.sources.base import Sources
-from docparser_operator.api import labels
+from docparser_operator.analysis.sources.activity import ActivitySource
+from docparser_operator.analysis.sources.base import Sources, SourceUnavailable
+from docparser_operator.api import labels, naming
 from docparser_operator.api.kinds import ref_for
 from docparser_operator.api.models import DocParser
 from docparser_operator.controller.credential import CredentialMemory, ensure_internal_secret
 from docparser_operator.controller.reporting import write_status
-from docparser_operator.core.children import Key, Observed, owned_by
+from docparser_operator.core.children import Key, Observed, owned_by, revision_states
 from docparser_operator.core.decide import Decision, conflict_problem, decide
 from docparser_operator.core.diagnose import diagnose
+from docparser_operator.core.idle import IdleMemory, IdleStep, decide_idle, epoch
 from docparser_operator.core.outcome import Outcome
 from docparser_operator.core.render import roles_of
 from docparser_operator.core.render.weights_cache import cached_weights
@@ -137,6 +139,9 @@ def reconcile(
     analysis: AnalysisMemory | None = None,
     sources: Sources | None = None,
     credentials: CredentialMemory | None = None,
+    idle: IdleMemory | None = None,
+    activity: ActivitySource | None = None,
+    poll_s: float = 5.0,
 ) -> Outcome:
     """Move the children of ``resource`` one safe step towards the spec and write its status.
 
@@ -145,7 +150,9 @@ def reconcile(
     window starts between passes (analysis_run.py); ``sources`` is what it may read (the
     operator's, from its settings; default: pods only and the default golden sources);
     ``credentials``: the DocParsers whose internal token Secret this run created or found
-    (default: none, so the pass creates it or learns that it exists)."""
+    (default: none, so the pass creates it or learns that it exists); ``idle`` keeps what
+    scale to zero read of each DocParser, ``activity`` reads it (the pods' and the front's
+    /metrics), at most every ``poll_s`` (core/idle.py)."""
     now = now or now_rfc3339()
     meta = resource["metadata"]
     name, namespace = meta["name"], meta["namespace"]
@@ -155,6 +162,9 @@ def reconcile(
     observed = observer(namespace, name)
     previous_weight = (previous.get("canary") or {}).get("weight") or 0
     walk = _analysis_begin(resource, previous)
+    out.idle = _idle_step(
+        resource, observed, walk, idle or IdleMemory(), activity, now=now, poll_s=poll_s
+    )
     decision = decide(
         resource,
         observed,
@@ -162,6 +172,7 @@ def reconcile(
         canary_weight=walk.weight if walk is not None else None,
         now=now,
         mirror=walk is None or walk.phase != "Failed",
+        idle=out.idle,
     )
     planned = walk
     if walk is not None and decision.target is not None:
@@ -206,6 +217,11 @@ def reconcile(
         # (status times have whole seconds: one more so the window is surely due).
         left = config.interval_seconds - analysis_module.elapsed(walk.window_start, now)
         out.wake_in_s = max(0.0, left) + 1.0
+    if out.idle is not None:
+        due = out.idle.next_read_s
+        out.wake_in_s = due if out.wake_in_s is None else min(out.wake_in_s, due)
+        if out.idle.problem is not None:
+            out.problems.append(out.idle.problem)
     out.problems.extend(
         Problem(
             "Forbidden",
@@ -240,7 +256,9 @@ def reconcile(
         serving = before.get("revision") if before.get("servedSince") else None
         when = datetime.datetime.fromisoformat(now.replace("Z", "+00:00"))
         spec_ = decision.target.resource.spec
-        out.problems.extend(diagnose(spec_, revisions, live, observed.pods, serving, when))
+        out.problems.extend(
+            diagnose(spec_, revisions, live, observed.pods, serving, when, observed.front)
+        )
         jobs = {n: obj for (kind, n), obj in live.items() if kind == "Job"}
         spec = decision.target.resource.spec
         cache = weights_cache_verdict(
@@ -265,6 +283,48 @@ def _analysis_begin(
         return None
     revisions: dict[str, str] = {t.role: t.revision for t in roles_of(model)}
     return analysis_run.begin(model, revisions, previous)
+
+
+def _idle_step(
+    resource: dict[str, Any],
+    observed: Observed,
+    walk: analysis_module.AnalysisState | None,
+    memory: IdleMemory,
+    activity: ActivitySource | None,
+    *,
+    now: str,
+    poll_s: float,
+) -> IdleStep | None:
+    """Scale to zero's decision for this pass (None unless ``replicas.min: 0``): read the
+    front's and the pods' /metrics when a reading is due, then decide (core/idle.py)."""
+    try:
+        model = DocParser.from_resource(resource)
+    except pydantic.ValidationError:
+        return None
+    if model.spec.replicas.idle_policy is None:
+        memory.seen.pop(resource["metadata"]["uid"], None)
+        return None
+    seen = memory.of(resource["metadata"]["uid"])
+    at = epoch(now)
+    if seen.due(at, poll_s):
+        source = activity or analysis_sources.activity()
+        try:
+            seen.record(source.read(observed.front, observed.pods), at)
+        except SourceUnavailable as exc:
+            seen.failed(str(exc), at)
+    uid = resource["metadata"]["uid"]
+    front = observed.children.get(("Deployment", naming.front(model.metadata.name))) or {}
+    front_ok = owned_by(front, uid) and bool((front.get("status") or {}).get("readyReplicas"))
+    return decide_idle(
+        model.spec,
+        (resource.get("status") or {}).get("scaleToZero"),
+        seen,
+        ready=sum(s.ready for s in revision_states(observed, uid)),
+        front_ready=front_ok,
+        analysis_running=walk is not None and walk.phase in ("Verifying", "Progressing"),
+        now=now,
+        poll_s=poll_s,
+    )
 
 
 def golden_documents(client: KubeClient, namespace: str, name: str) -> golden.Documents:

@@ -33,6 +33,13 @@ class OperatorSettings(BaseSettings):
     node_poll_interval_s: float = Field(
         5.0, gt=0, description="how often the cordoned nodes are listed (kube/nodes.py)"
     )
+    idle_poll_interval_s: float = Field(
+        5.0,
+        ge=1.0,
+        le=300.0,
+        description="with replicas.min 0: how often the front's and the pods' /metrics are read "
+        "(one bounded HTTP request per Ready pod; no API request)",
+    )
     log_level: str = "INFO"
     leader_elect: bool = Field(
         False, description="hold a Lease before reconciling (the chart runs 2 replicas with it)"

@@ -13,11 +13,13 @@ from typing import Any
 
 from docparser_operator.analysis import sources as analysis_sources
 from docparser_operator.analysis.run import AnalysisMemory
+from docparser_operator.analysis.sources.activity import ActivitySource
 from docparser_operator.analysis.sources.base import Sources
 from docparser_operator.controller import events
 from docparser_operator.controller.credential import CredentialMemory
 from docparser_operator.controller.metrics import OperatorMetrics
 from docparser_operator.controller.settings import OperatorSettings
+from docparser_operator.core.idle import IdleMemory
 from docparser_operator.kube import observer as cache
 from docparser_operator.kube.client import KubeClient
 from docparser_operator.kube.nodes import CordonedNodes
@@ -52,6 +54,20 @@ class OperatorState:
     nodes: CordonedNodes | None = None  # None: nodes unreadable, PDB-only drain protection
     node_task: asyncio.Task[None] | None = None
     credentials: CredentialMemory = field(default_factory=CredentialMemory)  # Secrets made
+    idle: IdleMemory = field(default_factory=IdleMemory)  # scale to zero's last readings
+    activity: ActivitySource | None = None  # what scale to zero reads (built at start-up)
+
+    def idle_args(self) -> dict[str, Any]:
+        """Scale to zero's part of ``reconcile``'s arguments: the memory of the readings, the
+        source (the front's and the pods' /metrics, through the guarded client, built once)
+        and how often it is read."""
+        if self.activity is None:
+            self.activity = analysis_sources.activity()
+        return {
+            "idle": self.idle,
+            "activity": self.activity,
+            "poll_s": self.settings.idle_poll_interval_s,
+        }
 
     def analysis_sources(self) -> Sources:
         """The analysis' sources, built once from the settings' allow-lists."""

@@ -113,9 +113,10 @@ class Observed:
     """The live children of one DocParser and the pods of its revisions."""
 
     children: dict[Key, dict[str, Any]]
-    pods: list[dict[str, Any]]
+    pods: list[dict[str, Any]]  # the runtime pods of every revision
     forbidden: tuple[str, ...] = ()  # kinds the operator may not list (RBAC)
     cordoned: frozenset[str] | None = None  # cordoned nodes; None: nodes unreadable (drain.py)
+    front: tuple[dict[str, Any], ...] = ()  # the front's pods (replicas.min 0)
 
 
 def revision_states(observed: Observed, uid: str) -> list[rollout.RevisionState]:

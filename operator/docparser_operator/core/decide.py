@@ -31,6 +31,7 @@ from docparser_operator.core.children import (
     revision_states,
     stays_mounted,
 )
+from docparser_operator.core.idle import IdleStep
 from docparser_operator.core.render import Target, render_target, roles_of
 from docparser_operator.core.render.target import desired as desired_rollout
 from docparser_operator.core.route_verdict import route_verdict
@@ -105,11 +106,13 @@ def decide(
     canary_weight: int | None = None,
     now: str = "1970-01-01T00:00:00Z",
     mirror: bool = True,
+    idle: IdleStep | None = None,
 ) -> Decision:
     """observed + desired -> the ordered actions of this pass (pure). ``canary_weight``: the
     canary analysis' effective weight (analysis.py), which replaces spec.canary.weight;
     ``now`` dates the drains' deadlines (core/drain.py); ``mirror``: False once the analysis
-    failed (the shadow stops copying to that canary)."""
+    failed (the shadow stops copying to that canary); ``idle``: the scale-to-zero decision
+    (core/idle.py), whose size replaces the spec's."""
     meta = resource["metadata"]
     uid = meta["uid"]
     try:
@@ -125,12 +128,16 @@ def decide(
         now=now,
         timeout_s=model.spec.rollout.drain_timeout_seconds,
     )
+    size = idle.size if idle is not None and model.spec.replicas.idle_policy else None
     step = rollout.plan(
-        desired_rollout(model, tracks, weight=canary_weight, leaving=dict(drains.leaving)),
+        desired_rollout(
+            model, tracks, weight=canary_weight, leaving=dict(drains.leaving), size=size
+        ),
         revision_states(observed, uid),
         previous_weight=previous_weight,
     )
-    plan = Target(model, tracks, step, drains, mirror=mirror)
+    awake = size is None or idle is None or idle.awake
+    plan = Target(model, tracks, step, drains, mirror=mirror, awake=awake)
     decision = Decision(target=plan)
     decision.drain = drain.report(drains, step, observed.pods, observed.cordoned or frozenset())
     for prefix, track_spec in _pod_specs(model.spec):

@@ -25,6 +25,7 @@ DocParser's problem.
 from __future__ import annotations
 
 import datetime
+from collections.abc import Sequence
 from typing import Any
 
 from docparser_operator.api import labels, naming
@@ -136,12 +137,16 @@ def _pod_problems(pod: dict[str, Any], spec: DocParserSpec, serving: bool) -> li
 
 
 def _hpa_problems(hpa: dict[str, Any]) -> list[Problem]:
+    """``ScalingActive=False`` but ``ScalingDisabled``: the scale target's size is 0 (someone
+    scaled the DocParser to 0 through /scale), which says nothing of the metric."""
     return [
         Problem(
             "MetricsUnavailable", _short(f"{cond.get('reason', '')}: {cond.get('message', '')}")
         )
         for cond in (hpa.get("status") or {}).get("conditions") or []
-        if cond.get("type") == "ScalingActive" and cond.get("status") == "False"
+        if cond.get("type") == "ScalingActive"
+        and cond.get("status") == "False"
+        and cond.get("reason") != "ScalingDisabled"
     ]
 
 
@@ -152,16 +157,22 @@ def diagnose(
     pods: list[dict[str, Any]],
     serving: str | None = None,
     now: datetime.datetime | None = None,
+    front: Sequence[dict[str, Any]] = (),
 ) -> list[Problem]:
     """Problems the cluster reports for the spec's revisions and traffic objects, one per
     reason (the first pod's message stands for the others; the earliest ``since``).
     ``serving``: the revision serving as stable, whose runtime restarts are tolerated. ``now``
-    dates the route's wait for a verdict (without it, no ``RouteNotJudged``)."""
+    dates the route's wait for a verdict (without it, no ``RouteNotJudged``). ``front``: the
+    front's pods (replicas.min 0), read like a serving revision's (a Secret it misses, a
+    crash loop)."""
     found: list[Problem] = []
     for pod in pods:
         revision = (pod["metadata"].get("labels") or {}).get(labels.LABEL_REVISION)
         if revision in revisions and not pod["metadata"].get("deletionTimestamp"):
             found += _pod_problems(pod, spec, revision == serving)
+    for pod in front:
+        if not pod["metadata"].get("deletionTimestamp"):
+            found += _pod_problems(pod, spec, True)
     for (kind, _), obj in sorted(children.items()):
         if kind == "HTTPRoute" and spec.traffic.gateway_ref is not None:
             verdict = route_verdict(obj, spec.traffic.gateway_ref)

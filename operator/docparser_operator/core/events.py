@@ -70,6 +70,7 @@ def events_for(outcome: Outcome) -> list[Event]:
         )
     events += _analysis_events(old, new)
     events += _drain_events(outcome)
+    events += _idle_events(old, new)
     for kind, child in outcome.pruned:
         events.append(Event("Normal", "Pruned", f"deleted {kind} {child}: no longer desired"))
     ready_old, ready_new = _condition(old, "Ready"), _condition(new, "Ready")
@@ -146,3 +147,17 @@ def _analysis_events(old: dict[str, Any], new: dict[str, Any]) -> list[Event]:
     if (now.get("step") or 0) > (was.get("step") or 0) and phase in ("Progressing", "Verifying"):
         return [Event("Normal", "AnalysisStepPassed", message)]
     return []
+
+
+# scaleToZero.state transitions (core/idle.py) -> the Event that says so
+_IDLE_EVENTS = {"Idle": "ScaledToZero", "Waking": "Waking", "Awake": "Awake"}
+
+
+def _idle_events(old: dict[str, Any], new: dict[str, Any]) -> list[Event]:
+    """Scale to zero's transitions: scaled to zero, waking (and why: the backlog, or a canary
+    analysis that needs traffic), awake again. A DocParser's first state is no transition."""
+    was = (old.get("scaleToZero") or {}).get("state")
+    now = new.get("scaleToZero") or {}
+    if was is None or now.get("state") in (None, was):
+        return []
+    return [Event("Normal", _IDLE_EVENTS[now["state"]], now.get("reason") or now["state"])]

@@ -97,6 +97,7 @@ def pass_status(
             step,
             was_rolling=_condition_true(previous, "Progressing"),
             weight_asked_before=asked_before == step.requested_weight,
+            waking=out.idle is not None and out.idle.state == "Waking",
         )
         if out.analysis is not None and out.analysis.phase in ("Progressing", "Paused"):
             rolling.append(f"canary analysis: {out.analysis.message}")
@@ -127,6 +128,8 @@ def pass_status(
         drains=out.drains,
         draining=bool(out.drain_waits),
         shadow=shadow_status(plan, previous, out.analysis) if plan is not None else None,
+        at_zero=_at_zero(name, live, out),
+        scale_to_zero=out.idle.to_status() if out.idle is not None else None,
     )
     return status
 
@@ -158,6 +161,28 @@ def shadow_status(
     return out
 
 
+def _at_zero(
+    name: str, live: dict[Key, dict[str, Any]], out: Outcome
+) -> tuple[bool, str, str] | None:
+    """(Ready, reason, message) of a DocParser at or waking from zero: it serves through its
+    front (core/idle.py) as long as the front has a Ready pod."""
+    step = out.idle
+    if step is None or step.state == "Awake":
+        return None
+    front = naming.front(name)
+    ready = ((live.get(("Deployment", front)) or {}).get("status") or {}).get("readyReplicas")
+    if not ready:
+        return (
+            False,
+            "FrontNotReady",
+            f"no runtime pod is Ready and the front {front} has none either (it is Ready once "
+            "it reaches the DocParser's Redis)",
+        )
+    if step.state == "Idle":
+        return True, "Idle", f"idle since {step.since}: {step.reason}"
+    return True, "Waking", f"since {step.since}: {step.reason}; the front holds requests meanwhile"
+
+
 def _route_gate(
     plan: Target, live: dict[Key, dict[str, Any]], rolling: list[str]
 ) -> tuple[str, str] | None:
@@ -187,14 +212,19 @@ def _condition_true(status: dict[str, Any], ctype: str) -> bool:
 
 
 def _rolling(
-    step: rollout.Rollout, *, was_rolling: bool, weight_asked_before: bool = False
+    step: rollout.Rollout,
+    *,
+    was_rolling: bool,
+    weight_asked_before: bool = False,
+    waking: bool = False,
 ) -> list[str]:
     """What a spec-driven change still waits for (empty once settled). An autoscaler adding
     pods to a serving revision is not a rollout, so it is not listed, unless a rollout is
     under way: then it lasts until every spec revision has all its pods Ready. The same for
     the split: with ``router: service`` new pods of one track Ready before the other's move
     the effective weight for a moment; a weight that was already asked for at rest
-    (``weight_asked_before``) is no rollout, so GitOps tools keep reading Current."""
+    (``weight_asked_before``) is no rollout, so GitOps tools keep reading Current. Nor is
+    a wake from zero (``waking``): its pods starting are the autoscaler's kind of change."""
     waits = []
     if was_rolling:
         waits = [
@@ -205,7 +235,7 @@ def _rolling(
     for r in step.revisions:
         if not r.desired and r.replicas > 0:
             waits.append(f"revision {r.revision} ({r.role}, leaving): {r.replicas} pod(s)")
-        elif r.desired and r.target > 0 and r.ready == 0 and not was_rolling:
+        elif r.desired and r.target > 0 and r.ready == 0 and not was_rolling and not waking:
             waits.append(f"revision {r.revision} ({r.role}): 0/{r.target} ready")
         elif r.desired and r.replicas > r.target + r.drain:
             waits.append(f"revision {r.revision} ({r.role}): {r.replicas} -> {r.target} pods")

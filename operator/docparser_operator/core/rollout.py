@@ -132,8 +132,8 @@ def clamp_size(desired: int | None, lo: int, hi: int) -> int:
 
 def split(size: int, weight: int, *, has_canary: bool) -> tuple[int, int]:
     """(stable, canary) pods at rest for ``size`` pods and a canary ``weight`` percent."""
-    if not has_canary:
-        return size, 0
+    if not has_canary or size <= 0:  # at zero (core/idle.py) neither role has pods
+        return max(0, size), 0
     if weight >= 100:
         return 0, size
     if weight <= 0:
@@ -275,7 +275,8 @@ def plan(desired: Desired, observed: list[RevisionState], *, previous_weight: in
     has_pods = {r for r in targets if new[r] > 0 or after[r] > 0}
     stable_side = {r: after[r] for r in serving if r != canary}
     endpoint: str | None = None
-    target_weight = desired.weight if has_canary else 0
+    # At zero nothing carries traffic, so no split is pending (a waking canary routes again).
+    target_weight = desired.weight if has_canary and desired.size > 0 else 0
     if desired.router == "service":
         # One Service selects pods by label equality: either every revision (the Ready pods'
         # ratio is the split) or exactly one (the stable side's largest).

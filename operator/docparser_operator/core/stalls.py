@@ -82,6 +82,9 @@ REASONS: dict[str, ReasonClass] = {
         "advisory", "a serving pod restarted after it served (fewer restarts than a crash loop)"
     ),
     "Idle": ReasonClass("advisory", "scaled to zero while idle, by design"),
+    "ActivityUnknown": ReasonClass(
+        "advisory", "the front's or the pods' /metrics cannot be read: no sleep, no wake"
+    ),
 }
 UNKNOWN = ReasonClass("stalled", "not classed: treated as stalled")
 

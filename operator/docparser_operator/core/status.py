@@ -33,6 +33,7 @@ from docparser_operator.api.status_models import (
     DocParserStatus,
     DrainStatus,
     RolloutStatus,
+    ScaleToZeroStatus,
     ShadowStatus,
     StableStatus,
 )
@@ -254,6 +255,8 @@ def build_status(
     drains: list[dict[str, Any]] | None = None,
     draining: bool = False,
     shadow: dict[str, Any] | None = None,
+    at_zero: tuple[bool, str, str] | None = None,
+    scale_to_zero: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The whole ``status`` of a DocParser, built through its typed model (api/status_models.py,
     the one the reader uses: a field the writer adds and the reader lacks fails here, in the
@@ -266,7 +269,8 @@ def build_status(
     serving yet, traffic not yet at its target split); it ends False in every case, Complete
     or Failed, so GitOps tools never see "Progressing forever". ``route_gate``: (reason,
     message) while the Gateway's controller has not accepted the route (core/report.py):
-    pods Ready behind a route nobody accepted serve no one through the Gateway."""
+    pods Ready behind a route nobody accepted serve no one through the Gateway. ``at_zero``:
+    (front Ready, reason, message) at zero pods (core/idle.py): Ready while its front is."""
     prev_conditions = {c["type"]: c for c in (previous or {}).get("conditions") or []}
     roles = [("stable", stable), ("canary", canary)]
     states = {
@@ -299,10 +303,12 @@ def build_status(
     else:
         p_reason, p_msg = "Complete", "all revisions rolled out"
 
-    ready = not spec_broken and ready_serving >= max(1, min_ready)
+    front = at_zero if at_zero is not None and ready_serving == 0 and not spec_broken else None
+    ready = not spec_broken and (ready_serving >= max(1, min_ready) if front is None else front[0])
     if ready and route_gate is not None:
-        ready = False
-        r_reason, r_msg = route_gate
+        ready, (r_reason, r_msg) = False, route_gate
+    elif front is not None:
+        _, r_reason, r_msg = front
     elif ready:
         r_reason = LOADED
         r_msg = f"serving at {endpoint(name, namespace)} with {ready_serving} ready pod(s)"
@@ -368,6 +374,7 @@ def build_status(
         canary=canary_view,
         rollout=RolloutStatus.model_validate(rollout) if rollout is not None else None,
         drains=[DrainStatus.model_validate(d) for d in drains] if drains else None,
+        scale_to_zero=ScaleToZeroStatus.model_validate(scale_to_zero) if scale_to_zero else None,
     )
     return status.to_wire()
 
@@ -389,5 +396,5 @@ def status_changed(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
     """Whether writing ``new`` would change anything (the no-op resync must not write)."""
     old = old or {}
     return any(old.get(k) != v for k, v in new.items()) or any(
-        k not in new for k in ("stable", "canary", "rollout") if k in old
+        k not in new for k in ("stable", "canary", "rollout", "scaleToZero") if k in old
     )

@@ -76,10 +76,24 @@ def observe(client: KubeClient, namespace: str, name: str) -> Observed:
         for obj in items:
             live[(kind, obj["metadata"]["name"])] = obj
     forbidden += read_named(client, namespace, name, live)
-    pods = client.list(
-        ref_for("Pod"), namespace, selector=labels.selector_string(labels.pod_selector(name))
+    # One list for the runtime pods and the front's, told apart by their app name (as the
+    # pods' index holds them: every pod of ours, keyed by its instance).
+    pods = client.list(ref_for("Pod"), namespace, selector=selector)
+    return Observed(
+        live, _runtime(pods), tuple(forbidden), cordoned_nodes(client), front=_front(pods)
     )
-    return Observed(live, pods, tuple(forbidden), cordoned_nodes(client))
+
+
+def _app(pod: Mapping[str, Any]) -> str | None:
+    return ((pod.get("metadata") or {}).get("labels") or {}).get(labels.LABEL_NAME)
+
+
+def _runtime(pods: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [p for p in pods if _app(p) == labels.APP_NAME]
+
+
+def _front(pods: Iterable[dict[str, Any]]) -> tuple[dict[str, Any], ...]:
+    return tuple(p for p in pods if _app(p) == labels.FRONT_APP_NAME)
 
 
 def cordoned_nodes(client: KubeClient) -> frozenset[str] | None:
@@ -189,20 +203,27 @@ class IndexedObserver:
     )
 
     def __call__(self, namespace: str, name: str) -> Observed:
+        return self.view(namespace, name, named=True)
+
+    def view(self, namespace: str, name: str, *, named: bool) -> Observed:
+        """The indexed children and pods; ``named``: also the children read by name (a request
+        each when not cached), which scale to zero's readings between passes do without."""
         key = (namespace, name)
         children: dict[Key, dict[str, Any]] = {}
         for kind in LISTED_CHILD_KINDS:
             index = self.indexes.get(kind) or {}
             for obj in _snapshot(index.get(key)):
                 children[(kind, obj["metadata"]["name"])] = obj
-        forbidden = self._read_named(key, children)
-        pods = [
-            p
-            for p in _snapshot((self.indexes.get("Pod") or {}).get(key))
-            if (p["metadata"].get("labels") or {}).get(labels.LABEL_NAME) == labels.APP_NAME
-        ]
+        forbidden = self._read_named(key, children) if named else []
+        pods = _snapshot((self.indexes.get("Pod") or {}).get(key))
         self._overlay(key, children)
-        return Observed(children, pods, tuple(forbidden), cordoned=self.cordoned())
+        return Observed(
+            children,
+            _runtime(pods),
+            tuple(forbidden),
+            cordoned=self.cordoned(),
+            front=_front(pods),
+        )
 
     def _read_named(self, key: IndexKey, children: dict[Key, dict[str, Any]]) -> list[str]:
         """The children read by name, from what we last read or wrote of them while that is

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from docparser_operator.analysis.sources import golden, pods, prometheus
+from docparser_operator.analysis.sources.activity import ActivitySource, PodActivity
 from docparser_operator.analysis.sources.base import Sources
 from docparser_operator.analysis.sources.fetch import Fetcher, Resolve, system_resolve
 from docparser_operator.analysis.sources.golden_uri import DEFAULT_SOURCES as DEFAULT_GOLDEN
@@ -15,7 +16,13 @@ from docparser_operator.api import naming
 from docparser_operator.api.analysis_spec import PrometheusSource
 
 PROMETHEUS_SETTING = "DOCPARSER_OPERATOR_PROMETHEUS_URLS"
-__all__ = ["DEFAULT_GOLDEN", "PROMETHEUS_SETTING", "guarded"]
+__all__ = ["DEFAULT_GOLDEN", "PROMETHEUS_SETTING", "ActivitySource", "activity", "guarded"]
+
+
+def activity(resolve: Resolve = system_resolve) -> PodActivity:
+    """Scale to zero's source: the front's and the runtime pods' own ``/metrics``, reached on
+    their IP and the runtime's port only (the pods' rule, as the analysis reads them)."""
+    return PodActivity(pods.guarded(Fetcher(AllowList.pods(naming.HTTP_PORT), resolve)))
 
 
 def guarded(

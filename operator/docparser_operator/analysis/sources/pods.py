@@ -149,13 +149,21 @@ def _ready(pod: Mapping[str, Any]) -> bool:
     )
 
 
+def ready_address(pod: Mapping[str, Any]) -> str | None:
+    """``<podIP>:8000`` of a Ready pod that is not going away, else None."""
+    if not _ready(pod) or (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return None
+    return f"{pod['status']['podIP']}:{naming.HTTP_PORT}"
+
+
 def _expositions(pods: Iterable[Mapping[str, Any]], fetch: Fetch) -> list[str] | None:
     """The ``/metrics`` text of every Ready pod; None when one cannot be read."""
     texts = []
     for pod in pods:
-        if not _ready(pod) or (pod.get("metadata") or {}).get("deletionTimestamp"):
+        address = ready_address(pod)
+        if address is None:
             continue
-        url = f"http://{pod['status']['podIP']}:{naming.HTTP_PORT}/metrics"
+        url = f"http://{address}/metrics"
         try:
             texts.append(fetch(url))
         except Exception:  # unreachable, timed out, not our exposition: no sample this time

@@ -3,10 +3,10 @@
 ``render_all`` is what ``docparser-operator render`` calls (the plan at rest); the reconciler
 renders ``render_target`` of the step its rollout planner chose. The order is stable (the weights
 cache claims and fill Jobs; the shadow ConfigMap; per spec revision: Deployment, revision
-Service; then the canary Service, the endpoint Service, the HPA, the PDB, the HTTPRoute and the
-NetworkPolicy) so golden files and apply batches never reorder. The shadow's internal token
-Secret is not rendered here: the controller creates it once with random bytes
-(controller/credential.py).
+Service; then the canary Service, the endpoint Service, the front's Deployment and Services
+with ``replicas.min: 0``, the HPA, the PDB, the HTTPRoute and the NetworkPolicy) so golden
+files and apply batches never reorder. The shadow's internal token Secret is not rendered here:
+the controller creates it once with random bytes (controller/credential.py).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 
 from docparser_operator.api.models import DocParser
 from docparser_operator.core.render.deployment import pod_template, render_deployment
+from docparser_operator.core.render.front import render_front
 from docparser_operator.core.render.hpa import render_hpa
 from docparser_operator.core.render.httproute import backend_weights, render_httproute
 from docparser_operator.core.render.networkpolicy import render_network_policy
@@ -23,7 +24,9 @@ from docparser_operator.core.render.pdb import render_pdb
 from docparser_operator.core.render.service import (
     render_canary_service,
     render_endpoint_service,
+    render_front_service,
     render_revision_service,
+    render_serving_service,
 )
 from docparser_operator.core.render.shadow import render_shadow_config
 from docparser_operator.core.render.target import (
@@ -59,7 +62,9 @@ def render_target(plan: Target) -> list[dict[str, Any]]:
     if canary is not None:
         children.append(render_canary_service(plan, canary.revision))
     children.append(render_endpoint_service(plan))
-    if plan.resource.spec.autoscaled:
+    if plan.scales_to_zero:
+        children += [render_front(plan), render_front_service(plan), render_serving_service(plan)]
+    if plan.resource.spec.autoscaled and plan.awake:  # an HPA has no pod to read at zero
         children.append(render_hpa(plan))
     children.append(render_pdb(plan))
     if gateway:
@@ -69,8 +74,14 @@ def render_target(plan: Target) -> list[dict[str, Any]]:
     return children
 
 
-def render_all(resource: dict[str, Any], *, canary_ready: bool = True) -> list[dict[str, Any]]:
+def render_all(
+    resource: dict[str, Any], *, canary_ready: bool = True, idle: bool = False
+) -> list[dict[str, Any]]:
     """Every child of ``resource`` once settled; ``canary_ready=False``: before the canary's
-    pods are Ready (all traffic on stable). Raises pydantic.ValidationError on a bad spec."""
+    pods are Ready (all traffic on stable); ``idle``: at zero (``replicas.min: 0``). Raises
+    pydantic.ValidationError on a bad spec."""
     model = DocParser.from_resource(resource)
-    return render_target(target_at_rest(model, roles_of(model), canary_ready=canary_ready))
+    if idle and model.spec.replicas.idle_policy is None:
+        raise ValueError("only a DocParser with replicas.min 0 goes idle")
+    plan = target_at_rest(model, roles_of(model), canary_ready=canary_ready, idle=idle)
+    return render_target(plan)

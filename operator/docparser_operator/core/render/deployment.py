@@ -56,7 +56,7 @@ def termination_grace_seconds(spec: DocParserSpec) -> int:
     return PRESTOP_SLEEP_S + RUNTIME_DRAIN_GRACE_S + drain_seconds(spec) + 15
 
 
-def _env(spec: DocParserSpec, tp: RoleRevision, meta: ObjectMeta) -> list[dict[str, Any]]:
+def runtime_env(spec: DocParserSpec, tp: RoleRevision, meta: ObjectMeta) -> list[dict[str, Any]]:
     env = {
         "DOCPARSER_MAX_BATCH_SIZE": str(spec.runtime.max_batch_size),
         "DOCPARSER_DEFAULT_MAX_NEW_TOKENS": str(spec.runtime.max_new_tokens),
@@ -95,7 +95,7 @@ def _env(spec: DocParserSpec, tp: RoleRevision, meta: ObjectMeta) -> list[dict[s
     return rendered
 
 
-def _probe(path: str, *, period: int, failures: int, timeout: int) -> dict[str, Any]:
+def probe(path: str, *, period: int, failures: int, timeout: int) -> dict[str, Any]:
     return {
         "httpGet": {"path": path, "port": naming.HTTP_PORT_NAME},
         "periodSeconds": period,
@@ -146,17 +146,17 @@ def _runtime_container(spec: DocParserSpec, tp: RoleRevision, meta: ObjectMeta) 
         "image": spec.runtime.image,
         "imagePullPolicy": spec.runtime.image_pull_policy,
         "args": args,
-        "env": _env(spec, tp, meta) + [e.model_dump() for e in spec.pod.env],
+        "env": runtime_env(spec, tp, meta) + [e.model_dump() for e in spec.pod.env],
         **({"envFrom": [dict(e) for e in spec.pod.env_from]} if spec.pod.env_from else {}),
         "ports": [
             {"name": naming.HTTP_PORT_NAME, "containerPort": naming.HTTP_PORT, "protocol": "TCP"}
         ],
         "resources": _resources(spec, weights_in_pod=_fetched_into_pod(spec, tp)),
-        "startupProbe": _probe(
+        "startupProbe": probe(
             "/readyz", period=STARTUP_PERIOD_S, failures=startup_failures, timeout=5
         ),
-        "readinessProbe": _probe("/readyz", period=5, failures=3, timeout=3),
-        "livenessProbe": _probe("/livez", period=10, failures=6, timeout=5),
+        "readinessProbe": probe("/readyz", period=5, failures=3, timeout=3),
+        "livenessProbe": probe("/livez", period=10, failures=6, timeout=5),
         "lifecycle": {"preStop": {"sleep": {"seconds": PRESTOP_SLEEP_S}}},
         "securityContext": container_security(),
         # The last log lines become the termination message when the process wrote none, so

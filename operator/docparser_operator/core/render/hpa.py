@@ -59,7 +59,7 @@ def render_hpa(plan: Target) -> dict[str, Any]:
         "metadata": object_meta(plan, naming.hpa(plan.name), "shared"),
         "spec": {
             "scaleTargetRef": {"apiVersion": API_VERSION, "kind": KIND, "name": plan.name},
-            "minReplicas": replicas.min,
+            "minReplicas": replicas.floor,  # 0 is the idle decision's (core/idle.py)
             "maxReplicas": replicas.max,
             "metrics": [_metric(autoscaling)],
             "behavior": {

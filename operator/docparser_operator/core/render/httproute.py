@@ -4,8 +4,10 @@ One backend per revision Service, weighted by the rollout planner: the canary re
 the effective canary weight (0 until its pods are Ready, then no more than Ready pods can
 carry), the stable side the rest in proportion to each stable revision's Ready pods. Weights
 are percents and add up to 100 once anything is Ready; before that the spec's stable revision
-holds all the weight (nothing can serve yet). Timeouts are long: a document request can
-decode for minutes.
+holds all the weight (nothing can serve yet). A DocParser that scales to zero lists its front
+``<name>-front`` too: all the weight while no runtime pod is Ready (at zero, waking), 0 once one
+is (the switch waits for the Ready pod: make-before-break). Timeouts are long: a document
+request can decode for minutes.
 """
 
 from __future__ import annotations
@@ -43,10 +45,18 @@ def render_httproute(plan: Target) -> dict[str, Any]:
         parent["namespace"] = gateway.namespace
     if gateway.section_name:
         parent["sectionName"] = gateway.section_name
+    weights = backend_weights(plan)
+    if plan.to_front:  # at zero or waking: every request to the front (render/front.py)
+        weights = dict.fromkeys(weights, 0)
     backends = [
         {"name": naming.revision_name(plan.name, rev), "port": naming.HTTP_PORT, "weight": w}
-        for rev, w in backend_weights(plan).items()
+        for rev, w in weights.items()
     ]
+    if plan.scales_to_zero:
+        share = 100 if plan.to_front else 0
+        backends.append(
+            {"name": naming.front(plan.name), "port": naming.HTTP_PORT, "weight": share}
+        )
     spec: dict[str, Any] = {
         "parentRefs": [parent],
         "rules": [

@@ -5,7 +5,9 @@ objects: the Gateway's namespace, the clients' namespaces, Prometheus) and the D
 own runtime pods (the shadow canary's mirror, stable pod to canary pod) are the only sources
 that reach it. Egress is left open: pods fetch weights from object stores and talk to Redis,
 whose addresses the operator does not know. The kubelet's probes come from the node, which
-NetworkPolicy implementations allow.
+NetworkPolicy implementations allow. A DocParser that scales to zero has its front under the
+same policy (clients reach it at zero), and the front is one more source of the runtime pods
+(it hands held requests over to ``<name>-serving``).
 """
 
 from __future__ import annotations
@@ -13,7 +15,15 @@ from __future__ import annotations
 from typing import Any
 
 from docparser_operator.api import naming
-from docparser_operator.api.labels import TRACK_SHARED, pod_selector
+from docparser_operator.api.labels import (
+    APP_NAME,
+    FRONT_APP_NAME,
+    LABEL_INSTANCE,
+    LABEL_NAME,
+    TRACK_SHARED,
+    front_selector,
+    pod_selector,
+)
 from docparser_operator.core.render.meta import object_meta
 from docparser_operator.core.render.target import Target
 
@@ -23,6 +33,15 @@ def render_network_policy(plan: Target) -> dict[str, Any]:
     # canary's (a podSelector peer is this namespace only; the internal token guards the path).
     own = {"podSelector": {"matchLabels": pod_selector(plan.name)}}
     peers = [dict(peer) for peer in plan.resource.spec.traffic.allow_from or []] + [own]
+    selector: dict[str, Any] = {"matchLabels": pod_selector(plan.name)}
+    if plan.scales_to_zero:
+        peers.append({"podSelector": {"matchLabels": front_selector(plan.name)}})
+        selector = {
+            "matchLabels": {LABEL_INSTANCE: plan.name},
+            "matchExpressions": [
+                {"key": LABEL_NAME, "operator": "In", "values": [APP_NAME, FRONT_APP_NAME]}
+            ],
+        }
     ingress: dict[str, Any] = {
         "from": peers,
         "ports": [{"protocol": "TCP", "port": naming.HTTP_PORT}],
@@ -32,7 +51,7 @@ def render_network_policy(plan: Target) -> dict[str, Any]:
         "kind": "NetworkPolicy",
         "metadata": object_meta(plan, naming.network_policy(plan.name), TRACK_SHARED),
         "spec": {
-            "podSelector": {"matchLabels": pod_selector(plan.name)},
+            "podSelector": selector,
             "policyTypes": ["Ingress"],
             # allowFrom: [] allows no source but the DocParser's own pods
             "ingress": [ingress],

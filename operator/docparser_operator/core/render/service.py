@@ -1,12 +1,16 @@
-"""Services: the endpoint ``<name>``, the canary role's ``<name>-canary``, and (router gateway)
-one backend Service per revision that the HTTPRoute weights, ``<name>-<revision>``.
+"""Services: the endpoint ``<name>``, the canary role's ``<name>-canary``, (router gateway)
+one backend Service per revision that the HTTPRoute weights, ``<name>-<revision>``, and for a
+DocParser that scales to zero the front's ``<name>-front`` and ``<name>-serving`` (every
+runtime pod: where the front hands held requests over).
 
 The endpoint Service is what clients and status.endpoint use. A Service selects by label
 equality, so it either spans every revision of the DocParser (a rollout between stable
 revisions, or ``router: service`` with a live canary weight: Ready pods then share the traffic)
 or pins exactly one revision (the serving stable one while a dark or leaving canary has pods).
 The rollout planner decides which (``Rollout.endpoint_revision``). Services only send traffic
-to Ready pods, so a revision still loading gets none.
+to Ready pods, so a revision still loading gets none. With ``replicas.min: 0`` and no Ready
+runtime pod behind traffic (at zero, waking) the endpoint selects the front instead
+(``Target.to_front``), and goes back to the runtime pods in the pass that finds one Ready.
 """
 
 from __future__ import annotations
@@ -14,7 +18,13 @@ from __future__ import annotations
 from typing import Any
 
 from docparser_operator.api import naming
-from docparser_operator.api.labels import LABEL_REVISION, TRACK_SHARED, TrackLabel, pod_selector
+from docparser_operator.api.labels import (
+    LABEL_REVISION,
+    TRACK_SHARED,
+    TrackLabel,
+    front_selector,
+    pod_selector,
+)
 from docparser_operator.core.render.meta import object_meta
 from docparser_operator.core.render.target import Target
 
@@ -43,8 +53,22 @@ def _service(
 
 
 def render_endpoint_service(plan: Target) -> dict[str, Any]:
-    selector = pod_selector(plan.name, plan.rollout.endpoint_revision)
+    if plan.to_front:
+        selector = front_selector(plan.name)
+    else:
+        selector = pod_selector(plan.name, plan.rollout.endpoint_revision)
     return _service(plan, naming.endpoint_service(plan.name), TRACK_SHARED, selector)
+
+
+def render_front_service(plan: Target) -> dict[str, Any]:
+    """``<name>-front``: the front's pods (the HTTPRoute's backend while at zero)."""
+    return _service(plan, naming.front(plan.name), TRACK_SHARED, front_selector(plan.name))
+
+
+def render_serving_service(plan: Target) -> dict[str, Any]:
+    """``<name>-serving``: every runtime pod, whatever the endpoint selects: the front's
+    backend (DOCPARSER_FRONT_BACKEND_URL), whose ``/readyz`` tells it when to hand over."""
+    return _service(plan, naming.serving_service(plan.name), TRACK_SHARED, pod_selector(plan.name))
 
 
 def render_canary_service(plan: Target, revision: str) -> dict[str, Any]:

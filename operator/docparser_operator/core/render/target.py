@@ -50,10 +50,23 @@ class Target:
         return sum(r.target for r in self.rollout.revisions if r.desired)
 
     mirror: bool = True  # False once the canary analysis failed: the shadow stops copying
+    awake: bool = True  # False while at (or waking from) zero: no autoscaler (core/idle.py)
 
     @property
     def name(self) -> str:
         return self.resource.metadata.name
+
+    @property
+    def scales_to_zero(self) -> bool:
+        """``replicas.min: 0``: the front runs, and takes the traffic while no pod is Ready."""
+        return self.resource.spec.replicas.idle_policy is not None
+
+    @property
+    def to_front(self) -> bool:
+        """Whether the endpoint Service and the HTTPRoute send to the front now: a DocParser
+        that scales to zero with no Ready runtime pod behind traffic after this pass (at 0,
+        waking, or every pod lost). The switch back waits for a Ready pod (make-before-break)."""
+        return self.scales_to_zero and self.rollout.ready_serving == 0
 
     @property
     def namespace(self) -> str:
@@ -101,9 +114,11 @@ def desired(
     *,
     weight: int | None = None,
     leaving: dict[str, int] | None = None,
+    size: int | None = None,
 ) -> rollout.Desired:
     """``weight``: the canary analysis' effective weight, instead of spec.canary.weight;
-    ``leaving``: pods on cordoned nodes per revision, to replace first (core/drain.py)."""
+    ``leaving``: pods on cordoned nodes per revision, to replace first (core/drain.py);
+    ``size``: the idle decision's (core/idle.py), instead of the spec's."""
     spec = resource.spec
     by_role = {t.role: t.revision for t in tracks}
     if weight is None:
@@ -112,7 +127,7 @@ def desired(
         stable=by_role.get("stable"),
         canary=by_role.get("canary"),
         weight=weight if spec.canary else 0,
-        size=spec.replicas.size,
+        size=spec.replicas.size if size is None else size,
         max_surge=spec.rollout.max_surge,
         router=spec.traffic.router,
         leaving=dict(leaving or {}),
@@ -120,10 +135,15 @@ def desired(
 
 
 def target_at_rest(
-    resource: DocParser, tracks: tuple[RoleRevision, ...], *, canary_ready: bool = True
+    resource: DocParser,
+    tracks: tuple[RoleRevision, ...],
+    *,
+    canary_ready: bool = True,
+    idle: bool = False,
 ) -> Target:
-    """The settled plan: every spec revision at its target size (canary Ready or not)."""
-    want = desired(resource, tracks)
+    """The settled plan: every spec revision at its target size (canary Ready or not), or at
+    zero (``idle``, for ``replicas.min: 0``: the front takes the traffic)."""
+    want = desired(resource, tracks, size=0 if idle else None)
     t_stable, t_canary = rollout.split(want.size, want.weight, has_canary=want.canary is not None)
     observed = (
         [rollout.RevisionState(want.stable, "stable", t_stable, t_stable)] if want.stable else []
@@ -132,4 +152,5 @@ def target_at_rest(
         ready = t_canary if canary_ready else 0
         observed.append(rollout.RevisionState(want.canary, "canary", t_canary, ready))
     previous = want.weight if canary_ready else 0
-    return Target(resource, tracks, rollout.plan(want, observed, previous_weight=previous))
+    step = rollout.plan(want, observed, previous_weight=previous)
+    return Target(resource, tracks, step, awake=not idle)
