@@ -194,7 +194,9 @@ def test_idle_wake_idle(
             time.sleep(1.5)
             mark = cluster.mark()
             time.sleep(3.5)
-            assert cluster.requests_since(mark) == [], cluster.requests_since(mark)
+            # (the cordoned-node poll, kube/nodes.py, is one list for all DocParsers)
+            asked = [r for r in cluster.requests_since(mark) if r.path != "/api/v1/nodes"]
+            assert asked == [], asked
             before = operator.reconciles(cluster.namespace, "night")
             assert before > 0
             # a spec change while idle: a new revision at 0 pods, Current at once
