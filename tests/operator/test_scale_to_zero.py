@@ -153,6 +153,9 @@ def test_idle_wake_idle(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("DOCPARSER_OPERATOR_IDLE_POLL_INTERVAL_S", "1")
+    # no resync in the test's span: every decision below comes from a reading (a pass reads
+    # some children by name; a reading that changes nothing must cost no request at all)
+    monkeypatch.setenv("DOCPARSER_OPERATOR_RESYNC_INTERVAL_S", "600")
     front_host, front, pod_host, pods = addresses
     spec = docparser(
         "night",

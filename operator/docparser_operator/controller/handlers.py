@@ -40,7 +40,7 @@ import kopf
 from docparser_operator.api import labels
 from docparser_operator.api.kinds import DOCPARSER, INDEXED, KINDS
 from docparser_operator.api.naming import API_GROUP, KIND, PLURAL
-from docparser_operator.controller import drains, events
+from docparser_operator.controller import drains, events, wakeups
 from docparser_operator.controller.metrics import OperatorMetrics
 from docparser_operator.controller.reconcile import reconcile
 from docparser_operator.controller.settings import OperatorSettings
@@ -98,10 +98,7 @@ def run_reconcile(state: OperatorState, resource: dict[str, Any], *, strict: boo
             delay = state.settings.retry_delay_s * (1 if exc.transient else 6)
             raise kopf.TemporaryError(str(exc), delay=delay) from exc
         state.saw_write(outcome.body)
-        if outcome.wake_in_s is None:
-            state.wakeups.pop(uid, None)
-        else:
-            state.wakeups[uid] = time.monotonic() + outcome.wake_in_s
+        wakeups.after_pass(state, uid, outcome)
         if state.metrics is not None:
             state.metrics.reconciled(namespace, name, outcome.status, time.monotonic() - started)
     events.post(api, resource, state.event_limiter.admit(uid, events_for(outcome)))
@@ -239,24 +236,18 @@ def resync_all(state: OperatorState, uids: Iterable[str] | None = None) -> int:
     return done
 
 
-def due_wakeups(state: OperatorState, now: float) -> list[str]:
-    """The DocParsers whose requested pass (an analysis window's end) is due; forgotten."""
-    due = [uid for uid, at in list(state.wakeups.items()) if at <= now]
-    for uid in due:
-        state.wakeups.pop(uid, None)
-    return due
-
-
 async def _resync_loop(state: OperatorState) -> None:
     """Every DocParser each ``resync_interval_s``; in between, within a second, the ones
-    that asked for a pass (an analysis window ends with no event to say so)."""
+    that asked for a pass (an analysis window ends with no event to say so) and those whose
+    scale-to-zero reading changed their idle decision (controller/wakeups.py)."""
     await asyncio.sleep(state.settings.resync_initial_delay_s)
     while True:
         await asyncio.to_thread(resync_all, state)
         deadline = time.monotonic() + state.settings.resync_interval_s
         while (now := time.monotonic()) < deadline:
             await asyncio.sleep(min(1.0, deadline - now))
-            due = due_wakeups(state, time.monotonic())
+            due = wakeups.due(state, time.monotonic())
+            due += await asyncio.to_thread(wakeups.idle_readings, state)  # HTTP, no API
             if due:
                 await asyncio.to_thread(resync_all, state, due)
 

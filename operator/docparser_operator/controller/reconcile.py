@@ -162,9 +162,7 @@ def reconcile(
     observed = observer(namespace, name)
     previous_weight = (previous.get("canary") or {}).get("weight") or 0
     walk = _analysis_begin(resource, previous)
-    out.idle = _idle_step(
-        resource, observed, walk, idle or IdleMemory(), activity, now=now, poll_s=poll_s
-    )
+    out.idle = idle_step(resource, observed, idle or IdleMemory(), activity, now=now, poll_s=poll_s)
     decision = decide(
         resource,
         observed,
@@ -217,11 +215,8 @@ def reconcile(
         # (status times have whole seconds: one more so the window is surely due).
         left = config.interval_seconds - analysis_module.elapsed(walk.window_start, now)
         out.wake_in_s = max(0.0, left) + 1.0
-    if out.idle is not None:
-        due = out.idle.next_read_s
-        out.wake_in_s = due if out.wake_in_s is None else min(out.wake_in_s, due)
-        if out.idle.problem is not None:
-            out.problems.append(out.idle.problem)
+    if out.idle is not None and out.idle.problem is not None:
+        out.problems.append(out.idle.problem)
     out.problems.extend(
         Problem(
             "Forbidden",
@@ -285,10 +280,9 @@ def _analysis_begin(
     return analysis_run.begin(model, revisions, previous)
 
 
-def _idle_step(
+def idle_step(
     resource: dict[str, Any],
     observed: Observed,
-    walk: analysis_module.AnalysisState | None,
     memory: IdleMemory,
     activity: ActivitySource | None,
     *,
@@ -296,11 +290,13 @@ def _idle_step(
     poll_s: float,
 ) -> IdleStep | None:
     """Scale to zero's decision for this pass (None unless ``replicas.min: 0``): read the
-    front's and the pods' /metrics when a reading is due, then decide (core/idle.py)."""
+    front's and the pods' /metrics when a reading is due, then decide (core/idle.py). Also
+    what a reading between passes decides (controller/wakeups.py)."""
     try:
         model = DocParser.from_resource(resource)
     except pydantic.ValidationError:
         return None
+    walk = _analysis_begin(resource, resource.get("status") or {})
     if model.spec.replicas.idle_policy is None:
         memory.seen.pop(resource["metadata"]["uid"], None)
         return None

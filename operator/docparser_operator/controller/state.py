@@ -55,6 +55,7 @@ class OperatorState:
     node_task: asyncio.Task[None] | None = None
     credentials: CredentialMemory = field(default_factory=CredentialMemory)  # Secrets made
     idle: IdleMemory = field(default_factory=IdleMemory)  # scale to zero's last readings
+    idle_polls: dict[str, float] = field(default_factory=dict[str, float])  # uid -> next read
     activity: ActivitySource | None = None  # what scale to zero reads (built at start-up)
 
     def idle_args(self) -> dict[str, Any]:
