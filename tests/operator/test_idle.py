@@ -359,3 +359,22 @@ def test_a_spec_change_while_idle_starts_no_pod_and_stays_current(
     after = _status(changed, IdleStep("Idle", T0, 0, "idle"), idle)
     assert after["observedGeneration"] == 2
     assert judged(gitops_check, changed, after) == ("Current", "Healthy")
+
+
+def test_a_reading_starts_a_pass_only_when_its_decision_differs_from_status() -> None:
+    """controller/wakeups.py: at rest a reading changes nothing, so it costs no pass."""
+    from docparser_operator.controller.wakeups import changed
+
+    step = IdleStep("Idle", T0, 0, "idle")
+    body: dict[str, Any] = {"status": {"scaleToZero": step.to_status(), "conditions": []}}
+    assert not changed(body, step)
+    assert changed(body, IdleStep("Waking", at(5), 2, "2 jobs", wake_replicas=2))
+    blind = Cycle(sleeper())
+    blind.step(0, None)
+    assert blind.seen.error and changed(body, IdleStep("Idle", T0, 0, "idle", problem=_problem()))
+
+
+def _problem() -> Any:
+    from docparser_operator.core.status import Problem
+
+    return Problem("ActivityUnknown", "x: the DocParser neither scales to zero nor wakes until")
