@@ -112,7 +112,7 @@ def test_defaults_fill_an_empty_spec_like_the_api_server() -> None:
     spec = admit(minimal).defaulted["spec"]
     assert spec["tier"] == 6
     assert spec["replicas"] == {"min": 1, "max": 1, "desired": 1}
-    assert spec["rollout"] == {"maxSurge": 1}
+    assert spec["rollout"] == {"maxSurge": 1, "drainTimeoutSeconds": 600}
     assert spec["autoscaling"] == {
         "metric": "queue",
         "target": 4,
