@@ -175,7 +175,7 @@ class ClusterSampler:
     missed: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
-    _began: float = 0.0
+    began: float = 0.0  # time.monotonic() of the first sample's start
 
     def snapshot(self, api: k8s.ApiClient) -> Snapshot:
         core, discovery = k8s.CoreV1Api(api), k8s.DiscoveryV1Api(api)
@@ -200,7 +200,7 @@ class ClusterSampler:
             self.name,
         )
         return Snapshot(
-            time.monotonic() - self._began,
+            time.monotonic() - self.began,
             sum(
                 1
                 for s in slices["items"]
@@ -225,7 +225,7 @@ class ClusterSampler:
                 self._stop.wait(self.interval)
 
     def __enter__(self) -> ClusterSampler:
-        self._began = time.monotonic()
+        self.began = time.monotonic()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
         return self
@@ -238,6 +238,10 @@ class ClusterSampler:
     @property
     def fewest_ready(self) -> int:
         return min((s.ready_endpoints for s in self.samples), default=0)
+
+    def between(self, start: float, end: float) -> list[Snapshot]:
+        """The samples taken between two time.monotonic() readings."""
+        return [s for s in self.samples if start <= self.began + s.at <= end]
 
     def first(self, predicate: Any) -> Snapshot | None:
         return next((s for s in self.samples if predicate(s)), None)

