@@ -48,6 +48,11 @@ def run_scenarios(select: str | None) -> int:
         argv += ["-k", select]
     with LOCK.open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # the cluster is machine-wide: one user at a time
+        # This tree's images (cached by content hash), built once the cluster is ours: the
+        # image cache keeps one archive per image, so another tree's build may have replaced it.
+        build = [sys.executable, str(ROOT / "scripts" / "build_images.py")]
+        if subprocess.run(build, cwd=ROOT).returncode != 0:
+            return 1
         return subprocess.run(argv, cwd=ROOT).returncode
 
 
