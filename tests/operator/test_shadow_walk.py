@@ -59,14 +59,16 @@ def test_a_dark_canary_is_judged_on_live_pages_before_step_1(
 
             def judged() -> dict[str, Any] | None:
                 seen = _canary(cluster)
-                weights.append(int(seen.get("weight") or 0))
                 walk = seen.get("analysis") or {}
-                return seen if walk.get("phase") not in (None, "Shadowing") else None
+                if walk.get("phase") in (None, "Shadowing"):
+                    weights.append(int(seen.get("weight") or 0))  # routed before the verdict
+                    return None
+                return seen
 
             done = wait_for("the shadow gate's verdict", judged, timeout=60)
             walk = done["analysis"]
             assert walk["phase"] == verdict, walk
-            assert set(weights) == {0}  # dark until the verdict: no client reached it
+            assert weights and set(weights) == {0}  # dark until the verdict: no client reached it
             figures = done["shadow"]
             assert figures["pagesCompared"] >= 100 and figures["quantile"] == 0.9
             assert figures["pagesPerMinute"] > 0 and figures["since"]

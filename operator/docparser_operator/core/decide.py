@@ -137,7 +137,12 @@ def decide(
         previous_weight=previous_weight,
     )
     awake = size is None or idle is None or idle.awake
-    plan = Target(model, tracks, step, drains, mirror=mirror, awake=awake)
+    canary_service = observed.children.get(("Service", naming.canary_service(model.metadata.name)))
+    address = ""
+    if canary_service is not None and owned_by(canary_service, uid):
+        ip = str((canary_service.get("spec") or {}).get("clusterIP") or "")
+        address = ip if ip and ip != "None" else ""
+    plan = Target(model, tracks, step, drains, mirror=mirror, awake=awake, canary_address=address)
     decision = Decision(target=plan)
     decision.drain = drain.report(drains, step, observed.pods, observed.cordoned or frozenset())
     for prefix, track_spec in _pod_specs(model.spec):

@@ -12,7 +12,9 @@ in place (within about a minute) and the runtime re-reads it. The ConfigMap alwa
 The configuration (the contract with the runtime, docs/operations.md "Shadow canary"): stable
 pods whose revision is ``stableRevision`` copy ``percent`` of the parse requests they answered
 to ``target``, the canary role's Service (render/service.py points it at the spec's canary
-revision), within ``maxPagesPerMinute`` pages each: the DocParser's budget divided among the
+revision) by its ClusterIP once the Service exists (a pod then needs no cluster DNS to reach
+it, and the address lasts as long as the Service; before that, and offline, its DNS name),
+within ``maxPagesPerMinute`` pages each: the DocParser's budget divided among the
 stable revision's pods, rounded up, so the whole never exceeds the spec's by more than one
 page per pod and minute.
 """
@@ -43,10 +45,10 @@ def shadow_config(plan: Target) -> dict[str, Any]:
     if shadow is None or stable is None or canary is None or not plan.mirror:
         return {"enabled": False}
     pods = max(1, plan.replicas(stable))
-    service = naming.canary_service(plan.name)
+    host = plan.canary_address or f"{naming.canary_service(plan.name)}.{plan.namespace}.svc"
     return {
         "enabled": True,
-        "target": f"http://{service}.{plan.namespace}.svc:{naming.HTTP_PORT}",
+        "target": f"http://{host}:{naming.HTTP_PORT}",
         "percent": shadow.percent,
         "maxPagesPerMinute": math.ceil(shadow.max_pages_per_minute / pods),
         "stableRevision": stable.revision,

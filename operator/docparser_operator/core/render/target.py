@@ -51,6 +51,9 @@ class Target:
 
     mirror: bool = True  # False once the canary analysis failed: the shadow stops copying
     awake: bool = True  # False while at (or waking from) zero: no autoscaler (core/idle.py)
+    # The live canary Service's ClusterIP (render/shadow.py aims the copies at it; "" before
+    # the Service exists, or offline: its DNS name then).
+    canary_address: str = ""
 
     @property
     def name(self) -> str:
