@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 from app_for_tests import make_settings, scrape, serving, value
 from docparser_runtime.cgroup_memory import MemoryLimit
+from docparser_runtime.engines.base import ParseOptions
 from docparser_runtime.errors import NotFound, PermissionDenied, Unauthenticated
 from docparser_runtime.host_memory import MIB, MemoryBudget, plan_budget
+from docparser_runtime.server.endpoints.parse.request_input import ParseRequest
 from docparser_runtime.server.guards.internal_auth import SecretFile, bearer
 from docparser_runtime.server.shadow.compare import (
     PageDigest,
@@ -29,6 +31,7 @@ from docparser_runtime.server.shadow.compare import (
 from docparser_runtime.server.shadow.config import OFF, ConfigWatcher, parse_config
 from docparser_runtime.server.shadow.metrics import ShadowMetrics
 from docparser_runtime.server.shadow.sampler import PageBudget, sampled
+from docparser_runtime.server.shadow.sender import ShadowMirror
 from docparser_runtime.server.shadow.worst import MAX_ENTRIES, MAX_EXCERPT_CHARS, WorstStore
 from engines_for_tests import GatedEngine
 from live_server import LiveServer
@@ -317,3 +320,123 @@ def test_the_shadow_series_are_in_the_operations_guide():
     }
     assert len(names) == 8
     assert sorted(n for n in names if f"`{n}`" not in guide) == []
+
+
+# -- the bounds of the hot path: queue, page budget, memory share ---------------------------
+def _mirror(tmp_path: Path, *, per_minute: float = 1000, queue: int = 1, memory=None):
+    (tmp_path / "token").write_text("tok")
+    config = tmp_path / "shadow.json"
+    config.write_text(json.dumps({
+        "enabled": True, "target": "http://127.0.0.1:9", "percent": 100,
+        "maxPagesPerMinute": per_minute, "stableRevision": "s1", "canaryRevision": "c1",
+    }))  # fmt: skip
+    settings = make_settings(
+        revision="s1", shadow_config_file=config, internal_token_file=tmp_path / "token",
+        shadow_max_in_flight=1, shadow_queue=queue,
+    )  # fmt: skip
+    budget = memory or MemoryBudget(plan_budget(MemoryLimit(1536 * MIB, "test"), "rapidocr", 0))
+    registry = CollectorRegistry()
+    return ShadowMirror(settings, registry, memory=budget), registry, budget
+
+
+def _reply(pages: int) -> dict:
+    return {
+        "pages": [{"index": i, "content": "text", "blocks": []} for i in range(pages)],
+        "timings_ms": {"total": 10.0},
+        "cached": False,
+    }
+
+
+def _dropped(registry: CollectorRegistry, reason: str) -> float:
+    labels = {"reason": reason, "stable_revision": "s1", "canary_revision": "c1"}
+    return registry.get_sample_value("docparser_shadow_dropped_total", labels) or 0.0
+
+
+async def test_a_full_queue_drops_busy_and_a_cache_hit_is_not_offered(tmp_path):
+    mirror, registry, memory = _mirror(tmp_path, queue=1)
+    await mirror.start()
+    request = ParseRequest(data=b"x" * 1000, options=ParseOptions())
+    try:
+        mirror.offer(request, {**_reply(1), "cached": True})
+        assert memory.used == 0 and _dropped(registry, "busy") == 0
+        for _ in range(3):  # one in flight and one queued fit; the third does not
+            mirror.offer(request, _reply(1))
+        assert _dropped(registry, "busy") == 1
+        assert memory.used > 2000  # the two copies held count in the memory budget
+    finally:
+        await mirror.close()
+    assert memory.used == 0  # and are given back, compared or not
+
+
+async def test_the_page_budget_drops_a_request_whose_pages_do_not_fit(tmp_path):
+    mirror, registry, _ = _mirror(tmp_path, per_minute=5, queue=10)
+    await mirror.start()
+    request = ParseRequest(data=b"x", options=ParseOptions())
+    try:
+        mirror.offer(request, _reply(4))
+        mirror.offer(request, _reply(2))  # 1 page left of 5
+        mirror.offer(request, _reply(1))
+        assert _dropped(registry, "budget") == 1
+    finally:
+        await mirror.close()
+
+
+async def test_copies_never_take_more_than_their_share_of_host_memory(tmp_path):
+    mirror, registry, memory = _mirror(tmp_path, queue=10)
+    await mirror.start()
+    try:
+        live = await memory.reserve(int(memory.total * 0.2), "live pages", time.monotonic() + 5)
+        big = ParseRequest(data=b"x" * int(memory.total * 0.06), options=ParseOptions())
+        mirror.offer(big, _reply(1))  # 20 % + 6 % > 25 %: dropped, live pages keep the rest
+        assert _dropped(registry, "busy") == 1
+        memory.release(live)
+        mirror.offer(big, _reply(1))
+        assert _dropped(registry, "busy") == 1 and memory.used > 0
+    finally:
+        await mirror.close()
+    assert memory.used == 0
+
+
+async def test_a_canary_that_answers_too_late_is_dropped_busy(tmp_path, slow_canary):
+    from documents import png_bytes
+    from PIL import Image
+
+    canary, token = slow_canary
+    settings = _stable_settings(tmp_path, token, canary.url, shadow_timeout_s=0.5)
+    async with serving(settings) as (_, client, _):
+        png = png_bytes(Image.new("RGB", (100, 80), "white"))
+        t0 = time.monotonic()
+        reply = await client.post("/v1/document/parse", files={"file": ("a.png", png, "image/png")})
+        assert reply.status_code == 200 and time.monotonic() - t0 < 2.0  # never waits on it
+        deadline = time.monotonic() + 20
+        while value(await scrape(client), "docparser_shadow_dropped_total", reason="busy") < 1:
+            assert time.monotonic() < deadline, "the late copy was never dropped"
+            await asyncio.sleep(0.05)
+        samples = await scrape(client)
+    assert value(samples, "docparser_shadow_pages_compared_total") == 0
+
+
+@pytest.fixture(scope="module")
+def slow_canary(tmp_path_factory):
+    root = tmp_path_factory.mktemp("slow-canary")
+    (root / "token").write_text("tok")
+    server = LiveServer(
+        gated_delay_s=3.0,
+        env={"DOCPARSER_INTERNAL_TOKEN_FILE": root / "token", "DOCPARSER_REVISION": "c1"},
+    )
+    with server:
+        yield server, root / "token"
+
+
+def test_a_reply_page_carries_the_flags_the_comparison_reads():
+    from docparser_runtime.engines.base import Block, PageResult
+
+    result = PageResult(
+        index=3, content="| a | b |\n| 1 | 2 |", width=10, height=10, tiles=1, vision_tokens=1,
+        blocks=[Block("a b", (0, 0, 1, 1), "table")], truncated=True, repetition_trips=2,
+    )  # fmt: skip
+    page = result.to_dict()
+    assert page["repetition_guarded"] is True
+    digest = PageDigest.of(page)
+    assert (digest.index, digest.truncated, digest.repetition) == (3, True, True)
+    assert digest.structure() == ((("table", 1),), ((2, 2),))

@@ -44,13 +44,17 @@ WORST = "/admin/v1/shadow/worst"
 STABLE_REV = "stable1"
 
 
+def page_lines(seed: int, lines: int = 24) -> list[str]:
+    rng = random.Random(seed)
+    return [sentence(rng, rng.randrange(3, 6)) for _ in range(lines)]
+
+
 def page_png(seed: int, lines: int = 24) -> bytes:
     """A page of ``lines`` short sentences (enough that one line in twenty is dropped)."""
-    rng = random.Random(seed)
     image = Image.new("RGB", (900, 80 + lines * 46), "white")
     draw = ImageDraw.Draw(image)
-    for i in range(lines):
-        draw.text((60, 40 + i * 46), sentence(rng, rng.randrange(3, 6)), font=font(24), fill=0)
+    for i, text in enumerate(page_lines(seed, lines)):
+        draw.text((60, 40 + i * 46), text, font=font(24), fill=0)
     out = io.BytesIO()
     image.save(out, "PNG")
     return out.getvalue()
@@ -265,6 +269,13 @@ def test_a_canary_that_drops_lines_disagrees_then_an_identical_one_agrees(fleet,
     assert parse(same.url, docs[0], **key)["cached"] is False
     assert parse(same.url, docs[0], **key)["cached"] is True  # the cache itself works
 
+    # Neither side logged a document's text (every request was logged, at info).
+    for server in (stable, dropping, same):
+        log = server.log(tail=2_000_000)
+        assert "POST /internal/v1/shadow/parse 200" in log or server is stable
+        leaked = [line for seed in (1, 2, 3) for line in page_lines(seed) if line in log]
+        assert leaked == [], f"document text in the log of {server.url}"
+
 
 def test_the_mirror_path_needs_the_internal_token(fleet):
     same = fleet["same"]
@@ -297,8 +308,10 @@ def test_a_down_or_busy_canary_changes_no_answer_and_its_drops_are_counted(fleet
     assert total(samples, "docparser_shadow_dropped_total", reason="error", **pair) == 3
     assert total(samples, "docparser_shadow_pages_compared_total", **pair) == 0
 
-    # Busy: a canary that takes 3 s a page; one copy in flight, the others dropped.
-    slow = LiveServer(gated_delay_s=3.0, env={"DOCPARSER_INTERNAL_TOKEN_FILE": secrets["token"]})
+    # Busy: a canary that takes 30 s a page, longer than the stable takes to answer all three:
+    # one copy in flight, the others dropped.
+    env = {"DOCPARSER_INTERNAL_TOKEN_FILE": secrets["token"], "DOCPARSER_DRAIN_TIMEOUT_S": 0}
+    slow = LiveServer(gated_delay_s=30.0, env=env)
     with slow:
         pair = {"stable_revision": STABLE_REV, "canary_revision": "slow"}
         shadow.point_at(slow.url, "slow")
@@ -310,7 +323,8 @@ def test_a_down_or_busy_canary_changes_no_answer_and_its_drops_are_counted(fleet
             "the copies that found the one slot taken to be dropped",
         )
         samples = scrape(stable.url)
-        assert total(samples, "docparser_shadow_dropped_total", reason="busy", **pair) >= 2
+        assert total(samples, "docparser_shadow_dropped_total", reason="busy", **pair) == 2
+        assert total(samples, "docparser_shadow_mirrored_pages_total", **pair) == 1
     shadow.point_at(None)
     for replies in (down, busy):
         for ours, theirs in zip(replies, off, strict=True):

@@ -53,7 +53,8 @@ class ShadowConfig:
 
     def mirrors(self, revision: str) -> bool:
         """Whether a pod of ``revision`` mirrors under this config."""
-        return self.enabled and bool(self.target) and revision == self.stable_revision
+        own = bool(revision) and revision == self.stable_revision
+        return self.enabled and bool(self.target) and own
 
     @property
     def labels(self) -> dict[str, str]:

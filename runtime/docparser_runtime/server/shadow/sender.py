@@ -1,9 +1,9 @@
 """A stable pod's side of the shadow: sample answered requests, mirror them to the canary
 after the client has its answer, compare the two replies and record the figures.
 
-``offer`` is called on the event loop once a reply is final (the sync route runs it as the
-response's background task, so after the body is sent; streams after their last event; jobs
-after the result is stored). It never waits and never touches the reply: it decides (shadow
+``offer`` is called on the event loop once a reply is final (the sync parse and chat routes run
+it as the response's background task, so after the body is sent; streams after their last
+event; jobs once their result is in). It never waits and never touches the reply: it decides (shadow
 on for this pod's revision, not a cache hit, the percentage, the internal credential, room
 in the bounded queue, the page budget, room in the host memory budget) and either queues a
 copy or counts a drop. ``shadow_max_in_flight`` workers send the copies; nothing a client

@@ -21,6 +21,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
+from starlette.background import BackgroundTask
 
 from docparser_runtime.errors import InvalidInput, NotFound, PayloadTooLarge, UnsupportedMediaType
 from docparser_runtime.result_cache import Reply
@@ -227,7 +228,9 @@ async def chat_completions(request: Request) -> Response:
         "usage": _usage(result),
         "system_fingerprint": f"{result['model']['engine']}:{result['model']['version']}",
     }
-    return JSONResponse(reply)
+    shadow = state.shadow  # the shadow canary's sample, once the reply is sent
+    after = None if shadow is None else BackgroundTask(shadow.offer, parse_request, result)
+    return JSONResponse(reply, background=after)
 
 
 async def _stream(
