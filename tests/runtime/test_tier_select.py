@@ -80,6 +80,15 @@ def test_blank_and_tiny_pages_take_the_global_view() -> None:
         assert choice.signals.text_height == 0
 
 
+@pytest.mark.parametrize("size", [(1, 1), (1, 50), (3, 7), (7, 7000), (2, 2), (5000, 1)])
+@pytest.mark.parametrize("fill", ["black", "white"])
+def test_slivers_narrower_than_the_strips_take_the_global_view(size, fill) -> None:
+    """A page a few pixels wide (a corrupt or hostile upload decodes to one) used to fail the
+    strips' reshape: a 500 from tier auto instead of a page read at the global view."""
+    choice = choose_tier(Image.new("RGB", size, fill))
+    assert (choice.tier, choice.plan.tiles) == (0, 0)
+
+
 def test_signals_see_columns_rules_and_formulas() -> None:
     two = measure(tier_pages.page("2col-150dpi-18px").image)
     three = measure(tier_pages.page("3col-150dpi-14px").image)

@@ -186,6 +186,8 @@ def _fraction_bars(ink: np.ndarray, rule_rows: np.ndarray, text_height: float) -
 def measure(image: Image.Image) -> PageSignals:
     """The page's signals (see the module docstring)."""
     ink, factor, paper = _ink_mask(image)
+    if ink.shape[1] < STRIPS:  # a sliver narrower than the strips: blank columns change no signal
+        ink = np.pad(ink, ((0, 0), (0, STRIPS - ink.shape[1])))
     h, w = ink.shape
     strip_w = max(w // STRIPS, 1)
     counts = ink[:, : strip_w * STRIPS].reshape(h, STRIPS, strip_w).sum(axis=2)
