@@ -21,7 +21,6 @@ import pytest
 
 # The operator under test resyncs every second (read when an operator run starts).
 os.environ.setdefault("DOCPARSER_OPERATOR_RESYNC_INTERVAL_S", "1")
-os.environ.setdefault("DOCPARSER_OPERATOR_NODE_POLL_INTERVAL_S", "0.5")
 os.environ.setdefault("DOCPARSER_OPERATOR_RESYNC_INITIAL_DELAY_S", "0.5")
 os.environ.setdefault("DOCPARSER_OPERATOR_RETRY_DELAY_S", "0.5")
 

@@ -161,7 +161,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -
     if ours.metrics_port:
         metrics.serve(ours.metrics_port)
     indexes = {r.kind: kwargs[_index_id(r.kind)] for r in INDEXED}  # kopf passes every index
-    nodes = CordonedNodes(client)
+    nodes = CordonedNodes(client, watch_timeout_s=ours.node_watch_timeout_s)
     aware = nodes.start()  # before any pass: a pass never plans drains from an empty view
     memo.state = OperatorState(
         settings=ours,
@@ -258,9 +258,8 @@ async def start_resync(memo: kopf.Memo, **_: Any) -> None:
     state.resync_task = asyncio.get_running_loop().create_task(_resync_loop(state))
     if state.nodes is not None and state.observer is not None:
         state.node_task = asyncio.get_running_loop().create_task(
-            drains.poll_loop(
+            drains.watch_loop(
                 state.nodes,
-                state.settings.node_poll_interval_s,
                 state.observer.all_pods,
                 lambda owners: resync_all(state, _uids_of(state, owners)),
             )

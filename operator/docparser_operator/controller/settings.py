@@ -30,8 +30,11 @@ class OperatorSettings(BaseSettings):
     metrics_port: int | None = Field(
         None, ge=1, le=65535, description="serve Prometheus /metrics here (the chart sets 8081)"
     )
-    node_poll_interval_s: float = Field(
-        5.0, gt=0, description="how often the cordoned nodes are listed (kube/nodes.py)"
+    node_watch_timeout_s: float = Field(
+        300.0,
+        ge=1,
+        le=3600,
+        description="the cordoned-node watch is renewed after 0.8-1.2x this (kube/nodes.py)",
     )
     idle_poll_interval_s: float = Field(
         5.0,

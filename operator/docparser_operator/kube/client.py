@@ -100,15 +100,16 @@ class KubeClient:
                 headers[auth["key"]] = auth["value"]
         return headers
 
-    def request(
+    def _send(
         self,
         method: str,
         path: str,
-        *,
-        query: dict[str, str] | None = None,
-        body: Any = None,
-        content_type: str | None = "application/json",
+        query: dict[str, str] | None,
+        body: Any,
+        content_type: str | None,
+        timeout: float | tuple[float, float],
     ) -> Any:
+        """One counted request; the answer unread (a watch streams it)."""
         url = self.cfg.host.rstrip("/") + path
         if query:
             url += "?" + urllib.parse.urlencode(query)
@@ -120,19 +121,42 @@ class KubeClient:
                 url,
                 headers=self._headers(content_type if body is not None else None),
                 body=body,  # the REST layer serialises dicts as JSON (valid YAML for apply)
-                _request_timeout=self.timeout_s,
+                _request_timeout=timeout,
             )
         except k8s_client.exceptions.ApiException as exc:
             raise ApiError(exc.status or 0, str(exc.reason), str(exc.body), method, path) from exc
         except Exception as exc:  # connection refused, TLS, timeouts: all transient
             raise ApiError(0, type(exc).__name__, str(exc), method, path) from exc
-        data = resp.read()
         if not 200 <= resp.status < 300:
+            data = resp.read()
             message = data.decode(errors="replace") if data else ""
             with contextlib.suppress(ValueError, AttributeError):
                 message = json.loads(message).get("message", message)
             raise ApiError(resp.status, str(resp.reason), message, method, path)
+        return resp
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: dict[str, str] | None = None,
+        body: Any = None,
+        content_type: str | None = "application/json",
+    ) -> Any:
+        resp = self._send(method, path, query, body, content_type, self.timeout_s)
+        try:
+            data = resp.read()
+        except Exception as exc:  # the connection dropped mid-answer: transient
+            raise ApiError(0, type(exc).__name__, str(exc), method, path) from exc
         return json.loads(data) if data else None
+
+    def stream(self, path: str, query: dict[str, str], read_timeout_s: float) -> Any:
+        """A watch: the urllib3 response, unread, for its newline-delimited events (counted
+        as one GET). ``read_timeout_s`` bounds a silent connection (a peer gone without a
+        FIN); close the response when done."""
+        resp = self._send("GET", path, query, None, None, (self.timeout_s, read_timeout_s))
+        return resp.response
 
     # verbs --------------------------------------------------------------------------------
     def get(self, ref: ResourceRef, namespace: str | None, name: str) -> dict[str, Any] | None:
