@@ -91,16 +91,20 @@ def backend(name: str) -> Iterator[Callable[[Path, str], Iterator[Any]]]:
 
 
 def at_rest(cluster: Any, window: float) -> str:
-    """Non-watch requests per minute over `window` seconds of a settled cluster, by verb."""
+    """Non-watch requests per minute over `window` seconds of a settled cluster, by verb; the
+    watches (re)opened in the window (kopf's renewals, the cordoned-node watch's) after a +."""
     if window <= 0:
         return "-"
     mark = cluster.mark()
     time.sleep(window)
-    seen = [r for r in cluster.requests_since(mark) if r.query.get("watch") not in ("1", "true")]
+    since = cluster.requests_since(mark)
+    seen = [r for r in since if r.query.get("watch") not in ("1", "true")]
+    watches = len(since) - len(seen)
     verbs = collections.Counter(r.method for r in seen)
     per_min = 60 * len(seen) / window
     detail = ", ".join(f"{verb} {60 * k / window:.0f}" for verb, k in verbs.most_common())
-    return f"{per_min:.0f} ({detail})" if seen else "0"
+    renewed = f" + {watches} watch(es) renewed" if watches else ""
+    return (f"{per_min:.0f} ({detail})" if seen else "0") + renewed
 
 
 def run_one(
