@@ -6,7 +6,8 @@ For 50 and 200 DocParsers it prints
 - API requests per DocParser during that create phase (operator + kopf, test traffic excluded),
 - write requests during one full no-op resync of all DocParsers (target 0),
 - non-watch requests per minute at rest (`--rest-window` seconds after everything settled;
-  the issue's target: under 10 a minute at 100 DocParsers).
+  the issue's target: under 10 a minute at 100 DocParsers), and after a + the watches
+  (re)opened in that window.
 
 Run: .venv/bin/python bench/operator.py [--sizes 50 200] [--resync 5] [--backend apiserver]
 `--backend apiserver` runs a real kube-apiserver + etcd (tests/controlplane, built by `make

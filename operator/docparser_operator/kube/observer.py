@@ -249,7 +249,7 @@ class IndexedObserver:
         return forbidden
 
     def all_pods(self) -> list[dict[str, Any]]:
-        """Every indexed runtime pod (the cordon poll finds the owners of a node's pods)."""
+        """Every indexed runtime pod (the cordon watch finds the owners of a node's pods)."""
         index = self.indexes.get("Pod") or {}
         return [p for key in list(index) for p in _snapshot(index.get(key))]
 
