@@ -158,10 +158,34 @@ def test_the_watch_backed_observer_reads_the_config_map_once_per_ttl(cluster: Cl
     clock[0] = 599.0
     assert seen(cluster.namespace, "inv").children[("ConfigMap", "inv-shadow")] == first
     assert gets() == 1  # trusted: no request
-    rewritten = {**first, "data": {"config.json": '{"enabled":false}'}}
+    rewritten = {**first, "data": {"config.json": '{"enabled":true,"percent":50}'}}
     seen.remember(cluster.namespace, "inv", {("ConfigMap", "inv-shadow"): rewritten}, {})
     assert seen(cluster.namespace, "inv").children[("ConfigMap", "inv-shadow")] == rewritten
     cluster.client.delete(CONFIG_MAP, cluster.namespace, "inv-shadow", uid=first["metadata"]["uid"])
     clock[0] = 599.0 + 601.0
     assert ("ConfigMap", "inv-shadow") not in seen(cluster.namespace, "inv").children
     assert gets() == 2
+
+
+def test_a_config_map_that_mirrors_nothing_is_never_read_again_at_rest(cluster: Cluster) -> None:
+    """At rest (no canary) <name>-shadow says ``enabled: false``, which the runtime also reads
+    from a missing or edited one: the observer trusts it until a pass writes another, so a
+    DocParser at rest costs no request however long it rests."""
+    from docparser_operator.kube.observer import IndexedObserver
+
+    create(cluster, docparser("inv"))
+    _pass(cluster, CredentialMemory())
+    clock = [0.0]
+    seen = IndexedObserver({}, client=_operator(cluster), named_ttl_s=600, clock=lambda: clock[0])
+    mark = cluster.mark()
+    got = seen(cluster.namespace, "inv").children[("ConfigMap", "inv-shadow")]
+    assert json.loads(got["data"]["config.json"]) == {"enabled": False}
+    for hour in range(1, 25):
+        clock[0] = hour * 3600.0
+        assert seen(cluster.namespace, "inv").children[("ConfigMap", "inv-shadow")] == got
+    assert len([r for r in cluster.requests_since(mark) if "/configmaps/" in r.path]) == 1
+    mirroring = {**got, "data": {"config.json": '{"enabled":true,"percent":10}'}}
+    seen.remember(cluster.namespace, "inv", {("ConfigMap", "inv-shadow"): mirroring}, {})
+    clock[0] += 601.0  # a config that mirrors is read again after the TTL
+    seen(cluster.namespace, "inv")
+    assert len([r for r in cluster.requests_since(mark) if "/configmaps/" in r.path]) == 2

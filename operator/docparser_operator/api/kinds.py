@@ -9,6 +9,7 @@ that hangs kopf). The chart's ClusterRole is YAML, so a test holds it to ``verbs
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -38,6 +39,9 @@ class ResourceRef:
     # A child read by name (a get, trusted for a while: kube/observer.py), not from a watch,
     # for a kind the operator must not list cluster-wide (ConfigMaps): DocParser name -> name.
     named: Callable[[str], str] | None = None
+    # Of a child read by name: whether this content is inert, so a drift in it changes nothing
+    # the operator cares about and it need not be read again at rest (kube/observer.py).
+    inert: Callable[[dict[str, Any]], bool] | None = None
 
     @property
     def group(self) -> str:
@@ -58,6 +62,16 @@ class ResourceRef:
         if sub:
             parts.append(sub)
         return "/".join(parts)
+
+
+def _shadow_off(config_map: dict[str, Any]) -> bool:
+    """A shadow ConfigMap that mirrors nothing: the runtime reads a missing or edited one as
+    off too, so at rest (no canary) it is never worth a request to check it."""
+    try:
+        config = json.loads((config_map.get("data") or {}).get(naming.SHADOW_CONFIG_KEY, ""))
+    except ValueError:
+        return False
+    return isinstance(config, dict) and config.get("enabled") is False
 
 
 def _child(api_version: str, kind: str, plural: str, watch: Watch) -> ResourceRef:
@@ -87,7 +101,7 @@ KINDS: tuple[ResourceRef, ...] = (
     # not ours to read), and golden.configMapRef (get only).
     ResourceRef(
         "v1", "ConfigMap", "configmaps", child=True, verbs=("get", "create", "patch"),
-        named=naming.shadow_config,
+        named=naming.shadow_config, inert=_shadow_off,
     ),
     # Never read by the operator: it creates <name>-internal once (controller/credential.py).
     ResourceRef("v1", "Secret", "secrets", verbs=("create",)),

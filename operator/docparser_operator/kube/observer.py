@@ -10,9 +10,12 @@ directly, the benchmark's baseline).
 
 A child read by name (the shadow's ConfigMap: watching ConfigMaps would mean reading every
 ConfigMap in the cluster, api/kinds.py) has no index. What a pass wrote of it, or last read
-with one get, is trusted for ``NAMED_TTL_S`` (10 minutes), then read again: at rest that is
-one get per DocParser every 10 minutes, and a ConfigMap deleted or edited by hand is put back
-within that time (its pods, which mount it optionally, read the shadow as off meanwhile).
+with one get, is trusted for ``NAMED_TTL_S`` (10 minutes) while it matters, then read again: a
+ConfigMap deleted or edited by hand during a shadow canary is put back within that time (its
+pods, which mount it optionally, read the shadow as off meanwhile). One that mirrors nothing
+(``ResourceRef.inert``: every DocParser at rest) is trusted until a pass changes it: a missing
+or edited one reads as off to the runtime too, so re-reading it would buy nothing and a
+DocParser at rest costs no request.
 
 A watch lags the writes that cause it by a few milliseconds, and the pass right after a write
 must not plan from a view that predates it (it could spend the surge budget twice). So the
@@ -243,10 +246,18 @@ class IndexedObserver:
                     continue
                 obj = found.get(child)
                 with self._lock:
-                    self._named[(key, child)] = (self.clock() + self.named_ttl_s, obj)
+                    self._named[(key, child)] = (self._trusted_until(ref, obj), obj)
             if obj is not None:
                 children[child] = obj
         return forbidden
+
+    def _trusted_until(self, ref: ResourceRef, obj: dict[str, Any] | None) -> float:
+        """Until when what we read or wrote of a child read by name stands unread: for ever
+        when its content is inert (``ResourceRef.inert``: the shadow's ConfigMap with nothing
+        to mirror, so a DocParser at rest costs no request), else ``named_ttl_s``."""
+        if obj is not None and ref.inert is not None and ref.inert(obj):
+            return float("inf")
+        return self.clock() + self.named_ttl_s
 
     def all_pods(self) -> list[dict[str, Any]]:
         """Every indexed runtime pod (the cordon watch finds the owners of a node's pods)."""
@@ -258,11 +269,15 @@ class IndexedObserver:
     ) -> None:
         now = self.clock()
         until = now + self.ttl_s
-        named = {(r.kind, r.named(name)) for r in NAMED_CHILDREN if r.named is not None}
+        named = {(r.kind, r.named(name)): r for r in NAMED_CHILDREN if r.named is not None}
         with self._lock:  # what we wrote of a child read by name is what it holds now
-            for child in named & set(written):
-                self._named[((namespace, name), child)] = (now + self.named_ttl_s, written[child])
-            for child in named & set(deleted):
+            for child in named.keys() & set(written):
+                obj = written[child]
+                self._named[((namespace, name), child)] = (
+                    self._trusted_until(named[child], obj),
+                    obj,
+                )
+            for child in named.keys() & set(deleted):
                 self._named.pop(((namespace, name), child), None)
         entries = {
             k: _Pending(obj, obj["metadata"].get("uid", ""), resource_version(obj), until)
