@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cluster_load import Load
 from cluster_support import Target, record, wait_for
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
@@ -314,3 +315,21 @@ def unreachable_toleration_s(pod: dict[str, Any]) -> int:
         if toleration.get("key") == "node.kubernetes.io/unreachable":
             return int(toleration.get("tolerationSeconds", 300))
     return 300
+
+
+def assert_served(load: Load, sampler: ClusterSampler, replicas: int, what: str) -> None:
+    """No failed request, and never fewer Ready endpoints than replicas behind the traffic."""
+    assert sampler.samples, f"{what}: no sample of the cluster ({sampler.missed} missed)"
+    assert not load.failed, f"{what}: {load.failures()}\n{sampler.story()}"
+    assert sampler.fewest_ready >= replicas, (
+        f"{what}: {sampler.fewest_ready} Ready endpoints at the worst moment, "
+        f"{replicas} wanted\n{sampler.story()}"
+    )
+
+
+def one_pod_node(pods: list[PodView]) -> str:
+    """A node holding exactly one of `pods` (the drain of "one of 3 pods")."""
+    counts: dict[str, int] = {}
+    for pod in pods:
+        counts[pod.node or ""] = counts.get(pod.node or "", 0) + 1
+    return next(node for node, count in sorted(counts.items()) if count == 1)
