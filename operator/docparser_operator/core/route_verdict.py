@@ -115,13 +115,16 @@ def route_problems(
     written = applied_at(route) or _timestamp(route["metadata"].get("creationTimestamp"))
     if written is None or (now - written).total_seconds() < JUDGE_GRACE_S:
         return []
-    waited = int((now - written).total_seconds())
+    # The time it was written, not how long ago: the message stays the same pass after pass, so
+    # a route nobody judges costs no status write and no new Event per resync.
+    since = written.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return [
         Problem(
             "RouteNotJudged",
             f"no Gateway controller has reported on HTTPRoute {route['metadata']['name']} "
-            f"generation {verdict.generation} for {waited}s: Gateway {verdict.parent} may not "
+            f"generation {verdict.generation} since {since}: Gateway {verdict.parent} may not "
             "exist, or no controller runs for its class; every revision is kept until one does",
+            since=since,
         )
     ]
 
