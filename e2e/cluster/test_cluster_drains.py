@@ -238,11 +238,6 @@ def test_b_d_a_rolling_drain_of_every_node_loses_no_request(fleet: Fleet):
     )
 
 
-@pytest.mark.skip(
-    reason="operator bug, found here: past the deadline the PDB relaxes to maxUnavailable 1, "
-    "but the Deployment still counts the Pending surge pod (PDB expectedPods 4, currentHealthy "
-    "3, desiredHealthy 3: 0 disruptions allowed), so the drain never ends; unskip once fixed"
-)
 def test_c_a_drain_without_room_ends_at_its_deadline(fleet: Fleet):
     """Every other GPU is taken, so no replacement can start: the eviction waits for the
     drain deadline, then proceeds; at least one pod stays Ready, the replacement is

@@ -212,7 +212,7 @@ def test_without_room_the_eviction_waits_for_the_deadline_then_proceeds(
             assert not evict(cluster, old)
         wait_for(
             "the deadline",
-            lambda: budget(cluster, "blk").get("maxUnavailable") == 1,
+            lambda: budget(cluster, "blk").get("minAvailable") == 0,  # none Ready elsewhere
             timeout=STEP,
         )
         wait_for(
@@ -230,3 +230,33 @@ def test_without_room_the_eviction_waits_for_the_deadline_then_proceeds(
             timeout=STEP,
         )
         ready_pod(cluster, "blk")  # replaced on the other node once the old one went
+
+
+def test_a_replacement_no_node_can_take_does_not_hold_the_drain_past_its_deadline(
+    cluster: Cluster, operator: Any, nodes: Nodes
+) -> None:
+    """maxSurge 1 and the other node full: the replacement stays Pending, which the disruption
+    controller counts as an expected pod. Past drainTimeoutSeconds the budget must still let
+    the drained node's pod go (it once said maxUnavailable 1: 2 expected, 1 healthy, 1 must
+    stay -> no eviction, the drain blocked for ever on the 3-node cluster)."""
+    first, _other = nodes.names
+    nodes.open = {first}  # the other node stays full throughout
+    with Kubelet(cluster, ready_after=0.5, nodes=nodes.schedulable):
+        create(cluster, docparser("full", rollout={"drainTimeoutSeconds": 6}))
+        old = ready_pod(cluster, "full")
+        nodes.cordon(old["spec"]["nodeName"])
+        wait_for("a replacement", lambda: replicas(cluster, "full") == 2, timeout=STEP)
+        wait_for(
+            "the drain Blocked",
+            lambda: [d.get("phase") for d in drains(cluster, "full")] == ["Blocked"],
+            timeout=STEP,
+        )
+        if cluster.has_controllers:
+            assert not evict(cluster, old)  # within the deadline: held
+        wait_for(
+            "the deadline",
+            lambda: [d.get("phase") for d in drains(cluster, "full")] == ["DeadlineExceeded"],
+            timeout=STEP,
+        )
+        assert budget(cluster, "full").get("minAvailable") == 0  # nothing Ready elsewhere
+        wait_for("the eviction", lambda: evict(cluster, old), timeout=STEP, interval=0.5)

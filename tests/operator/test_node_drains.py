@@ -68,6 +68,24 @@ def test_the_deadline_counts_from_status_so_a_restart_does_not_reset_it() -> Non
     assert not plan.guard and plan.wake_in_s(NOW) is None
 
 
+def test_past_the_deadline_only_ready_pods_off_cordoned_nodes_must_stay() -> None:
+    """``staying`` (the PDB's minAvailable past a deadline): Ready pods of any revision on
+    nodes not cordoned; not the drained node's, not a Pending or terminating one."""
+    pods = [
+        pod("p1", "n1"),  # on the drained node
+        pod("p2", "n2"),
+        pod("p3", "n3"),
+        pod("pending", "", ready=False),  # the replacement no node can take
+        pod("old", "n2", terminating=True),
+        {**pod("x", "n3"), "metadata": {"name": "x", "labels": {"docparser.io/revision": "o"}}},
+    ]
+    previous = [{"node": "n1", "since": "2026-01-01T00:00:00Z"}]
+    plan = drain.plan_drain(pods, frozenset({"n1"}), {REV}, previous, now=NOW, timeout_s=60)
+    assert plan.expired and plan.staying == 3
+    within = drain.plan_drain(pods, frozenset({"n1"}), {REV}, [], now=NOW, timeout_s=60)
+    assert not within.expired and within.guard
+
+
 def test_without_node_reads_nothing_is_replaced_and_the_pdb_relaxes() -> None:
     plan = drain.plan_drain([pod("p1", "n1")], None, {REV}, [], now=NOW, timeout_s=600)
     assert not plan.aware and not plan.guard and plan.leaving == {}

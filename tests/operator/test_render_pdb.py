@@ -46,13 +46,17 @@ def _target(drain: DrainPlan) -> Target:
 
 
 def test_the_budget_relaxes_past_a_deadline_or_without_node_reads() -> None:
-    """maxUnavailable 1 (one pod at a time, no replacement awaited) once a drain's deadline
-    passed, and for an operator that cannot read nodes (a drain it cannot see must not wait
-    for ever); minAvailable while every drain is within its deadline."""
+    """Past a drain's deadline only the Ready pods on nodes not cordoned must stay (the drained
+    node's pods may all go; not maxUnavailable 1, which counts the unscheduled replacement as
+    expected and allows no eviction); maxUnavailable 1 for an operator that cannot read nodes
+    (a drain it cannot see must not wait for ever); minAvailable at the size while every
+    drain is within its deadline."""
     late = NodeDrain("n1", "2026-01-01T00:00:00Z", "2026-01-01T00:10:00Z", 1, expired=True)
     early = NodeDrain("n2", "2026-01-01T00:00:00Z", "2026-01-01T00:10:00Z", 1, expired=False)
-    holding = render_pdb(_target(DrainPlan(aware=True, leaving={}, drains=(early,))))
+    holding = render_pdb(_target(DrainPlan(aware=True, leaving={}, drains=(early,), staying=3)))
     assert holding["spec"]["minAvailable"] == 1
-    for relaxed in (DrainPlan(aware=True, drains=(early, late)), DrainPlan(aware=False)):
-        spec = render_pdb(_target(relaxed))["spec"]
-        assert spec["maxUnavailable"] == 1 and "minAvailable" not in spec
+    for staying in (0, 2):
+        spec = render_pdb(_target(DrainPlan(aware=True, drains=(early, late), staying=staying)))
+        assert spec["spec"]["minAvailable"] == staying and "maxUnavailable" not in spec["spec"]
+    spec = render_pdb(_target(DrainPlan(aware=False)))["spec"]
+    assert spec["maxUnavailable"] == 1 and "minAvailable" not in spec

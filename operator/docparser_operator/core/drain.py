@@ -19,8 +19,9 @@ operator therefore makes the drain make-before-break, as rollouts are:
    Ready. This holds from the start, not only once the operator has seen the cordon:
    ``kubectl drain`` evicts milliseconds after it cordons, faster than any controller reacts.
 4. **A drain never waits for ever.** Each drained node gets a deadline,
-   ``since + rollout.drainTimeoutSeconds``; past it the PDB relaxes to ``maxUnavailable: 1``
-   (the drain proceeds one pod at a time) and status and an Event name the capacity lost.
+   ``since + rollout.drainTimeoutSeconds``; past it the PDB's ``minAvailable`` drops to the
+   Ready pods on nodes not cordoned (``staying``: the drained node's pods may all go), and
+   status and an Event name the capacity lost.
    ``since`` is when the operator first saw the node cordoned with our pods on it, kept in
    ``status.drains`` (not in memory): a restarted operator, or another replica taking the
    Lease, continues the same clock. Status, rather than the node: a Node records no cordon
@@ -105,10 +106,16 @@ class DrainPlan:
     aware: bool  # the operator can read nodes (else: PDB-only protection)
     leaving: Mapping[str, int] = field(default_factory=dict)  # revision -> pods to replace
     drains: tuple[NodeDrain, ...] = ()
+    staying: int = 0  # Ready pods of the DocParser on nodes not cordoned (not terminating)
 
     @property
     def guard(self) -> bool:
         return self.aware and not any(d.expired for d in self.drains)
+
+    @property
+    def expired(self) -> bool:
+        """A drain's deadline passed: the PDB lets its pods go, keeping only ``staying``."""
+        return self.aware and any(d.expired for d in self.drains)
 
     def wake_in_s(self, now: str) -> float | None:
         """Seconds to the next deadline still ahead (nothing else wakes the operator then)."""
@@ -137,8 +144,11 @@ def plan_drain(
     since = {str(d.get("node")): str(d["since"]) for d in previous if d.get("since")}
     leaving: dict[str, int] = {}
     per_node: dict[str, int] = {}
+    staying = 0
     for pod in pods:
         node, revision = _node(pod), _revision(pod)
+        if node not in cordoned and not _terminating(pod) and _ready(pod):
+            staying += 1
         if node not in cordoned or revision not in revisions or _terminating(pod):
             continue
         leaving[revision] = leaving.get(revision, 0) + 1
@@ -148,7 +158,7 @@ def plan_drain(
         start = since.get(node, now)
         deadline = _format(_parse(start) + datetime.timedelta(seconds=timeout_s))
         drains.append(NodeDrain(node, start, deadline, count, _parse(now) >= _parse(deadline)))
-    return DrainPlan(aware=True, leaving=leaving, drains=tuple(drains))
+    return DrainPlan(aware=True, leaving=leaving, drains=tuple(drains), staying=staying)
 
 
 @dataclass

@@ -7,10 +7,14 @@ DocParser's only pod waits until the replacement the operator started elsewhere 
 (core/drain.py), then proceeds. It must hold from the start: ``kubectl drain`` evicts
 milliseconds after it cordons, before any controller can react to the cordon.
 
-It relaxes to ``maxUnavailable: 1`` (one pod at a time, no waiting for a replacement) when a
-drain's deadline (``rollout.drainTimeoutSeconds``) has passed, so a drain never waits for
-ever, and when the operator cannot read nodes (it could not tell a drain it must end from any
-other eviction).
+When a drain's deadline (``rollout.drainTimeoutSeconds``) has passed, ``minAvailable`` drops to
+the Ready pods on nodes not cordoned (``DrainPlan.staying``), so the drained node's pods may all
+go and no other: a drain never waits for ever. Not ``maxUnavailable: 1``: the disruption
+controller counts against it every pod the Deployment expects, and the replacement that could
+not be scheduled is one of them (4 expected, 3 Ready, ``maxUnavailable: 1`` -> 3 must stay: no
+eviction, the drain blocked for ever; found on the 3-node cluster). An operator that cannot
+read nodes renders ``maxUnavailable: 1`` (it could not tell a drain it must end from any other
+eviction, and it starts no replacement to miscount).
 
 ``unhealthyPodEvictionPolicy: AlwaysAllow``: a pod that is not Ready (loading, crash-looping)
 carries no traffic and may always be evicted, so a broken canary never pins a node; the PDB
@@ -28,9 +32,13 @@ from docparser_operator.core.render.target import Target
 
 
 def render_pdb(plan: Target) -> dict[str, Any]:
-    budget: dict[str, int] = (
-        {"minAvailable": plan.at_rest_size} if plan.drain.guard else {"maxUnavailable": 1}
-    )
+    budget: dict[str, int]
+    if plan.drain.guard:
+        budget = {"minAvailable": plan.at_rest_size}
+    elif plan.drain.expired:
+        budget = {"minAvailable": plan.drain.staying}
+    else:
+        budget = {"maxUnavailable": 1}
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
