@@ -44,7 +44,8 @@ from docparser_runtime.server.guards.ratelimit import (
 from docparser_runtime.server.guards.slow_clients import BodyDeadline
 from docparser_runtime.server.inference.continuous import make_batcher
 from docparser_runtime.server.inference.document_loader import DocumentLoader
-from docparser_runtime.server.inference.front_proxy import ForwardHeaders, Front
+from docparser_runtime.server.inference.front_proxy import Front
+from docparser_runtime.server.inference.front_wire import ForwardHeaders
 from docparser_runtime.server.ops.lifecycle import Lifecycle
 from docparser_runtime.server.ops.metrics import Metrics
 from docparser_runtime.server.ops.request_log import RequestLogMiddleware

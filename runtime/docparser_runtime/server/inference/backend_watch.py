@@ -7,6 +7,12 @@ some pod serves). One poller per process, every call bounded in time; it polls e
 arrival (``kick``) polls at once, so a parse that arrives while the backend is up is not
 held for a poll interval. A forward that cannot connect marks the backend down again
 (``mark_down``): the pods went away between two polls.
+
+A ready backend counts only while a good poll is recent (``fresh``: two poll intervals): at
+rest the front polls every ten intervals, and a DocParser that went back to zero in between
+leaves a ``ready`` that no pod backs. A parse then waits (held, so the operator sees it) for a
+poll of its own (``unconfirm``) instead of being forwarded to a Service with no pods (on a real
+cluster such a connect can hang rather than be refused).
 """
 
 from __future__ import annotations
@@ -38,6 +44,8 @@ class BackendWatch:
         self._task: asyncio.Task[None] | None = None
         self.polls = 0
         self.last_change = time.monotonic()
+        self.confirmed_at: float | None = None  # the last poll that answered 200 (monotonic)
+        self._up = False  # what the log said last
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="front-backend-watch")
@@ -47,6 +55,20 @@ class BackendWatch:
             self._task.cancel()
             with contextlib.suppress(BaseException):
                 await self._task
+
+    def fresh(self) -> bool:
+        """Ready, and a poll said so within two poll intervals."""
+        at = self.confirmed_at
+        return (
+            self.ready.is_set()
+            and at is not None
+            and time.monotonic() - at <= 2 * self.interval_s + PROBE_TIMEOUT_S
+        )
+
+    def unconfirm(self) -> None:
+        """``ready`` is too old to forward on: poll again now, wait for its answer."""
+        self.ready.clear()
+        self._kick.set()
 
     def mark_down(self) -> None:
         """A forward could not reach the backend: wait for the next good poll."""
@@ -70,15 +92,15 @@ class BackendWatch:
             self._waiters -= 1
 
     def _set(self, ready: bool) -> None:
-        if ready == self.ready.is_set():
-            return
-        self.last_change = time.monotonic()
         if ready:
-            log.info("backend %s is ready", self.url)
+            self.confirmed_at = time.monotonic()
             self.ready.set()
         else:
-            log.info("backend %s is not ready", self.url)
             self.ready.clear()
+        if ready != self._up:  # a re-confirmed backend is no news
+            self._up = ready
+            self.last_change = time.monotonic()
+            log.info("backend %s is %s", self.url, "ready" if ready else "not ready")
 
     async def poll(self) -> bool:
         """One bounded ``GET /readyz``: True on 200."""

@@ -13,14 +13,19 @@ streaming, the OpenAI route and the result cache run unchanged on top of it.
    ``front_max_held_bytes`` document bytes held or being forwarded): over it, ``503`` with
    ``Retry-After`` at once, so a burst at zero costs bounded memory;
 2. waits up to ``front_hold_seconds`` for ``BackendWatch`` to see the backend ready (0: no
-   wait); past it, ``503`` + ``Retry-After: front_retry_after_seconds``. A drain (SIGTERM)
+   wait); past it, ``503`` + ``Retry-After: front_retry_after_seconds``. A ``ready`` no recent
+   poll backs is confirmed by a poll first (the DocParser may have gone back to zero since):
+   every parse that waits for capacity, first or after a failed forward, counts in
+   ``docparser_front_held_requests``, which is what wakes the DocParser. A drain (SIGTERM)
    shortens the wait so every held parse is answered before the process exits;
 3. forwards the document bytes (``application/octet-stream``, options in the query: the
    raw-body form every pod accepts) with the caller's ``Authorization`` and request id, so
    the pod authenticates the same key and scopes its cache to the same tenant. A pod that
-   refuses the connection or answers ``503 starting/draining`` did no work: the parse waits
-   again within its hold time. Replies are bounded in bytes; streamed parses relay the pod's
-   events to the caller's callbacks as they arrive.
+   refuses the connection, does not take it within ``FORWARD_CONNECT_S`` (a Service whose pods
+   went away), closes it before answering or answers ``503 starting/draining`` did no work:
+   the parse waits again within its hold time. Replies are bounded in bytes; streamed parses
+   relay the pod's events to the caller's callbacks as they arrive (front_wire.py: the
+   headers, query and events of a forward).
 """
 
 from __future__ import annotations
@@ -31,12 +36,10 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterator
-from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from docparser_runtime.errors import (
     DeadlineExceeded,
@@ -52,49 +55,26 @@ from docparser_runtime.result_cache import (
     TotalCallback,
 )
 from docparser_runtime.server.error_mapping import error_from_reply
-from docparser_runtime.server.inference.backend_watch import BackendWatch
+from docparser_runtime.server.inference.backend_watch import PROBE_TIMEOUT_S, BackendWatch
+from docparser_runtime.server.inference.front_wire import (
+    forward_query,
+    forwarded_headers,
+    sse_event,
+)
 from docparser_runtime.server.ops.metrics import FrontMetrics, Metrics
 from docparser_runtime.settings import Settings
 
 log = logging.getLogger("docparser.front")
 
-# The request headers a forwarded parse carries (set per request by ``ForwardHeaders``).
-_forwarded: ContextVar[tuple[tuple[str, str], ...]] = ContextVar(
-    "docparser_front_forwarded", default=()
-)
 NOT_STARTED = frozenset({"starting", "draining", "engine_unavailable"})
 DRAIN_MARGIN_S = 1.0  # a held parse is answered this long before the drain deadline
 # The front's own failures to relay (the rest are the backend's answers, relayed as given).
 FAILED_CODES = frozenset({"deadline_exceeded", "backend_failed", "backend_reply_too_large"})
 MAX_ATTEMPTS = 20  # forwards of one parse that found no pod (each after a good poll)
+FORWARD_CONNECT_S = 2.0  # a connect not taken by then found no pod (the total is the parse's)
+CONFIRM_S = PROBE_TIMEOUT_S + 0.5  # a stale ready is confirmed by a poll, even with hold 0
 _WAIT_SLICE_S = 1.0
 _READ_CHUNK = 65536
-
-
-class ForwardHeaders:
-    """ASGI middleware (front only): remembers the caller's ``Authorization`` and request id
-    for the parse it forwards, without threading them through every route."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        headers = [
-            ("Authorization", value.decode("latin-1"))
-            for name, value in scope.get("headers") or []
-            if name.lower() == b"authorization"
-        ][:1]
-        request_id = (scope.get("state") or {}).get("request_id")
-        if request_id:
-            headers.append(("X-Request-ID", str(request_id)))
-        token = _forwarded.set(tuple(headers))
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            _forwarded.reset(token)
 
 
 @dataclass(frozen=True)
@@ -107,23 +87,6 @@ class BackendIdentity:
 
 class _NoPod(Exception):
     """The forward found no pod to take it (connection refused, 503 before any work)."""
-
-
-def forward_query(request: CacheableRequest, *, stream: bool) -> dict[str, str]:
-    """The request's resolved options as the query of a raw-body parse."""
-    options = request.options
-    query = {
-        "tier": "auto" if options.auto else str(options.tier),
-        "mode": options.mode,
-        "max_new_tokens": str(options.max_new_tokens),
-    }
-    if request.pages:
-        query["pages"] = request.pages
-    if not request.cache:
-        query["cache"] = "false"
-    if stream:
-        query["stream"] = "true"
-    return query
 
 
 class ProxyParser:
@@ -185,8 +148,11 @@ class ProxyParser:
 
     async def _wait_backend(self, hold_until: float) -> bool:
         """True once the backend is ready; False past the hold (or the drain's) deadline."""
-        if self.watch.ready.is_set():
+        if self.watch.fresh():
             return True
+        if self.watch.ready.is_set():
+            self.watch.unconfirm()
+            hold_until = max(hold_until, time.monotonic() + CONFIRM_S)
         self.front.held.inc()
         try:
             while True:  # slices: a drain that starts mid-wait shortens it
@@ -241,8 +207,13 @@ class ProxyParser:
     ) -> Reply:
         stream = on_delta is not None
         limit = deadline or time.monotonic() + self.settings.sync_deadline_s
-        timeout = aiohttp.ClientTimeout(total=max(limit - time.monotonic(), 0.001))
-        headers = {"Content-Type": "application/octet-stream", **dict(_forwarded.get())}
+        timeout = aiohttp.ClientTimeout(
+            total=max(limit - time.monotonic(), 0.001),
+            connect=FORWARD_CONNECT_S + PROBE_TIMEOUT_S,  # with the name's lookup
+            sock_connect=FORWARD_CONNECT_S,
+        )
+        headers = {"Content-Type": "application/octet-stream", **dict(forwarded_headers())}
+        answered = False
         try:
             async with self._session.post(
                 self._url,
@@ -251,6 +222,7 @@ class ProxyParser:
                 headers=headers,
                 timeout=timeout,
             ) as resp:
+                answered = True
                 if resp.status == 200 and stream:
                     return await self._relay(resp, on_page, on_delta)
                 body = await self._read(resp)
@@ -261,8 +233,12 @@ class ProxyParser:
                             on_page(page)
                     return reply
                 raise self._error(resp, body)
-        except aiohttp.ClientConnectorError:
+        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError):
             raise _NoPod() from None
+        except aiohttp.ServerDisconnectedError:
+            if not answered:
+                raise _NoPod() from None
+            raise self._refuse("the backend broke off the reply; retry", "backend_failed") from None
         except TimeoutError:
             raise DeadlineExceeded(
                 "the backend did not answer within the request timeout", code="deadline_exceeded"
@@ -313,7 +289,7 @@ class ProxyParser:
         async for chunk in resp.content.iter_any():
             buffer += chunk
             while (end := buffer.find(b"\n\n", max(scanned - 1, 0))) >= 0:
-                kind, data = _sse(bytes(buffer[:end]))
+                kind, data = sse_event(bytes(buffer[:end]))
                 del buffer[: end + 2]
                 scanned = 0
                 if kind == "delta":
@@ -338,16 +314,6 @@ class ProxyParser:
                     code="backend_reply_too_large",
                 )
         raise self._refuse("the backend ended the stream without a result; retry", "backend_failed")
-
-
-def _sse(raw: bytes) -> tuple[str, Any]:
-    kind, data = "message", b""
-    for line in raw.split(b"\n"):
-        if line.startswith(b"event:"):
-            kind = line[6:].strip().decode()
-        elif line.startswith(b"data:"):
-            data += line[5:].strip()
-    return kind, json.loads(data) if data else None
 
 
 class Front:
