@@ -275,7 +275,8 @@ class Settings(BaseSettings):
         None,
         pattern=r"^https?://[^\s/?#]+/?$",
         description="where the front sends synchronous parses: a Service selecting the GPU "
-        "pods (the operator sets http://<name>-serving.<ns>.svc:8000); it polls <url>/readyz",
+        "pods (the operator sets http://<ClusterIP of <name>-serving>:8000, its DNS name "
+        "before the Service has one); it polls <url>/readyz",
     )
     front_hold_seconds: float = Field(
         120.0, ge=0, description="how long a synchronous parse waits for a ready backend; 0: 503"

@@ -15,7 +15,7 @@ from docparser_operator.core.decide import decide
 from docparser_operator.core.events import events_for
 from docparser_operator.core.idle import IdleStep, Seen, decide_idle, epoch, rfc3339
 from docparser_operator.core.outcome import Outcome
-from docparser_operator.core.render import render_all
+from docparser_operator.core.render import render_all, render_target
 from docparser_operator.core.report import pass_status
 from dp_helpers import GATEWAY, docparser
 from gitopscheck.checker import AGREEING, GitOpsCheck
@@ -276,6 +276,38 @@ def test_the_front_is_rendered_only_for_min_zero_and_shares_the_pods_settings() 
     assert pod["automountServiceAccountToken"] is False  # the front never calls the API
     assert "nvidia.com/gpu" not in str(pod["containers"][0]["resources"])
     assert front["spec"]["replicas"] == 1
+
+
+def test_the_front_reaches_the_serving_service_by_its_cluster_ip_once_it_has_one() -> None:
+    """A cluster without DNS for pods (the local one) must still let the front hand a held
+    parse over: by the Service's ClusterIP once it exists, by its name before."""
+    dp = sleeper()
+    awake = IdleStep("Awake", T0, 1, "serving")
+
+    def backend(live: dict) -> str:
+        decision = plan_at(dp, awake, live, pods=1, ready=1)
+        assert decision.target is not None
+        (front,) = [
+            o
+            for o in render_target(decision.target)
+            if o["kind"] == "Deployment" and o["metadata"]["name"] == "night-front"
+        ]
+        env = front["spec"]["template"]["spec"]["containers"][0]["env"]
+        return next(e["value"] for e in env if e["name"] == "DOCPARSER_FRONT_BACKEND_URL")
+
+    assert backend({}) == "http://night-serving.ocr.svc:8000"
+    service = {
+        "kind": "Service",
+        "metadata": {
+            "name": "night-serving",
+            "ownerReferences": [{"uid": UID, "controller": True}],
+        },
+        "spec": {"clusterIP": "10.96.0.42"},
+    }
+    assert backend({("Service", "night-serving"): service}) == "http://10.96.0.42:8000"
+    foreign = copy.deepcopy(service)
+    foreign["metadata"]["ownerReferences"] = [{"uid": "someone-else", "controller": True}]
+    assert backend({("Service", "night-serving"): foreign}) == "http://night-serving.ocr.svc:8000"
 
 
 def _front_live(ready: int) -> dict:

@@ -90,6 +90,16 @@ def _phase(obj: dict[str, Any], live: dict[str, Any] | None) -> Phase:
     return "shrink" if want < have else "grow"
 
 
+def _cluster_ip(observed: Observed, service: str, uid: str) -> str:
+    """The ClusterIP of our live Service ``service`` ("" while it has none): what a pod
+    reaches it by without cluster DNS (the shadow's copies, the front's held parses)."""
+    live = observed.children.get(("Service", service))
+    if live is None or not owned_by(live, uid):
+        return ""
+    ip = str((live.get("spec") or {}).get("clusterIP") or "")
+    return ip if ip and ip != "None" else ""
+
+
 def _order(action: Action) -> tuple[int, bool]:
     """Phases in order; within ``traffic`` the HTTPRoute first. A switch to ``router:
     gateway`` narrows the endpoint Service to one revision: the route must carry the split
@@ -137,12 +147,17 @@ def decide(
         previous_weight=previous_weight,
     )
     awake = size is None or idle is None or idle.awake
-    canary_service = observed.children.get(("Service", naming.canary_service(model.metadata.name)))
-    address = ""
-    if canary_service is not None and owned_by(canary_service, uid):
-        ip = str((canary_service.get("spec") or {}).get("clusterIP") or "")
-        address = ip if ip and ip != "None" else ""
-    plan = Target(model, tracks, step, drains, mirror=mirror, awake=awake, canary_address=address)
+    name = model.metadata.name
+    plan = Target(
+        model,
+        tracks,
+        step,
+        drains,
+        mirror=mirror,
+        awake=awake,
+        canary_address=_cluster_ip(observed, naming.canary_service(name), uid),
+        serving_address=_cluster_ip(observed, naming.serving_service(name), uid),
+    )
     decision = Decision(target=plan)
     decision.drain = drain.report(drains, step, observed.pods, observed.cordoned or frozenset())
     for prefix, track_spec in _pod_specs(model.spec):

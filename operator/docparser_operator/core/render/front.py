@@ -6,8 +6,12 @@ as the GPU pods: while no GPU pod is Ready the endpoint Service and the HTTPRout
 (render/service.py, render/httproute.py). It queues jobs in the DocParser's Redis (the GPU
 pods' workers take them once up), answers job status from Redis, and holds a synchronous
 request up to ``scaleToZero.holdSeconds`` before handing it to ``<name>-serving`` (every GPU
-pod) once one is Ready, or answering 503 with ``Retry-After``. Its ``/metrics`` (held requests,
-queued jobs, requests) is what wakes the DocParser (core/idle.py).
+pod) once one is Ready, or answering 503 with ``Retry-After``. The front reaches that Service
+by its ClusterIP once it has one (its DNS name in the first pass, before it exists): a cluster
+without DNS for pods (the local cluster) can wake the DocParser and then never hand over a held
+parse. A Service's ClusterIP never changes, so this rolls the front once, right after creation.
+Its ``/metrics`` (held requests, queued jobs, requests) is what wakes the DocParser
+(core/idle.py).
 
 Why one front per DocParser, not one shared front: auth, quotas, the result cache and the
 Redis prefix are per DocParser, so a shared front would have to hold every DocParser's API
@@ -70,7 +74,11 @@ def _env(plan: Target, policy: ScaleToZero) -> list[dict[str, Any]]:
     shared = [
         e for e in runtime_env(spec, stable, plan.resource.metadata) if e["name"] in SHARED_ENV
     ]
-    backend = naming.service_url(naming.serving_service(plan.name), plan.namespace)
+    backend = (
+        f"http://{plan.serving_address}:{naming.HTTP_PORT}"
+        if plan.serving_address
+        else naming.service_url(naming.serving_service(plan.name), plan.namespace)
+    )
     own = {
         "DOCPARSER_ROLE": "front",
         "DOCPARSER_FRONT_BACKEND_URL": backend,

@@ -54,6 +54,9 @@ class Target:
     # The live canary Service's ClusterIP (render/shadow.py aims the copies at it; "" before
     # the Service exists, or offline: its DNS name then).
     canary_address: str = ""
+    # The live serving Service's ClusterIP (render/front.py sends held parses to it; "" before
+    # the Service exists: its DNS name then, so the front needs no cluster DNS once it is known).
+    serving_address: str = ""
 
     @property
     def name(self) -> str:
