@@ -113,8 +113,12 @@ def test_a_broken_watch_backs_off_lists_again_and_goes_on(real_cluster: Cluster,
     a pause (1 s at first, never a hot loop) one list, and the watch resumes from it."""
     nodes, changes = watched(real_cluster)
     try:
+        # the watch thread opens its stream just after the first list: wait for the socket
+        wait_for("the open watch", lambda: nodes._response is not None, timeout=10)
         mark = real_cluster.mark()
-        nodes._response.shutdown()  # the socket dies as a reset would kill it
+        response = nodes._response
+        assert response is not None
+        response.shutdown()  # the socket dies as a reset would kill it
         wait_for("the relist", lambda: nodes.relists == 1, timeout=10)
         wait_for("the new watch", lambda: len(_node_requests(real_cluster, mark)) == 2)
         again = _node_requests(real_cluster, mark)
