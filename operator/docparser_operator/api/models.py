@@ -13,8 +13,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from docparser_operator.api import naming
 from docparser_operator.api.analysis_spec import CanaryAnalysis
+from docparser_operator.api.pod import EnvVar, PodSettings, check_env
+from docparser_operator.api.replicas import Replicas
 from docparser_operator.api.status_models import DocParserStatus
 from docparser_operator.api.wire import SecretRef, WireModel
 
@@ -60,62 +61,6 @@ class Weights(WireModel):
         return claim, path
 
 
-# 10s..999h: a shorter window would read one quiet scrape as idleness
-DURATION_PATTERN = r"^([1-9][0-9]{1,4}s|[1-9][0-9]{0,4}m|[1-9][0-9]{0,2}h)$"
-_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600}
-
-
-def duration_seconds(text: str) -> int:
-    """``15m`` -> 900 (one number, one unit: s, m or h; the CRD's pattern)."""
-    return int(text[:-1]) * _DURATION_UNITS[text[-1]]
-
-
-class ScaleToZero(WireModel):
-    """How a DocParser with ``replicas.min: 0`` sleeps and wakes (core/idle.py): after
-    ``after`` without client requests and without queued or running jobs its GPU pods go; the
-    front (a CPU pod of the same image) takes requests meanwhile, holding a synchronous one up
-    to ``holdSeconds`` while pods start (else 503 with ``Retry-After: retryAfterSeconds``)."""
-
-    after: Annotated[str, Field(max_length=8, pattern=DURATION_PATTERN)] = "15m"
-    hold_seconds: Annotated[int, Field(ge=0, le=900)] = 120
-    retry_after_seconds: Annotated[int, Field(ge=1, le=3600)] = 30
-
-    @property
-    def after_seconds(self) -> int:
-        return duration_seconds(self.after)
-
-
-class Replicas(WireModel):
-    min: Annotated[int, Field(ge=0, le=1000)] = 1
-    max: Annotated[int, Field(ge=1, le=1000)] = 1
-    desired: Annotated[int, Field(ge=0, le=1000)] = 1  # the autoscaler's, through /scale
-    scale_to_zero: ScaleToZero | None = None  # read only with min 0
-
-    @property
-    def floor(self) -> int:
-        """Fewest pods while awake: min, and 1 for a DocParser that scales to zero (it goes
-        to 0 only by the idle decision, core/idle.py, never by the autoscaler)."""
-        return max(1, self.min)
-
-    @property
-    def size(self) -> int:
-        """The DocParser's size while awake: the autoscaler's choice clamped to [floor, max]."""
-        return max(self.floor, min(self.max, self.desired))
-
-    @property
-    def idle_policy(self) -> ScaleToZero | None:
-        """The scale-to-zero settings when min is 0 (defaults without the field), else None."""
-        if self.min > 0:
-            return None
-        return self.scale_to_zero or ScaleToZero()
-
-    @model_validator(mode="after")
-    def _cel_rules(self) -> Replicas:
-        if self.min > self.max:
-            raise ValueError("replicas.min must be less than or equal to replicas.max")
-        return self
-
-
 class Rollout(WireModel):
     max_surge: Annotated[int, Field(ge=0, le=100)] = 1
     # how long a drain's eviction is held while no replacement can come up (core/drain.py)
@@ -157,66 +102,6 @@ class Resources(WireModel):
                 "(scale out with replicas)"
             )
         return self
-
-
-class EnvVar(BaseModel):
-    """A core/v1 EnvVar: its name is checked here, the rest (value, valueFrom) by the API
-    server inside the Deployment."""
-
-    model_config = ConfigDict(extra="allow", frozen=True)
-    name: Annotated[str, Field(min_length=1, max_length=253)]
-
-
-class PodSettings(WireModel):
-    """Placement, identity and extra settings of the runtime pods (both tracks).
-
-    Kubernetes objects (tolerations, affinity, spread constraints, env) pass through as
-    given; the API server validates them inside the Deployment. What the operator owns is
-    refused: its labels (selectors) and the env it renders from the spec."""
-
-    tolerations: Annotated[list[dict[str, Any]], Field(max_length=32)] = Field(default_factory=list)
-    affinity: dict[str, Any] | None = None
-    topology_spread_constraints: Annotated[list[dict[str, Any]], Field(max_length=8)] | None = (
-        None  # None: spread the runtime pods across nodes
-    )
-    priority_class_name: Annotated[str, Field(min_length=1, max_length=253)] | None = None
-    runtime_class_name: Annotated[str, Field(min_length=1, max_length=253)] | None = None
-    image_pull_secrets: Annotated[list[SecretRef], Field(max_length=16)] = Field(
-        default_factory=list
-    )
-    service_account_name: Annotated[str, Field(min_length=1, max_length=253)] | None = None
-    annotations: Annotated[dict[str, str], Field(max_length=64)] = Field(default_factory=dict)
-    labels: Annotated[dict[str, Annotated[str, Field(max_length=63)]], Field(max_length=32)] = (
-        Field(default_factory=dict)
-    )
-    env: Annotated[list[EnvVar], Field(max_length=64)] = Field(default_factory=list)
-    env_from: Annotated[list[dict[str, Any]], Field(max_length=16)] = Field(default_factory=list)
-
-    @model_validator(mode="after")
-    def _owned_fields(self) -> PodSettings:
-        taken = sorted(
-            k
-            for k in self.labels
-            if k in naming.RESERVED_LABELS or k.startswith(naming.RESERVED_LABEL_PREFIX)
-        )
-        if taken:
-            raise ValueError(
-                f"pod.labels may not set {', '.join(taken)}: the operator selects pods by them"
-            )
-        _check_env(self.env, "pod.env")
-        return self
-
-
-def _check_env(env: list[EnvVar], where: str) -> None:
-    names = [e.name for e in env]
-    owned = sorted(set(names) & naming.OPERATOR_ENV)
-    if owned:
-        raise ValueError(
-            f"{where} may not set {', '.join(owned)}: the operator renders it from the spec "
-            "(change the spec field instead)"
-        )
-    if len(set(names)) != len(names):
-        raise ValueError(f"{where}: each name at most once")
 
 
 class Runtime(WireModel):
@@ -264,7 +149,7 @@ class RuntimeOverride(WireModel):
 
     @model_validator(mode="after")
     def _owned_env(self) -> RuntimeOverride:
-        _check_env(self.env, "canary.runtime.env")
+        check_env(self.env, "canary.runtime.env")
         return self
 
     def applied_to(self, runtime: Runtime) -> Runtime:

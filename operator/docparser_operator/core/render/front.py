@@ -34,7 +34,7 @@ from typing import Any
 
 from docparser_operator.api import naming
 from docparser_operator.api.labels import front_pod_labels, front_selector
-from docparser_operator.api.models import ScaleToZero
+from docparser_operator.api.replicas import ScaleToZero
 from docparser_operator.core.render.deployment import (
     API_KEYS_DIR,
     PRESTOP_SLEEP_S,

@@ -1,0 +1,68 @@
+"""``spec.replicas``: the DocParser's size, and how one with ``min: 0`` sleeps and wakes.
+
+Apart from models.py because scale to zero gave it a policy of its own (the idle window,
+the front's hold), read by core/idle.py and core/render/front.py without the rest of the spec.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field, model_validator
+
+from docparser_operator.api.wire import WireModel
+
+# 10s..999h: a shorter window would read one quiet scrape as idleness
+DURATION_PATTERN = r"^([1-9][0-9]{1,4}s|[1-9][0-9]{0,4}m|[1-9][0-9]{0,2}h)$"
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600}
+
+
+def duration_seconds(text: str) -> int:
+    """``15m`` -> 900 (one number, one unit: s, m or h; the CRD's pattern)."""
+    return int(text[:-1]) * _DURATION_UNITS[text[-1]]
+
+
+class ScaleToZero(WireModel):
+    """How a DocParser with ``replicas.min: 0`` sleeps and wakes (core/idle.py): after
+    ``after`` without client requests and without queued or running jobs its GPU pods go; the
+    front (a CPU pod of the same image) takes requests meanwhile, holding a synchronous one up
+    to ``holdSeconds`` while pods start (else 503 with ``Retry-After: retryAfterSeconds``)."""
+
+    after: Annotated[str, Field(max_length=8, pattern=DURATION_PATTERN)] = "15m"
+    hold_seconds: Annotated[int, Field(ge=0, le=900)] = 120
+    retry_after_seconds: Annotated[int, Field(ge=1, le=3600)] = 30
+
+    @property
+    def after_seconds(self) -> int:
+        return duration_seconds(self.after)
+
+
+class Replicas(WireModel):
+    min: Annotated[int, Field(ge=0, le=1000)] = 1
+    max: Annotated[int, Field(ge=1, le=1000)] = 1
+    desired: Annotated[int, Field(ge=0, le=1000)] = 1  # the autoscaler's, through /scale
+    scale_to_zero: ScaleToZero | None = None  # read only with min 0
+
+    @property
+    def floor(self) -> int:
+        """Fewest pods while awake: min, and 1 for a DocParser that scales to zero (it goes
+        to 0 only by the idle decision, core/idle.py, never by the autoscaler)."""
+        return max(1, self.min)
+
+    @property
+    def size(self) -> int:
+        """The DocParser's size while awake: the autoscaler's choice clamped to [floor, max]."""
+        return max(self.floor, min(self.max, self.desired))
+
+    @property
+    def idle_policy(self) -> ScaleToZero | None:
+        """The scale-to-zero settings when min is 0 (defaults without the field), else None."""
+        if self.min > 0:
+            return None
+        return self.scale_to_zero or ScaleToZero()
+
+    @model_validator(mode="after")
+    def _cel_rules(self) -> Replicas:
+        if self.min > self.max:
+            raise ValueError("replicas.min must be less than or equal to replicas.max")
+        return self
