@@ -7,6 +7,7 @@ node's default gateway), so it runs on the local cluster only.
 from __future__ import annotations
 
 import base64
+import math
 import shutil
 import socket
 import subprocess
@@ -168,3 +169,164 @@ def _finished(url: str, job: str) -> dict | None:
     except (httpx.HTTPError, ValueError):
         return None
     return body if body.get("status") in ("succeeded", "failed", "cancelled") else None
+
+
+# -- a burst at 0, and a front restart at 0 ------------------------------------------------
+
+BURST_JOBS = 8
+BURST_TARGET = 2  # jobs per pod when waking (autoscaling.target): 8 jobs need 4 pods ...
+BURST_MAX = 3  # ... and replicas.max caps the wake at 3
+MAX_SURGE = 1
+RESTART_JOBS = 3
+NAME_LABEL = "app.kubernetes.io/name"
+FRONT = f"{NAME_LABEL}=docparser-front"
+
+
+class _Peaks:
+    """The highest values one wake reached, sampled while its jobs run: status.scaleToZero's
+    wakeReplicas, the runtime Deployments' replicas and the runtime pods not being deleted
+    (each holds a GPU), and when the DocParser was first seen Waking and a pod first Ready."""
+
+    def __init__(self) -> None:
+        self.wake = self.replicas = self.pods = 0
+        self.waking_at: float | None = None
+        self.ready_at: float | None = None
+        self.story: list[str] = []  # each change of (state, wakeReplicas, replicas, pods)
+        self._start = time.monotonic()
+
+    def sample(self, cluster, namespace: str, name: str) -> None:
+        zero = (cluster.get("docparser", name, namespace).get("status") or {}).get("scaleToZero")
+        zero = zero or {}
+        self.wake = max(self.wake, int(zero.get("wakeReplicas") or 0))
+        if zero.get("state") == "Waking" and self.waking_at is None:
+            self.waking_at = time.monotonic()
+        children = cluster.items(
+            "deployments,pods", namespace, f"app.kubernetes.io/instance={name}"
+        )
+        replicas = sum(
+            int(d["spec"].get("replicas") or 0)
+            for d in children
+            if d["kind"] == "Deployment" and d["metadata"]["name"] != f"{name}-front"
+        )
+        self.replicas = max(self.replicas, replicas)
+        pods = [
+            p
+            for p in children
+            if p["kind"] == "Pod"
+            and p["metadata"]["labels"].get("app.kubernetes.io/name") == "docparser"
+            and not p["metadata"].get("deletionTimestamp")
+        ]
+        self.pods = max(self.pods, len(pods))
+        now = (zero.get("state"), zero.get("wakeReplicas"), replicas, len(pods))
+        if not self.story or not self.story[-1].endswith(str(now)):
+            self.story.append(f"{time.monotonic() - self._start:5.1f}s {now}")
+        if self.ready_at is None and any(
+            conditions(p).get("Ready", {}).get("status") == "True" for p in pods
+        ):
+            self.ready_at = time.monotonic()
+
+
+def test_a_burst_at_zero_scales_out_to_its_backlog_and_a_front_restart_loses_no_job(
+    cluster, namespace, redis_url
+):
+    """One DocParser, two wakes. A burst of jobs at 0 wakes ``ceil(jobs / target)`` pods capped
+    at ``replicas.max`` (never more than max + maxSurge pods), every job completes and it goes
+    back to 0. Then jobs queued at 0 survive the front pod's deletion and complete."""
+    name = "batch"
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "redis", "namespace": namespace},
+        "data": {"url": base64.b64encode(redis_url.encode()).decode()},
+    }
+    dp = docparser(name, namespace, cluster.runtime_image, max_surge=MAX_SURGE, gpu=1)
+    dp["spec"]["replicas"] = {"min": 0, "max": BURST_MAX, "scaleToZero": {"after": "10s"}}
+    dp["spec"]["autoscaling"] = {"metric": "queue", "target": BURST_TARGET}
+    dp["spec"]["runtime"]["redisUrlSecretRef"] = {"name": "redis"}
+    cluster.apply(secret, dp)
+    wait_for(cluster, namespace, "idle at 0 pods", lambda: _at_zero(cluster, namespace, name), 240)
+    _wait_gone(cluster, namespace, name)
+
+    url = service_url(cluster, namespace, name)
+    submitted = time.monotonic()
+    burst = _submit_all(cluster, namespace, url, BURST_JOBS)
+    accepted_s = time.monotonic() - submitted
+    peaks = _Peaks()
+    results = _run_to_end(cluster, namespace, name, url, burst, peaks)
+    done_s = time.monotonic() - submitted
+    need = min(BURST_MAX, math.ceil(BURST_JOBS / BURST_TARGET))
+    assert [r["status"] for r in results.values()] == ["succeeded"] * BURST_JOBS, results
+    assert all("4711" in r["result"]["content"] for r in results.values())
+    assert peaks.wake == need, f"wakeReplicas reached {peaks.wake}, the backlog needs {need}"
+    assert peaks.replicas == need, f"the Deployment reached {peaks.replicas} replicas"
+    assert need <= peaks.pods <= BURST_MAX + MAX_SURGE, f"{peaks.pods} runtime pods at once"
+    assert peaks.waking_at is not None and peaks.ready_at is not None
+    wait_for(cluster, namespace, "idle again", lambda: _at_zero(cluster, namespace, name), 120)
+    back_s = time.monotonic() - submitted
+    _wait_gone(cluster, namespace, name)
+
+    # Jobs queued at 0 are in Redis, not in the front: its pod goes, a new one wakes the pods.
+    restarted = time.monotonic()
+    queued = _submit_all(cluster, namespace, url, RESTART_JOBS)
+    assert [_status(url, job) for job in queued] == ["queued"] * RESTART_JOBS
+    before = {p["metadata"]["uid"] for p in cluster.items("pods", namespace, FRONT)}
+    cluster.kubectl(
+        *("-n", namespace, "delete", "pod", "-l", FRONT, "--grace-period=1", "--wait=false")
+    )
+    restart = _Peaks()
+    after = _run_to_end(cluster, namespace, name, url, queued, restart)
+    print("front restart (state, wakeReplicas, replicas, pods):", *restart.story, sep="\n  ")
+    assert [r["status"] for r in after.values()] == ["succeeded"] * RESTART_JOBS, after
+    fronts = cluster.items("pods", namespace, FRONT)
+    assert fronts and not before & {p["metadata"]["uid"] for p in fronts}, "front not replaced"
+    print("burst (state, wakeReplicas, replicas, pods):", *peaks.story, sep="\n  ")
+    record(
+        "scale-to-zero burst",
+        f"{BURST_JOBS} jobs at 0 (target {BURST_TARGET}, max {BURST_MAX}) accepted in "
+        f"{accepted_s:.2f}s; Waking after {peaks.waking_at - submitted:.1f}s with wakeReplicas "
+        f"{peaks.wake}, Deployment replicas {peaks.replicas}, at most {peaks.pods} runtime pods; "
+        f"first pod Ready {peaks.ready_at - submitted:.1f}s; {len(results)}/{BURST_JOBS} done in "
+        f"{done_s:.1f}s; back at 0 {back_s:.0f}s after the burst. Front deleted with "
+        f"{RESTART_JOBS} jobs queued at 0: {len(after)}/{RESTART_JOBS} done in "
+        f"{time.monotonic() - restarted:.1f}s",
+    )
+
+
+def _submit_all(cluster, namespace: str, url: str, count: int) -> list[str]:
+    """``count`` jobs posted one after the other, each accepted (202) by whatever the
+    endpoint reaches: their ids."""
+    return [
+        wait_for(cluster, namespace, "a job accepted", lambda: _submit(url), 30, 0.2).json()["id"]
+        for _ in range(count)
+    ]
+
+
+def _wait_gone(cluster, namespace: str, name: str) -> None:
+    """Until the pods scaled away have exited too: a runtime pod in its preStop sleep still
+    takes jobs from the queue, so jobs posted before would not all be queued at 0."""
+
+    def gone() -> bool:
+        pods = cluster.items("pods", namespace, f"app.kubernetes.io/instance={name}")
+        return not [p for p in pods if p["metadata"]["labels"].get(NAME_LABEL) == "docparser"]
+
+    wait_for(cluster, namespace, "the runtime pods gone", gone, 90)
+
+
+def _status(url: str, job: str) -> str:
+    return str(httpx.get(f"{url}/v1/jobs/{job}", timeout=10).json().get("status"))
+
+
+def _run_to_end(cluster, namespace: str, name: str, url: str, jobs: list[str], peaks: _Peaks):
+    """Sample the wake into ``peaks`` until every job is finished (bounded): job -> its body."""
+    results: dict[str, dict] = {}
+
+    def finished() -> bool:
+        peaks.sample(cluster, namespace, name)
+        for job in jobs:
+            body = results.get(job) or _finished(url, job)
+            if body:
+                results[job] = body
+        return len(results) == len(jobs)
+
+    wait_for(cluster, namespace, f"{len(jobs)} jobs finished", finished, 180, 1.0)
+    return results
