@@ -185,7 +185,9 @@ FRONT = f"{NAME_LABEL}=docparser-front"
 class _Peaks:
     """The highest values one wake reached, sampled while its jobs run: status.scaleToZero's
     wakeReplicas, the runtime Deployments' replicas and the runtime pods not being deleted
-    (each holds a GPU), and when the DocParser was first seen Waking and a pod first Ready."""
+    (each holds a GPU), and when the DocParser was first seen Waking and a pod first Ready (a
+    pod's job worker starts with its engine, before its readiness probe: a short burst may be
+    done before any sample sees a Ready pod)."""
 
     def __init__(self) -> None:
         self.wake = self.replicas = self.pods = 0
@@ -260,7 +262,7 @@ def test_a_burst_at_zero_scales_out_to_its_backlog_and_a_front_restart_loses_no_
     assert peaks.wake == need, f"wakeReplicas reached {peaks.wake}, the backlog needs {need}"
     assert peaks.replicas == need, f"the Deployment reached {peaks.replicas} replicas"
     assert need <= peaks.pods <= BURST_MAX + MAX_SURGE, f"{peaks.pods} runtime pods at once"
-    assert peaks.waking_at is not None and peaks.ready_at is not None
+    assert peaks.waking_at is not None
     wait_for(cluster, namespace, "idle again", lambda: _at_zero(cluster, namespace, name), 120)
     back_s = time.monotonic() - submitted
     _wait_gone(cluster, namespace, name)
@@ -285,7 +287,8 @@ def test_a_burst_at_zero_scales_out_to_its_backlog_and_a_front_restart_loses_no_
         f"{BURST_JOBS} jobs at 0 (target {BURST_TARGET}, max {BURST_MAX}) accepted in "
         f"{accepted_s:.2f}s; Waking after {peaks.waking_at - submitted:.1f}s with wakeReplicas "
         f"{peaks.wake}, Deployment replicas {peaks.replicas}, at most {peaks.pods} runtime pods; "
-        f"first pod Ready {peaks.ready_at - submitted:.1f}s; {len(results)}/{BURST_JOBS} done in "
+        f"first pod seen Ready {(peaks.ready_at or math.nan) - submitted:.1f}s; "
+        f"{len(results)}/{BURST_JOBS} done in "
         f"{done_s:.1f}s; back at 0 {back_s:.0f}s after the burst. Front deleted with "
         f"{RESTART_JOBS} jobs queued at 0: {len(after)}/{RESTART_JOBS} done in "
         f"{time.monotonic() - restarted:.1f}s",
