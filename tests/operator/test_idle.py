@@ -152,6 +152,21 @@ def test_an_idle_wake_idle_cycle() -> None:
     assert (again.state, again.size) == ("Idle", 0)
 
 
+def test_a_reading_of_no_pod_keeps_the_wakes_size() -> None:
+    """While waking, the front may be replaced and no runtime pod be Ready yet: a reading
+    of no pod at all is no news of the backlog, so the pods starting for it stay (it once
+    dropped the wake from 3 pods to 1 and started them again; found by the burst e2e)."""
+    cycle = Cycle(sleeper())
+    cycle.step(0, reading())
+    assert cycle.step(61, reading()).state == "Idle"
+    woke = cycle.step(70, reading(queued=9), ready=0)
+    assert (woke.state, woke.size, woke.wake_replicas) == ("Waking", 3, 3)
+    blank = cycle.step(75, Activity({}), ready=0)
+    assert (blank.state, blank.size, blank.wake_replicas) == ("Waking", 3, 3)
+    awake = cycle.step(90, reading(queued=8, running=1), ready=1)
+    assert (awake.state, awake.size) == ("Awake", 3)
+
+
 def test_no_sleep_while_anything_works_or_the_front_is_not_ready() -> None:
     cycle = Cycle(sleeper())
     cycle.step(0, reading())

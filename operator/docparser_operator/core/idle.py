@@ -166,7 +166,10 @@ def decide_idle(
             need = backlog_need(spec, act)
             return step("Waking", f"{_work(act)}: waking with {need} pod(s)", need)
         return step("Idle", reason, None)
-    if act is not None:
+    # A reading of no pod at all (the front being replaced, no runtime pod Ready yet) says
+    # nothing about the backlog: keep the wake's floor, or the pods starting for it would be
+    # scaled away and started again once the new front is read.
+    if act is not None and act.pods:
         if act.backlog > 0:
             floor = max(floor or 1, backlog_need(spec, act))
         elif act.running == 0:
