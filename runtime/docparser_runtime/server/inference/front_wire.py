@@ -13,7 +13,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from docparser_runtime.result_cache import CacheableRequest
+from docparser_runtime.result_cache import CacheableRequest, KeyedOptions
 
 # The request headers a forwarded parse carries (set per request by ``ForwardHeaders``).
 _forwarded: ContextVar[tuple[tuple[str, str], ...]] = ContextVar(
@@ -52,16 +52,23 @@ class ForwardHeaders:
             _forwarded.reset(token)
 
 
-def forward_query(request: CacheableRequest, *, stream: bool) -> dict[str, str]:
-    """The request's resolved options as the query of a raw-body parse."""
-    options = request.options
+def options_query(options: KeyedOptions, pages: str | None) -> dict[str, str]:
+    """The options that change a parse's output as the query of a raw-body parse, so the
+    pod it is sent to reads the same document the same way (``tier: auto`` stays auto).
+    Shared by the front's forward and the shadow's copy (server/shadow/sender.py)."""
     query = {
         "tier": "auto" if options.auto else str(options.tier),
         "mode": options.mode,
         "max_new_tokens": str(options.max_new_tokens),
     }
-    if request.pages:
-        query["pages"] = request.pages
+    if pages:
+        query["pages"] = pages
+    return query
+
+
+def forward_query(request: CacheableRequest, *, stream: bool) -> dict[str, str]:
+    """The request's resolved options as the query of a raw-body parse."""
+    query = options_query(request.options, request.pages)
     if not request.cache:
         query["cache"] = "false"
     if stream:

@@ -35,7 +35,9 @@ import aiohttp
 from prometheus_client import CollectorRegistry
 
 from docparser_runtime.host_memory import MemoryBudget
+from docparser_runtime.result_cache import KeyedOptions
 from docparser_runtime.server.guards.internal_auth import INTERNAL_TOKEN_HEADER, SecretFile
+from docparser_runtime.server.inference.front_wire import options_query
 from docparser_runtime.server.shadow.compare import (
     PageComparison,
     PageDigest,
@@ -59,40 +61,21 @@ _BUSY = frozenset({429, 503, 504})
 _CREDENTIAL = frozenset({401, 403, 404})
 
 
-class MirrorOptions(Protocol):
-    @property
-    def tier(self) -> int: ...
-    @property
-    def mode(self) -> str: ...
-    @property
-    def max_new_tokens(self) -> int: ...
-    @property
-    def auto(self) -> bool: ...
-
-
 class MirrorableRequest(Protocol):
     """What a copy is made of (``ParseRequest``)."""
 
     @property
     def data(self) -> bytes: ...
     @property
-    def options(self) -> MirrorOptions: ...
+    def options(self) -> KeyedOptions: ...
     @property
     def pages(self) -> str | None: ...
 
 
 def mirror_params(request: MirrorableRequest) -> dict[str, str]:
     """The request's options as query parameters of a raw-bytes body: the canary reads
-    the same document with the same options (``tier: auto`` stays auto)."""
-    options = request.options
-    params = {
-        "tier": "auto" if options.auto else str(options.tier),
-        "mode": options.mode,
-        "max_new_tokens": str(options.max_new_tokens),
-    }
-    if request.pages:
-        params["pages"] = request.pages
-    return params
+    the same document with the same options (the front's forward does the same)."""
+    return options_query(request.options, request.pages)
 
 
 @dataclass
