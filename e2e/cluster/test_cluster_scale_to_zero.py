@@ -1,7 +1,9 @@
 """Scale to zero on real pods: a DocParser with `replicas.min: 0` goes to 0 after its idle window,
-a job submitted at 0 is accepted at once by the front and completes once a pod is up, and it
-goes back to 0. Redis is a `redis-server` on this host at the node bridge's address (every
-node's default gateway), so it runs on the local cluster only.
+a job submitted at 0 is accepted at once by the front and completes once a pod is up, it goes
+back to 0, and a synchronous parse right after is held by the front (counted in its
+`docparser_front_held_requests`, which wakes the DocParser) and answered by the woken pod.
+Redis is a `redis-server` on this host at the node bridge's address (every node's default
+gateway), so it runs on the local cluster only.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import math
 import shutil
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 
@@ -81,6 +84,12 @@ def _runtime_pods(cluster, namespace: str, name: str) -> int:
     )
 
 
+def _any_runtime_pod(cluster, namespace: str, name: str) -> bool:
+    """A runtime pod of any phase, leaving ones included."""
+    pods = cluster.items("pods", namespace, f"app.kubernetes.io/instance={name}")
+    return any(p["metadata"]["labels"].get("app.kubernetes.io/name") == "docparser" for p in pods)
+
+
 def _at_zero(cluster, namespace: str, name: str) -> bool:
     return (
         _state(cluster, namespace, name) == "Idle" and _runtime_pods(cluster, namespace, name) == 0
@@ -145,12 +154,124 @@ def test_a_job_at_zero_is_accepted_wakes_a_pod_completes_and_it_sleeps_again(
         cluster, namespace, "idle again", lambda: _at_zero(cluster, namespace, name), 120
     )
     assert again
+    back_s = time.monotonic() - submitted
+    # Idle at 0 counts pods that are leaving as gone, but a leaving pod still serves through
+    # its preStop sleep (the Service keeps a terminating endpoint while no other is Ready),
+    # and answers a parse sent then. The held path starts once the last one has exited.
+    gone = wait_for(
+        cluster,
+        namespace,
+        "the last runtime pod exited",
+        lambda: not _any_runtime_pod(cluster, namespace, name),
+        90,
+    )
+    assert gone
+
+    # A synchronous parse right after it went back to 0 (a page the result cache has not seen,
+    # so a pod reads it): the front holds it, which wakes the DocParser, then hands it over.
+    front = service_url(cluster, namespace, f"{name}-front")
+    page = page_png(("Invoice number 4712", "Total due 99 EUR"))
+    asked = time.monotonic()
+    held = _Background(
+        lambda: httpx.post(
+            f"{url}/v1/document/parse", files={"file": ("q.png", page, "image/png")}, timeout=150
+        )
+    )
+    deadline = time.monotonic() + 30
+    while _held(front) <= 0 and not held.done() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if held.done() or _held(front) <= 0:
+        pytest.fail(
+            "the front did not hold the parse: "
+            + (held.describe() if held.done() else "no held request after 30 s")
+            + "\n"
+            + _front_diagnosis(cluster, namespace, name, front)
+        )
+    woke = wait_for(
+        cluster,
+        namespace,
+        "the held parse waking the DocParser",
+        lambda: _state(cluster, namespace, name) in ("Waking", "Awake"),
+        60,
+    )
+    assert woke
+    answer = held.result(160)
+    held_s = time.monotonic() - asked
+    assert answer.status_code == 200, answer.text
+    assert "4712" in answer.json()["content"]
     record(
         "scale-to-zero",
         f"first Ready {idle_at - started:.0f}s incl. the {IDLE_AFTER} window; job at 0 accepted "
         f"in {accepted_s:.2f}s, done in {done_s:.1f}s (pod start from 0 + parse); back at 0 "
-        f"{time.monotonic() - submitted:.0f}s after the job",
+        f"{back_s:.0f}s after the job; a sync parse at 0 held and answered in {held_s:.1f}s",
     )
+
+
+class _Background:
+    """One request on a thread: a held parse blocks its client while the test watches."""
+
+    def __init__(self, call) -> None:
+        self.reply: httpx.Response | None = None
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(call,), daemon=True)
+        self._thread.start()
+
+    def _run(self, call) -> None:
+        try:
+            self.reply = call()
+        except BaseException as exc:  # reported by result()
+            self.error = exc
+
+    def done(self) -> bool:
+        return not self._thread.is_alive()
+
+    def describe(self) -> str:
+        if self.error is not None:
+            return f"it failed: {self.error!r}"
+        assert self.reply is not None
+        return f"it was answered {self.reply.status_code}: {self.reply.text[:300]}"
+
+    def result(self, timeout: float) -> httpx.Response:
+        self._thread.join(timeout)
+        assert not self._thread.is_alive(), "the held parse did not finish in time"
+        if self.error is not None:
+            raise self.error
+        assert self.reply is not None
+        return self.reply
+
+
+def _held(front: str) -> float:
+    """The front's held parses, from its /metrics (what the operator reads to wake)."""
+    try:
+        text = httpx.get(f"{front}/metrics", timeout=5).text
+    except httpx.HTTPError:
+        return 0.0
+    for line in text.splitlines():
+        if line.startswith("docparser_front_held_requests "):
+            return float(line.split()[1])
+    return 0.0
+
+
+def _front_diagnosis(cluster, namespace: str, name: str, front: str) -> str:
+    """What the front and the Services said, for a failure message."""
+    try:
+        metrics = [
+            line
+            for line in httpx.get(f"{front}/metrics", timeout=5).text.splitlines()
+            if line.startswith("docparser_front")
+        ]
+    except httpx.HTTPError as exc:
+        metrics = [f"/metrics failed: {exc!r}"]
+    logs = cluster.kubectl(
+        "logs", "-n", namespace, f"deployment/{name}-front", "--tail=40", check=False
+    )
+    slices = cluster.kubectl("get", "endpointslices", "-n", namespace, "-o", "wide", check=False)
+    operator = cluster.kubectl(
+        *("logs", "-n", "docparser-system", "deployment/docparser-operator", "--tail=400"),
+        check=False,
+    )
+    mine = "\n".join(line for line in operator.splitlines() if name in line)[-4000:]
+    return "\n".join([*metrics, "front log:", logs, "slices:", slices, "operator log:", mine])
 
 
 def _submit(url: str) -> httpx.Response | None:
@@ -265,6 +386,17 @@ def test_a_burst_at_zero_scales_out_to_its_backlog_and_a_front_restart_loses_no_
     assert peaks.waking_at is not None
     wait_for(cluster, namespace, "idle again", lambda: _at_zero(cluster, namespace, name), 120)
     back_s = time.monotonic() - submitted
+    # Idle at 0 counts pods that are leaving as gone, but a leaving pod still serves through
+    # its preStop sleep (the Service keeps a terminating endpoint while no other is Ready),
+    # and answers a parse sent then. The held path starts once the last one has exited.
+    gone = wait_for(
+        cluster,
+        namespace,
+        "the last runtime pod exited",
+        lambda: not _any_runtime_pod(cluster, namespace, name),
+        90,
+    )
+    assert gone
     _wait_gone(cluster, namespace, name)
 
     # Jobs queued at 0 are in Redis, not in the front: its pod goes, a new one wakes the pods.
