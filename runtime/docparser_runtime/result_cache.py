@@ -67,8 +67,9 @@ class KeyedOptions(Protocol):
     def auto(self) -> bool: ...
 
 
-class CacheableRequest(Protocol):
-    """What the key is made of (``ParseRequest``)."""
+class DocumentRequest(Protocol):
+    """A document and the options that shape its answer (``ParseRequest``): what a forward or
+    a shadow copy sends again."""
 
     @property
     def data(self) -> bytes: ...
@@ -76,6 +77,11 @@ class CacheableRequest(Protocol):
     def options(self) -> KeyedOptions: ...
     @property
     def pages(self) -> str | None: ...
+
+
+class CacheableRequest(DocumentRequest, Protocol):
+    """What the key is made of: the document, its options and whose cache it is."""
+
     @property
     def tenant(self) -> str: ...
     @property

@@ -29,13 +29,13 @@ import json
 import logging
 import sys
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import aiohttp
 from prometheus_client import CollectorRegistry
 
 from docparser_runtime.host_memory import MemoryBudget
-from docparser_runtime.result_cache import KeyedOptions
+from docparser_runtime.result_cache import DocumentRequest
 from docparser_runtime.server.guards.internal_auth import INTERNAL_TOKEN_HEADER, SecretFile
 from docparser_runtime.server.inference.front_wire import options_query
 from docparser_runtime.server.shadow.compare import (
@@ -61,18 +61,7 @@ _BUSY = frozenset({429, 503, 504})
 _CREDENTIAL = frozenset({401, 403, 404})
 
 
-class MirrorableRequest(Protocol):
-    """What a copy is made of (``ParseRequest``)."""
-
-    @property
-    def data(self) -> bytes: ...
-    @property
-    def options(self) -> KeyedOptions: ...
-    @property
-    def pages(self) -> str | None: ...
-
-
-def mirror_params(request: MirrorableRequest) -> dict[str, str]:
+def mirror_params(request: DocumentRequest) -> dict[str, str]:
     """The request's options as query parameters of a raw-bytes body: the canary reads
     the same document with the same options (the front's forward does the same)."""
     return options_query(request.options, request.pages)
@@ -169,7 +158,7 @@ class ShadowMirror:
             self._session = None
 
     # -- the hot path: on the event loop, never waits ---------------------------------
-    def offer(self, request: MirrorableRequest, reply: dict[str, Any]) -> None:
+    def offer(self, request: DocumentRequest, reply: dict[str, Any]) -> None:
         """Maybe mirror one answered request (see module docstring)."""
         config = self.config
         if not config.mirrors(self.revision) or self._queue is None or reply.get("cached"):
