@@ -30,6 +30,8 @@ docparser_front_queued_jobs {queued}
 docparser_front_requests_total {requests}
 # TYPE docparser_front_last_request_timestamp_seconds gauge
 docparser_front_last_request_timestamp_seconds {last}
+# TYPE docparser_front_capacity_wanted_timestamp_seconds gauge
+docparser_front_capacity_wanted_timestamp_seconds {wanted}
 """
 POD_TEXT = """# TYPE docparser_requests_total counter
 docparser_requests_total{{route="/v1/document/parse",method="POST",status="200"}} {requests}
@@ -62,14 +64,30 @@ def sleeper(name: str = "night", **spec: Any) -> dict[str, Any]:
 
 
 def test_a_pods_metrics_text_becomes_a_reading() -> None:
-    front = parse(FRONT_TEXT.format(held=2, queued=5, requests=7, last=1.7e9))
-    assert front == PodReading(requests=7, held=2, queued=5, last_request=1.7e9)
+    front = parse(FRONT_TEXT.format(held=2, queued=5, requests=7, last=1.7e9, wanted=1.6e9))
+    assert front == PodReading(requests=7, held=2, queued=5, last_request=1.7e9, wanted=1.6e9)
     pod = parse(POD_TEXT.format(requests=3, in_flight=1, queued=5, running=2))
     assert (pod.requests, pod.in_flight, pod.queued, pod.running) == (3, 1, 5, 2)  # no probes
     both = Activity({"front": front, "pod": pod})
     assert (both.queued, both.held, both.backlog, both.running) == (5, 2, 7, 2)  # queue shared
     with pytest.raises(ValueError):
         parse("docparser_front_held_requests not-a-number\n")
+
+
+def test_the_front_exports_every_series_the_operator_reads() -> None:
+    """The names are a contract between two packages: read the runtime's own front series."""
+    from docparser_runtime.server.ops.metrics import FrontMetrics
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    registry = CollectorRegistry()
+    front = FrontMetrics(registry)
+    front.held.set(2)
+    front.queued_jobs.set(5)
+    front.requests.inc(3)
+    front.wanted.set(1.6e9)
+    reading = parse(generate_latest(registry).decode())
+    assert (reading.held, reading.queued, reading.requests, reading.wanted) == (2, 5, 3, 1.6e9)
+    assert reading.last_request > 1.7e9  # its start, before the first request
 
 
 def test_new_requests_are_counted_per_pod() -> None:
@@ -184,6 +202,28 @@ def test_an_unreadable_view_neither_sleeps_nor_wakes_and_says_so() -> None:
     assert blind.problem.reason == "ActivityUnknown" and "night-front-1" in blind.problem.message
     assert cycle.step(505, reading()).state == "Idle"
     assert cycle.step(600, None, ready=0).state == "Idle"
+
+
+def test_a_parse_refused_at_the_front_wakes_it() -> None:
+    """With ``holdSeconds: 0`` the front answers a parse at zero 503 + Retry-After at once:
+    nothing is ever held or queued, so only the front's stamp of the refusal can wake it
+    (without it the client would retry for ever against zero pods)."""
+    cycle = Cycle(sleeper())
+    cycle.step(0, reading())
+    assert cycle.step(61, reading()).state == "Idle"
+
+    def refused(when: float) -> Activity:
+        return Activity({"night-front-1": PodReading(requests=2, wanted=epoch(at(when)))})
+
+    assert cycle.step(70, refused(40), ready=0).state == "Idle"  # before it went idle: old news
+    woke = cycle.step(80, refused(78), ready=0)
+    assert (woke.state, woke.size, woke.wake_replicas) == ("Waking", 1, 1)
+    assert "no pod at the front" in woke.reason and "503" in woke.reason
+    awake = cycle.step(100, refused(78), ready=1)
+    assert (awake.state, awake.size) == ("Awake", 1)
+    assert cycle.step(150, refused(78)).state == "Awake"  # the window runs from the wake
+    assert cycle.step(165, refused(78)).state == "Idle"
+    assert cycle.step(200, refused(78), ready=0).state == "Idle"  # the old stamp: no wake
 
 
 def test_a_canary_analysis_wakes_it_and_says_so() -> None:

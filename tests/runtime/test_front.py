@@ -13,6 +13,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 
 import httpx
 import pytest
@@ -24,6 +25,7 @@ from PIL import Image
 pytestmark = [pytest.mark.slow, pytest.mark.redis]
 
 HELD = "docparser_front_held_requests"
+WANTED = "docparser_front_capacity_wanted_timestamp_seconds"
 
 
 def b64(data: bytes) -> str:
@@ -66,6 +68,8 @@ def test_the_front_imports_no_engine(redis_url):
 def test_hold_zero_answers_503_with_the_configured_retry_after(redis_url, page):
     env = {"DOCPARSER_FRONT_HOLD_SECONDS": 0, "DOCPARSER_FRONT_RETRY_AFTER_SECONDS": 7}
     with FrontAndBackend(redis_url, front_env=env) as fb:
+        assert metric(fb.front.url, WANTED) == 0
+        before = time.time()
         resp = post_parse(fb.front.url, page)
         assert resp.status_code == 503, resp.text
         assert resp.headers["Retry-After"] == "7"
@@ -78,6 +82,8 @@ def test_hold_zero_answers_503_with_the_configured_retry_after(redis_url, page):
         assert httpx.get(f"{fb.front.url}/readyz").json()["role"] == "front"
         assert metric(fb.front.url, "docparser_front_requests_total") == 2
         assert metric(fb.front.url, HELD) == 0
+        # Never held, so the refusal's stamp is what wakes the DocParser (core/idle.py).
+        assert before <= metric(fb.front.url, WANTED) <= time.time()
 
 
 def test_a_held_parse_is_answered_once_a_backend_comes_up(redis_url, page):

@@ -7,7 +7,8 @@ operator must see a job queued at the front within seconds, with no Prometheus i
 cluster, and the front never calls the API server. The names are the contract with the
 runtime (the front: ``docparser_front_*``; the pods: ``docparser_requests_total`` on
 ``/v1/`` routes, ``docparser_outstanding_requests``, ``docparser_jobs_queued``,
-``docparser_jobs_running``, ``docparser_last_request_timestamp_seconds``).
+``docparser_jobs_running``, ``docparser_last_request_timestamp_seconds``; the front's
+``docparser_front_capacity_wanted_timestamp_seconds``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ _GAUGES = {
     "docparser_outstanding_requests": "in_flight",
     "docparser_front_last_request_timestamp_seconds": "last_request",
     "docparser_last_request_timestamp_seconds": "last_request",
+    "docparser_front_capacity_wanted_timestamp_seconds": "wanted",
 }
 
 
@@ -39,6 +41,7 @@ class PodReading:
     running: float = 0.0  # jobs running on this pod
     in_flight: float = 0.0  # requests this pod is answering
     last_request: float = 0.0  # unix time of its last client request (0: none or unknown)
+    wanted: float = 0.0  # unix time a parse last found no ready pod at the front (0: never)
 
 
 def parse(text: str) -> PodReading:
@@ -95,6 +98,11 @@ class Activity:
     @property
     def last_request(self) -> float:
         return max((r.last_request for r in self.pods.values()), default=0.0)
+
+    @property
+    def wanted(self) -> float:
+        """When a synchronous parse last found no capacity at the front (held or refused)."""
+        return max((r.wanted for r in self.pods.values()), default=0.0)
 
     def new_requests(self, before: Activity | None) -> bool:
         """Whether some pod counted client requests since ``before`` (a pod not read then

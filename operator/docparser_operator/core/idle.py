@@ -9,7 +9,9 @@ from status):
   showed work, the pods' last-request time, and the moment it woke), no canary analysis
   running, and the front Ready (it takes the traffic: make-before-break);
 - ``Idle``: size 0; the endpoint Service and the HTTPRoute send to the front. Jobs queued or
-  requests held at the front, or a canary analysis that needs traffic, wake it;
+  requests held at the front, a synchronous parse the front found no capacity for since it
+  went idle (with ``holdSeconds: 0`` it is answered 503 at once and never held: without this
+  its client would retry for ever), or a canary analysis that needs traffic, wake it;
 - ``Waking``: from 0 to ``max(the spec's size, what the backlog needs)`` pods, at most
   ``replicas.max`` (the rollout planner adds ``maxSurge`` at most during a rollout): the
   backlog needs ``ceil((jobs queued + requests held) / per-pod target)`` pods, the per-pod
@@ -165,6 +167,9 @@ def decide_idle(
         if act is not None and act.backlog > 0:
             need = backlog_need(spec, act)
             return step("Waking", f"{_work(act)}: waking with {need} pod(s)", need)
+        if act is not None and act.wanted > epoch(since):
+            why = "a synchronous parse found no pod at the front (answered 503 with Retry-After)"
+            return step("Waking", f"{why}: waking with 1 pod(s)", 1)
         return step("Idle", reason, None)
     # A reading of no pod at all (the front being replaced, no runtime pod Ready yet) says
     # nothing about the backlog: keep the wake's floor, or the pods starting for it would be

@@ -16,7 +16,9 @@ streaming, the OpenAI route and the result cache run unchanged on top of it.
    wait); past it, ``503`` + ``Retry-After: front_retry_after_seconds``. A ``ready`` no recent
    poll backs is confirmed by a poll first (the DocParser may have gone back to zero since):
    every parse that waits for capacity, first or after a failed forward, counts in
-   ``docparser_front_held_requests``, which is what wakes the DocParser. A drain (SIGTERM)
+   ``docparser_front_held_requests``, which is what wakes the DocParser (and stamps
+   ``docparser_front_capacity_wanted_timestamp_seconds``, which wakes it too when the parse
+   is answered 503 at once: ``holdSeconds: 0`` or over the bound). A drain (SIGTERM)
    shortens the wait so every held parse is answered before the process exits;
 3. forwards the document bytes (``application/octet-stream``, options in the query: the
    raw-body form every pod accepts) with the caller's ``Authorization`` and request id, so
@@ -129,6 +131,7 @@ class ProxyParser:
             or self.held_bytes + size > s.front_max_held_bytes
         ):
             self.front.forwarded.labels(outcome="busy").inc()
+            self.front.wanted.set_to_current_time()
             raise self._refuse(
                 f"the front already holds {self.held_requests} requests "
                 f"({self.held_bytes} bytes) while capacity comes up; retry later",
@@ -150,6 +153,9 @@ class ProxyParser:
         """True once the backend is ready; False past the hold (or the drain's) deadline."""
         if self.watch.fresh():
             return True
+        # Marked before the hold, so a parse answered 503 at once (holdSeconds 0) still wakes
+        # the DocParser: the held gauge would never show it.
+        self.front.wanted.set_to_current_time()
         if self.watch.ready.is_set():
             self.watch.unconfirm()
             hold_until = max(hold_until, time.monotonic() + CONFIRM_S)

@@ -327,6 +327,12 @@ class FrontMetrics:
             registry=registry,
         )
         self.last_request.set(time.time())
+        self.wanted = Gauge(
+            "docparser_front_capacity_wanted_timestamp_seconds",
+            "Unix time a synchronous parse last found no ready backend at the front (held, or "
+            "answered 503 at once: holdSeconds 0 or over the hold bound); 0 before the first.",
+            registry=registry,
+        )
         self.forwarded = Counter(
             "docparser_front_forwarded",
             "Synchronous parses the front forwarded to a backend, by outcome (answered: the "
