@@ -274,15 +274,38 @@ def leader(target: Target) -> tuple[str, str, str | None]:
     return holder, pod, (found.get("spec") or {}).get("nodeName")
 
 
-def leader_on_a_failable_node(target: Target) -> tuple[str, str]:
-    """(Lease holder, its node), the node not node 0 (which cannot be failed): when the
-    leader runs there, node 0 is cordoned and the leader's pod deleted, so the standby takes
-    the Lease and the replacement pod starts on another node; at most three times."""
+def _standby_nodes(target: Target, leader_pod: str) -> set[str]:
+    """The nodes of the operator's other running pods (the standbys the Lease can go to)."""
+    pods = json.loads(
+        target.kubectl("-n", OPERATOR_NAMESPACE, "get", "pods", "-o", "json", check=False)
+        or '{"items": []}'
+    )["items"]
+    return {
+        p["spec"].get("nodeName") or ""
+        for p in pods
+        if p["metadata"]["name"] != leader_pod
+        and p["metadata"]["name"].startswith(LEASE)
+        and not p["metadata"].get("deletionTimestamp")
+        and p.get("status", {}).get("phase") == "Running"
+    }
+
+
+def leader_on_a_failable_node(target: Target) -> tuple[str, str, bool]:
+    """(Lease holder, its node, whether node 0 was cordoned on the way), the node not node 0
+    (which cannot be failed). When the leader runs there, its pod is deleted so a standby
+    takes the Lease; node 0 is cordoned for that only when no standby runs on another node
+    (so the replacement pod starts elsewhere), because a cordon makes the operator replace the
+    DocParser's pods on node 0 and the scenario then waits for that churn to end. At most
+    three times."""
+    cordoned = False
     for _ in range(3):
         holder, pod, node = leader(target)
         if node and node != HOST_NODE:
-            return holder, node
-        target.kubectl("cordon", HOST_NODE)
+            return holder, node, cordoned
+        cordon = not (_standby_nodes(target, pod) - {HOST_NODE, ""})
+        if cordon:
+            target.kubectl("cordon", HOST_NODE)
+            cordoned = True
         try:
             target.kubectl("-n", OPERATOR_NAMESPACE, "delete", "pod", pod, "--wait=false")
             wait_for(
@@ -293,7 +316,8 @@ def leader_on_a_failable_node(target: Target) -> tuple[str, str]:
                 90,
             )
         finally:
-            uncordon(target, HOST_NODE)
+            if cordon:
+                uncordon(target, HOST_NODE)
     raise AssertionError(f"the operator's leader stays on {HOST_NODE}: {leader(target)}")
 
 
