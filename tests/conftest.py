@@ -4,4 +4,28 @@ The real control plane (tests/controlplane) is a plugin so its `real_apiserver` 
 "which backend ran" report lines are available to every suite.
 """
 
+from __future__ import annotations
+
+import os
+
+import pytest
+
 pytest_plugins = ["controlplane.pytest_plugin", "gitopscheck.pytest_plugin"]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under `pytest-xdist --dist worksteal`, the modules holding a `slow` test run first.
+
+    WHY: a minute-long test collected late (tests/runtime/test_tier_auto_server.py sorts near
+    the end) runs while the other worker has nothing left, and the phase waits on it alone.
+    Longest work first lets the many short tests fill both workers at the end; worksteal then
+    moves queued tests to whichever worker runs dry. Only there: `--dist load` hands each worker
+    its first eighth of the collection up front, which would give one worker every slow module.
+    Whole modules move, in their own order, so a module's tests stay together (module-scoped
+    fixtures start once per worker, as before); the sort is stable and the same in every
+    worker, as xdist requires. Serial runs keep the collection order."""
+    if not os.environ.get("PYTEST_XDIST_WORKER") or config.getoption("dist", "no") != "worksteal":
+        return
+    slow = {getattr(item, "module", None) for item in items if item.get_closest_marker("slow")}
+    slow.discard(None)
+    items.sort(key=lambda item: getattr(item, "module", None) not in slow)

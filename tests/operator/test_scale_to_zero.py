@@ -36,6 +36,7 @@ DEPLOY, SERVICE, HPA = (
     KNOWN_KINDS["Service"],
     KNOWN_KINDS["HorizontalPodAutoscaler"],
 )
+pytestmark = pytest.mark.slow  # two 10 s idle windows (the shortest `after`) and a wake
 FRONT_SELECTOR = {
     "app.kubernetes.io/name": "docparser-front",
     "app.kubernetes.io/instance": "night",

@@ -52,6 +52,7 @@ def test_unverified_weights_exit_1_with_the_reason(tmp_path: Path) -> None:
     assert message.startswith("serve: weights_error:")
 
 
+@pytest.mark.slow  # a serve process that imports torch and transformers
 def test_engine_that_cannot_load_exits_1_instead_of_idling(tmp_path: Path) -> None:
     pytest.importorskip("transformers", reason="the deepseek extra (make install-test)")
     model = tmp_path / "model"

@@ -13,6 +13,7 @@ import tier_pages
 from live_server import LiveServer
 from prometheus_client.parser import text_string_to_metric_families
 
+pytestmark = pytest.mark.slow  # two full pages through the CPU engine: a minute on a busy box
 PARSE = "/v1/document/parse"
 
 
