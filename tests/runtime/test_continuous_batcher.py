@@ -25,6 +25,8 @@ pytestmark = pytest.mark.torch
 
 SHORT = ParseOptions(tier=0, mode="text", max_new_tokens=4, min_new_tokens=4)
 LONG = ParseOptions(tier=0, max_new_tokens=400, min_new_tokens=400)
+# Past a 0.5 s deadline on any CPU: an idle machine decoded LONG's 400 tokens inside it once.
+DOOMED = ParseOptions(tier=0, max_new_tokens=2000, min_new_tokens=2000)
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +98,7 @@ async def test_deadline_passing_mid_generation_fails_that_page_only(engine):
     try:
         mate = asyncio.create_task(batcher.submit([mate_page], mate_opts))
         doomed = asyncio.create_task(
-            batcher.submit([make_page(0, 500, 400, 0)], LONG, deadline=time.monotonic() + 0.5)
+            batcher.submit([make_page(0, 500, 400, 0)], DOOMED, deadline=time.monotonic() + 0.5)
         )
         with pytest.raises(DeadlineExceeded):
             await doomed
