@@ -207,10 +207,15 @@ def test_the_controllers_weights_follow_ours_through_a_canary_walk(cluster, name
             served = {k: v for k, v in theirs.items() if v > 0}
             samples.append((what, generation, ours, served, found is not None))
             if found is not None and served != ours:
-                # judged, yet another split: allow the IR log a moment to catch up, then fail
+                # judged, yet another split: allow the IR log a moment to catch up, then fail.
+                # The route is read again too: the operator may have written its next split
+                # meanwhile (a canary pod Ready seconds later), and the controller follows that.
                 settle = time.monotonic() + 15
                 while time.monotonic() < settle and served != ours:
                     time.sleep(1)
+                    route = cluster.get("httproute", name, namespace)
+                    generation = route["metadata"]["generation"]
+                    ours = _our_weights(route)
                     theirs = ir_weights(latest_ir(cluster), route)
                     served = {k: v for k, v in theirs.items() if v > 0}
                 assert served == ours, (what, generation, ours, theirs)

@@ -117,6 +117,10 @@ def test_a_job_at_zero_is_accepted_wakes_a_pod_completes_and_it_sleeps_again(
     assert conditions(obj)["Reconciling"]["status"] == "False"
     idle_at = time.monotonic()
 
+    # The pod scaled away takes jobs from the queue until it exits (its preStop sleep): a job
+    # posted before then is done by it and wakes nothing. The front takes it once it is gone.
+    _wait_gone(cluster, namespace, name)
+
     # At 0 the endpoint's ClusterIP reaches the front: the job is accepted at once.
     url = service_url(cluster, namespace, name)
     submitted = time.monotonic()
