@@ -15,6 +15,23 @@ from cluster_nodes import GPU, ZONE, EchoLoad, echo_deployment, node_ctl, requir
 from cluster_support import record, wait_for
 
 KUBE_PROXY_SYNC_S = 3  # kube-proxy's iptables minSyncPeriod (1 s) with a margin
+# The host node's kube-proxy metrics (tests/controlplane/localcluster/configs.py).
+PROXY_METRICS = "http://127.0.0.1:10249/metrics"
+
+
+def _last_proxy_sync() -> float:
+    """Unix time of the host kube-proxy's last IPv4 rules sync, the family this client's
+    ClusterIP is in (0 when unreadable)."""
+    try:
+        text = httpx.get(PROXY_METRICS, timeout=2).text
+    except httpx.HTTPError:
+        return 0.0
+    name = "kubeproxy_sync_proxy_rules_last_timestamp_seconds"
+    for line in text.splitlines():
+        if line.startswith((f'{name}{{ip_family="IPv4"}} ', f"{name} ")):
+            return float(line.rsplit(None, 1)[1])
+    return 0.0
+
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
@@ -191,7 +208,18 @@ def test_node_failure_recovers_on_the_remaining_nodes(cluster, namespace):
                 lambda: not dead_endpoints(),
                 120,
             )
+            gone_at = time.time()
             time.sleep(KUBE_PROXY_SYNC_S)
+            # On a loaded machine kube-proxy's sync can come later than its minSyncPeriod (two
+            # connect timeouts 3-5 s after the sleep, once): wait for a sync of the host node's
+            # kube-proxy (its rules carry this client's traffic) after the endpoint left.
+            wait_for(
+                cluster,
+                namespace,
+                "the host's kube-proxy synced after the endpoint left",
+                lambda: _last_proxy_sync() >= gone_at,
+                60,
+            )
             quiet_from = time.monotonic()
             wait_for(
                 cluster,
