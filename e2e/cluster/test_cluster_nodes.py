@@ -186,17 +186,23 @@ def test_node_failure_recovers_on_the_remaining_nodes(cluster, namespace):
                 180,
             )
 
+            present_at = [time.time()]  # the last read that still showed the dead endpoint
+
             def dead_endpoints():
+                read_at = time.time()
                 slices = cluster.items(
                     "endpointslices", namespace, "kubernetes.io/service-name=echo"
                 )
-                return [
+                dead = [
                     e
                     for s in slices
                     for e in s.get("endpoints") or []
                     if e.get("nodeName") == victim
                     and (e.get("conditions") or {}).get("ready") is not False
                 ]
+                if dead:
+                    present_at[0] = read_at
+                return dead
 
             # Until the dead pod's endpoint is gone (the node controller marks it not Ready)
             # and kube-proxy has had a sync period to drop it, connections to it are the
@@ -208,16 +214,17 @@ def test_node_failure_recovers_on_the_remaining_nodes(cluster, namespace):
                 lambda: not dead_endpoints(),
                 120,
             )
-            gone_at = time.time()
             time.sleep(KUBE_PROXY_SYNC_S)
             # On a loaded machine kube-proxy's sync can come later than its minSyncPeriod (two
             # connect timeouts 3-5 s after the sleep, once): wait for a sync of the host node's
-            # kube-proxy (its rules carry this client's traffic) after the endpoint left.
+            # kube-proxy (its rules carry this client's traffic) later than the last read that
+            # still showed the endpoint. The removal came after that read and triggers a sync,
+            # so one comes; a sync before the removal may have been seen already (it was, once).
             wait_for(
                 cluster,
                 namespace,
-                "the host's kube-proxy synced after the endpoint left",
-                lambda: _last_proxy_sync() >= gone_at,
+                "the host's kube-proxy synced since the endpoint was last seen",
+                lambda: _last_proxy_sync() > present_at[0],
                 60,
             )
             quiet_from = time.monotonic()
