@@ -84,6 +84,16 @@ def _runtime_pods(cluster, namespace: str, name: str) -> int:
     )
 
 
+def _redis_secret(namespace: str, redis_url: str) -> dict:
+    """The Secret a DocParser at ``min: 0`` must name (the front and the pods share its queue)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "redis", "namespace": namespace},
+        "data": {"url": base64.b64encode(redis_url.encode()).decode()},
+    }
+
+
 def _at_zero(cluster, namespace: str, name: str) -> bool:
     return (
         _state(cluster, namespace, name) == "Idle" and _runtime_pods(cluster, namespace, name) == 0
@@ -94,12 +104,7 @@ def test_a_job_at_zero_is_accepted_wakes_a_pod_completes_and_it_sleeps_again(
     cluster, namespace, redis_url
 ):
     name = "night"
-    secret = {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": "redis", "namespace": namespace},
-        "data": {"url": base64.b64encode(redis_url.encode()).decode()},
-    }
+    secret = _redis_secret(namespace, redis_url)
     dp = docparser(name, namespace, cluster.runtime_image)
     dp["spec"]["replicas"] = {"min": 0, "max": 2, "scaleToZero": {"after": IDLE_AFTER}}
     dp["spec"]["runtime"]["redisUrlSecretRef"] = {"name": "redis"}
@@ -347,12 +352,7 @@ def test_a_burst_at_zero_scales_out_to_its_backlog_and_a_front_restart_loses_no_
     at ``replicas.max`` (never more than max + maxSurge pods), every job completes and it goes
     back to 0. Then jobs queued at 0 survive the front pod's deletion and complete."""
     name = "batch"
-    secret = {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": "redis", "namespace": namespace},
-        "data": {"url": base64.b64encode(redis_url.encode()).decode()},
-    }
+    secret = _redis_secret(namespace, redis_url)
     dp = docparser(name, namespace, cluster.runtime_image, max_surge=MAX_SURGE, gpu=1)
     dp["spec"]["replicas"] = {"min": 0, "max": BURST_MAX, "scaleToZero": {"after": "10s"}}
     dp["spec"]["autoscaling"] = {"metric": "queue", "target": BURST_TARGET}
