@@ -57,6 +57,11 @@ class Target:
     def get(self, kind: str, name: str, namespace: str) -> dict[str, Any]:
         return json.loads(self.kubectl("-n", namespace, "get", kind, name, "-o", "json"))
 
+    def find(self, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
+        """The object, or None while it does not exist (yet: the operator renders it later)."""
+        out = self.kubectl("-n", namespace, "get", kind, name, "-o", "json", "--ignore-not-found")
+        return json.loads(out) if out.strip() else None
+
     def items(self, kind: str, namespace: str, selector: str | None = None) -> list[dict[str, Any]]:
         args = ["-n", namespace, "get", kind, "-o", "json"]
         if selector:

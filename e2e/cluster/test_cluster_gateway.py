@@ -46,8 +46,11 @@ def _routed(name: str, namespace: str, image: str, ref: dict[str, str], hosts=()
 
 
 def _verdict(cluster, namespace: str, name: str):
-    """(route generation, the controller's parent entry) once it judged this generation."""
-    route = cluster.get("httproute", name, namespace)
+    """(route generation, the controller's parent entry) once it judged this generation; None
+    before that, and before the operator has rendered the route at all."""
+    route = cluster.find("httproute", name, namespace)
+    if route is None:
+        return None
     for parent in route_parents(route):
         accepted = condition(parent, "Accepted")
         if accepted.get("observedGeneration") == route["metadata"]["generation"]:
