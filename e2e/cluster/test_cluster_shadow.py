@@ -147,7 +147,8 @@ def test_a_dark_canary_that_reads_the_same_is_judged_and_promoted(stable: Stable
     before = stable.judged_revision()
     analysis = {**ANALYSIS, "minShadowPages": 10}
     weights: list[int] = []
-    load = Load(stable.url, DOCUMENT, clients=2, pace_s=0.25, max_requests=5000, max_seconds=300)
+    # The load must outlast both waits below (240 s + 150 s), or it stops on its own first.
+    load = Load(stable.url, DOCUMENT, clients=2, pace_s=0.25, max_requests=5000, max_seconds=420)
     with load, EndpointSampler(cluster, namespace, NAME) as sampler:
         began = time.monotonic()
         cluster.apply(stable.release(0, analysis))

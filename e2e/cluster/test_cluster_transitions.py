@@ -98,9 +98,18 @@ def test_setting_change_promotion_and_revert_lose_no_request(cluster, namespace)
                 len(load.samples) - before,
                 _revisions(cluster, namespace, name),
             )
-        # After the walk: the answers of requests that began once it ended (plus kube-proxy's
-        # sync) say which version serves now.
-        settled = time.monotonic() + 2
+
+        # After the walk: the answers of requests that began once it ended say which version
+        # serves now. The pass that scales the last v2 pod away also writes Ready (nothing is
+        # left to wait for in its plan), and that pod answers through its 10 s preStop sleep
+        # until the host's kube-proxy drops it (seconds on a loaded node): count from when
+        # no v2 pod exists any more.
+        def only_v1_pods() -> bool:
+            pods = cluster.items("pods", namespace, f"app.kubernetes.io/instance={name}")
+            return all(p["metadata"]["labels"].get("docparser.io/version") == "v1" for p in pods)
+
+        wait_for(cluster, namespace, "the v2 pods gone", only_v1_pods, 120)
+        settled = time.monotonic()
         wait_for(
             cluster,
             namespace,
