@@ -23,6 +23,8 @@ from cluster_support import REPO, Target
 ZONE = "topology.kubernetes.io/zone"
 GPU = "nvidia.com/gpu"
 BUSYBOX = "docker.io/docparser/pause:local"  # the local cluster's pause image (busybox-static)
+# The host node's kube-proxy metrics (tests/controlplane/localcluster/configs.py).
+PROXY_METRICS = "http://127.0.0.1:10249/metrics"
 
 
 def ready_nodes(target: Target) -> list[dict[str, Any]]:
@@ -43,6 +45,32 @@ def require_nodes(target: Target, count: int) -> list[dict[str, Any]]:
             "(make cluster-down && make cluster-up NODES=3)"
         )
     return nodes
+
+
+def host_proxy_sync() -> tuple[float, float]:
+    """(last IPv4 rules sync, last sync queued) of the host node's kube-proxy, as Unix times
+    (0 when unreadable): the family this host's ClusterIP clients use."""
+    try:
+        text = httpx.get(PROXY_METRICS, timeout=2).text
+    except httpx.HTTPError:
+        return 0.0, 0.0
+    found: dict[str, float] = {}
+    for kind in ("last", "last_queued"):
+        name = f"kubeproxy_sync_proxy_rules_{kind}_timestamp_seconds"
+        for line in text.splitlines():
+            if line.startswith((f'{name}{{ip_family="IPv4"}} ', f"{name} ")):
+                found[kind] = float(line.rsplit(None, 1)[1])
+                break
+    return found.get("last", 0.0), found.get("last_queued", 0.0)
+
+
+def host_proxy_caught_up() -> bool:
+    """The host's kube-proxy has put every change it received into its rules (no sync queued
+    since its last one). WHY not "a sync later than moment T": kube-proxy syncs only when a
+    change is queued (its sync runner's maxInterval is an hour), so after a quiet spell no
+    later sync ever comes."""
+    synced, queued = host_proxy_sync()
+    return synced > 0 and synced >= queued
 
 
 def node_ctl(action: str, node: str, timeout: float = 180) -> str:
