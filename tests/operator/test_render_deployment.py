@@ -16,6 +16,7 @@ from docparser_operator.core.render.deployment import (
     RUNTIME_ENTRYPOINT,
     drain_seconds,
 )
+from docparser_runtime.server.ops.drain import LEAVING_SIGNAL
 from golden import CASES, Case, check_golden, of_kind
 
 GATEWAY = Case("deepseek-gateway-canary")
@@ -226,7 +227,12 @@ def test_grace_period_covers_prestop_and_drain(max_new_tokens: int) -> None:
     drain = drain_seconds(DocParser.from_resource(resource).spec)
     env = {e["name"]: e.get("value", e.get("valueFrom")) for e in runtime["env"]}
     assert env["DOCPARSER_DRAIN_TIMEOUT_S"] == str(drain)
-    assert runtime["lifecycle"]["preStop"] == {"sleep": {"seconds": PRESTOP_SLEEP_S}}
+    # preStop: tell the server it is leaving (it claims no new job), then sleep while the
+    # endpoints drop the pod. The signal is the one the runtime listens for.
+    command = runtime["lifecycle"]["preStop"]["exec"]["command"]
+    assert command[:2] == ["/bin/sh", "-c"], command
+    assert f"kill -{LEAVING_SIGNAL.name.removeprefix('SIG')} 1 " in command[2], command
+    assert command[2].endswith(f"; sleep {PRESTOP_SLEEP_S}"), command
     grace = dep["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     assert env["DOCPARSER_DRAIN_GRACE_S"] == str(RUNTIME_DRAIN_GRACE_S)
     assert grace > PRESTOP_SLEEP_S + RUNTIME_DRAIN_GRACE_S + drain

@@ -1,6 +1,7 @@
 """SIGTERM on a real server process under load: /readyz turns 503 first, every request
 that was already accepted gets its 200, later ones get 503 or connection refused (never
-a reset or another 5xx), a running job finishes and a queued one stays in Redis."""
+a reset or another 5xx), a running job finishes and a queued one stays in Redis. Before
+SIGTERM, the preStop hook's SIGUSR1: requests still served, no job claimed."""
 
 from __future__ import annotations
 
@@ -150,3 +151,60 @@ def test_a_process_stuck_past_its_drain_deadline_logs_every_thread_stack():
     finally:
         server.proc.kill()
         server.stop()
+
+
+def test_a_leaving_pod_serves_requests_but_claims_no_job(redis_url):
+    """The pod's preStop hook sends SIGUSR1 (through tini) before it sleeps while endpoints
+    drop the pod: from then on the process still answers parses and /readyz, but a job queued
+    then waits in Redis for another replica (one taken now would run on a pod going away, and
+    at scale to zero it hid the backlog that wakes the DocParser). SIGTERM still drains."""
+    env = {
+        "DOCPARSER_REDIS_URL": redis_url,
+        "DOCPARSER_JOB_WORKERS": 1,
+        "DOCPARSER_DEFAULT_TIER": 0,
+        "DOCPARSER_CACHE_MAX_BYTES": 0,
+    }
+    sizes = iter(range(300, 10_000))
+    leaving = LiveServer(env=env, gated_delay_s=0.05).start()
+    try:
+        url = leaving.wait_ready().url
+
+        def submit() -> str:
+            data = png_bytes(next(sizes))
+            return httpx.post(f"{url}/v1/jobs", files={"file": ("p.png", data)}).json()["id"]
+
+        def status(job: str) -> str:
+            return httpx.get(f"{url}/v1/jobs/{job}", timeout=5).json()["status"]
+
+        before = submit()  # the control: this worker does claim and run jobs
+        deadline = time.monotonic() + 60
+        while status(before) != "succeeded":
+            assert time.monotonic() < deadline, leaving.log()
+            time.sleep(0.05)
+
+        leaving.signal(signal.SIGUSR1)
+        deadline = time.monotonic() + 30
+        while "the pod is leaving" not in leaving.log():
+            assert time.monotonic() < deadline and leaving.proc.poll() is None, leaving.log()
+            time.sleep(0.05)
+        queued = submit()
+        seen = set()
+        for _ in range(30):  # 3 s: a claim loop polls far more often than that
+            seen.add(status(queued))
+            time.sleep(0.1)
+        assert seen == {"queued"}, (seen, leaving.log())
+        assert parse(url, png_bytes(next(sizes))) == "200"  # late clients are still served
+        assert httpx.get(f"{url}/readyz", timeout=5).status_code == 200
+    finally:
+        leaving.signal(signal.SIGTERM)
+        code = leaving.wait_exit(timeout=60)
+        leaving.stop()
+    assert code in (0, -signal.SIGTERM), leaving.log()
+
+    with LiveServer(env=env, gated_delay_s=0.05) as other:  # another replica takes it
+        deadline = time.monotonic() + 60
+        while (body := httpx.get(f"{other.url}/v1/jobs/{queued}", timeout=5).json())[
+            "status"
+        ] != "succeeded":
+            assert time.monotonic() < deadline, (body, other.log())
+            time.sleep(0.05)

@@ -10,8 +10,10 @@ revisions by their replicas. Choices a GPU OCR service needs (and generic charts
 - The startup probe budget is runtime.startupTimeoutSeconds (30 min by default): loading
   large weights is slow and a short deadline kills pods in a restart loop. The download
   happens before it, in the init container, and is bounded by progressDeadlineSeconds.
-- preStop sleeps while endpoints drop the pod, then the runtime drains in-flight requests;
-  terminationGracePeriodSeconds covers both (longest decode: maxNewTokens at a slow rate).
+- preStop tells the runtime it is leaving (SIGUSR1 through tini: it claims no new job, a job
+  taken now would run on a pod going away) and sleeps while endpoints drop the pod, serving
+  requests meanwhile; then the runtime drains in-flight requests. terminationGracePeriodSeconds
+  covers both (longest decode: maxNewTokens at a slow rate).
 - Non-root, no capabilities, read-only root filesystem; /tmp is an emptyDir.
 - Containers set ``args`` only, never ``command``: a command would replace the image's
   ENTRYPOINT ``tini -- docparser-runtime`` (Dockerfile.runtime). Without tini the server is
@@ -36,6 +38,9 @@ from docparser_operator.core.render.weights_init import fetch_container, pod_cpu
 
 API_KEYS_DIR = "/var/run/secrets/docparser/api-keys"
 PRESTOP_SLEEP_S = 10
+# PID 1 is tini (the image's ENTRYPOINT), which forwards the signal to the server
+# (runtime server/ops/drain.py LEAVING_SIGNAL); the sleep runs whether or not it arrived.
+PRESTOP_COMMAND = ("/bin/sh", "-c", f"kill -USR1 1 2>/dev/null; sleep {PRESTOP_SLEEP_S}")
 RUNTIME_DRAIN_GRACE_S = 5  # runtime keeps serving with /readyz 503 after SIGTERM
 # The startup probe runs only until it first passes, so a short period costs a request every
 # 2 s while a pod starts and nothing after; with 10 s a pod that served at 3 s became Ready at
@@ -160,7 +165,7 @@ def _runtime_container(spec: DocParserSpec, tp: RoleRevision, meta: ObjectMeta) 
         ),
         "readinessProbe": probe("/readyz", period=5, failures=3, timeout=3),
         "livenessProbe": probe("/livez", period=10, failures=6, timeout=5),
-        "lifecycle": {"preStop": {"sleep": {"seconds": PRESTOP_SLEEP_S}}},
+        "lifecycle": {"preStop": {"exec": {"command": list(PRESTOP_COMMAND)}}},
         "securityContext": container_security(),
         # The last log lines become the termination message when the process wrote none, so
         # the operator can say why (a sha256 mismatch, a model that cannot load).

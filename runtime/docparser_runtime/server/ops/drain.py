@@ -12,6 +12,12 @@ endpoint is still listed would then refuse connections for a few seconds. We ins
    running jobs until the same deadline. Queued jobs stay in Redis for other replicas.
 
 A second SIGINT/SIGTERM skips the grace window (uvicorn's usual "press again").
+
+Before all that, the pod's preStop hook sends ``LEAVING_SIGNAL`` (SIGUSR1, through tini)
+and then sleeps while endpoints drop the pod. The pod keeps answering requests in that
+window (a late client must not be refused), but it claims no new job: a job taken then would
+run on a pod that is going away, and when the last pod leaves (scale to zero) a job it took
+woke nothing, since the queue the operator watches looked empty.
 """
 
 from __future__ import annotations
@@ -35,6 +41,20 @@ from docparser_runtime.settings import Settings
 
 log = logging.getLogger("docparser.drain")
 HANG_REPORT_S = 10.0  # past the drain deadline: write every thread's stack to stderr
+LEAVING_SIGNAL = signal.SIGUSR1  # what the pod's preStop hook sends (core/render/deployment.py)
+
+
+def begin_leaving(app: FastAPI) -> None:
+    """The pod is being deleted: claim no new jobs, keep serving requests. Idempotent.
+
+    ``state.leaving`` also stops a worker that starts later (a pod deleted while loading)."""
+    state = runtime_state(app)
+    if state.leaving:
+        return
+    state.leaving = True
+    log.info("%s: the pod is leaving: no new jobs claimed", LEAVING_SIGNAL.name)
+    if state.job_worker is not None:  # queued jobs stay in the store for other replicas
+        state.job_worker.stop_claiming()
 
 
 def begin_drain(app: FastAPI, reason: str = "SIGTERM received") -> None:
@@ -58,10 +78,21 @@ class DrainingServer(uvicorn.Server):
         self.grace_s = grace_s
         self._loop: asyncio.AbstractEventLoop | None = None
         self._draining = False
+        self._leaving_early = False
 
     async def serve(self, sockets: list[socket.socket] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
+        if self._leaving_early:
+            begin_leaving(self.app)
         await super().serve(sockets)
+
+    def handle_leaving(self, sig: int, frame: FrameType | None) -> None:
+        """The ``LEAVING_SIGNAL`` handler: the work runs on the event loop (as for SIGTERM);
+        a signal before the loop runs is remembered (its default action would kill us)."""
+        if self._loop is None:
+            self._leaving_early = True
+        else:
+            self._loop.call_soon_threadsafe(begin_leaving, self.app)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if self._draining or self._loop is None:
@@ -122,6 +153,7 @@ def run_server(app: FastAPI, settings: Settings) -> int:
         http=header_timeout_protocol(settings.header_timeout_s),
     )
     server = DrainingServer(config, app, grace_s=settings.drain_grace_s)
+    signal.signal(LEAVING_SIGNAL, server.handle_leaving)  # uvicorn captures SIGINT/SIGTERM only
     runtime_state(app).stop_on_load_failure = lambda: setattr(server, "should_exit", True)
     server.run()
     lifecycle = runtime_state(app).lifecycle

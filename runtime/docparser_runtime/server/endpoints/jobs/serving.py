@@ -169,7 +169,7 @@ async def start_jobs(app: FastAPI) -> None:
     async def start_when_ready() -> None:
         while state.lifecycle.state is State.STARTING:
             await asyncio.sleep(0.05)
-        if not state.lifecycle.is_ready:
+        if not state.lifecycle.is_ready or state.leaving:
             return
         worker = JobWorker(
             store,
@@ -187,6 +187,8 @@ async def start_jobs(app: FastAPI) -> None:
                 await asyncio.sleep(2.0)
         state.job_worker = worker
         log.info("job worker %s started (%d slots)", worker.worker_id, settings.job_workers)
+        if state.leaving:  # the pod was deleted while it loaded (server/ops/drain.py)
+            worker.stop_claiming()
 
     state.job_starter = asyncio.create_task(start_when_ready(), name="jobs-start")
 
