@@ -9,6 +9,7 @@ which node) served it.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -18,13 +19,11 @@ from typing import Any
 
 import httpx
 import pytest
-from cluster_support import REPO, Target
+from cluster_support import REPO, Target, wait_for
 
 ZONE = "topology.kubernetes.io/zone"
 GPU = "nvidia.com/gpu"
 BUSYBOX = "docker.io/docparser/pause:local"  # the local cluster's pause image (busybox-static)
-# The host node's kube-proxy metrics (tests/controlplane/localcluster/configs.py).
-PROXY_METRICS = "http://127.0.0.1:10249/metrics"
 
 
 def ready_nodes(target: Target) -> list[dict[str, Any]]:
@@ -47,30 +46,31 @@ def require_nodes(target: Target, count: int) -> list[dict[str, Any]]:
     return nodes
 
 
-def host_proxy_sync() -> tuple[float, float]:
-    """(last IPv4 rules sync, last sync queued) of the host node's kube-proxy, as Unix times
-    (0 when unreadable): the family this host's ClusterIP clients use."""
-    try:
-        text = httpx.get(PROXY_METRICS, timeout=2).text
-    except httpx.HTTPError:
-        return 0.0, 0.0
-    found: dict[str, float] = {}
-    for kind in ("last", "last_queued"):
-        name = f"kubeproxy_sync_proxy_rules_{kind}_timestamp_seconds"
-        for line in text.splitlines():
-            if line.startswith((f'{name}{{ip_family="IPv4"}} ', f"{name} ")):
-                found[kind] = float(line.rsplit(None, 1)[1])
-                break
-    return found.get("last", 0.0), found.get("last_queued", 0.0)
+def host_nat_destinations() -> set[str]:
+    """The pod IPs the host's Service rules (kube-proxy's iptables nat table) send new
+    connections to now: what this host's ClusterIP clients get, read from the kernel."""
+    out = subprocess.run(
+        ["iptables-save", "-t", "nat"], capture_output=True, text=True, timeout=30
+    )  # fmt: skip
+    if out.returncode != 0:
+        raise AssertionError(f"iptables-save: {out.stderr.strip()}")
+    return set(re.findall(r"--to-destination ([0-9.]+):[0-9]+", out.stdout))
 
 
-def host_proxy_caught_up() -> bool:
-    """The host's kube-proxy has put every change it received into its rules (no sync queued
-    since its last one). WHY not "a sync later than moment T": kube-proxy syncs only when a
-    change is queued (its sync runner's maxInterval is an hour), so after a quiet spell no
-    later sync ever comes."""
-    synced, queued = host_proxy_sync()
-    return synced > 0 and synced >= queued
+def wait_host_rules_without(target: Target, namespace: str, ips: set[str]) -> None:
+    """Until no Service rule of the host sends a new connection to ``ips`` (a dead node's
+    pods). WHY the kernel's rules: the EndpointSlice drops an endpoint seconds before the host's
+    kube-proxy rewrites its rules on a loaded machine, and its sync metrics say when it synced,
+    not what it had received by then (a wait on them passed once with the dead pod still in
+    the rules, and the next connections found no route to its host)."""
+    wait_for(
+        target,
+        namespace,
+        f"the host's Service rules without {sorted(ips)}",
+        lambda: not (host_nat_destinations() & ips),
+        60,
+        interval=0.2,
+    )
 
 
 def node_ctl(action: str, node: str, timeout: float = 180) -> str:

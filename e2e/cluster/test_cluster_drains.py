@@ -46,7 +46,13 @@ from cluster_drain import (
     unreachable_toleration_s,
 )
 from cluster_load import Load
-from cluster_nodes import fill_gpus, host_proxy_caught_up, node_ctl, ready_nodes, require_nodes
+from cluster_nodes import (
+    fill_gpus,
+    node_ctl,
+    ready_nodes,
+    require_nodes,
+    wait_host_rules_without,
+)
 from cluster_support import Target, docparser, page_png, serving_url, wait_for, wait_ready
 
 # Bounded by their waits; the first also brings the session cluster up.
@@ -58,7 +64,6 @@ HOLD_S = (
     20  # spec.rollout.drainTimeoutSeconds of the blocked drain: short, the scenario waits it out
 )
 DRAIN_LIMIT_S = 240  # kubectl drain --timeout: a drain the operator never lets through fails
-KUBE_PROXY_SYNC_S = 3  # kube-proxy's iptables minSyncPeriod (1 s) with a margin
 
 
 @dataclass(frozen=True)
@@ -351,6 +356,11 @@ def test_e_losing_the_leaders_node(fleet: Fleet):
     assert victim in before, (victim, before)
     pods = target.items("pods", ns, f"app.kubernetes.io/instance={NAME}")
     tolerated = unreachable_toleration_s(pods[0])
+    dead_ips = {
+        p["status"]["podIP"]
+        for p in pods
+        if p["spec"].get("nodeName") == victim and p["status"].get("podIP")
+    }
     marks: dict[str, float] = {}
     try:
         # 2 s to connect: a connection to the dead node's pod is given up on as a user would.
@@ -384,10 +394,9 @@ def test_e_losing_the_leaders_node(fleet: Fleet):
                 120,
             )
             mark("dead endpoint gone", lambda: not endpoints_on(target, ns, NAME, victim), 120)
-            time.sleep(KUBE_PROXY_SYNC_S)
-            # The host's kube-proxy (its rules carry this load) may sync later than the fixed
-            # sleep on a loaded machine: no change left unsynced before the window opens.
-            wait_for(target, ns, "the host's kube-proxy caught up", host_proxy_caught_up, 60)
+            # The host's kube-proxy (its rules carry this load) may rewrite its rules seconds
+            # later on a loaded machine: the window opens once they hold no dead pod.
+            wait_host_rules_without(target, ns, dead_ips)
             quiet_from = time.monotonic()
             wait_for(
                 target, ns, "answers after", lambda: load.samples[-1].started > quiet_from + 5, 30

@@ -16,15 +16,11 @@ from cluster_nodes import (
     ZONE,
     EchoLoad,
     echo_deployment,
-    host_proxy_caught_up,
-    host_proxy_sync,
     node_ctl,
     require_nodes,
+    wait_host_rules_without,
 )
 from cluster_support import record, wait_for
-
-KUBE_PROXY_SYNC_S = 3  # kube-proxy's iptables minSyncPeriod (1 s) with a margin
-
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
@@ -155,6 +151,7 @@ def test_node_failure_recovers_on_the_remaining_nodes(cluster, namespace):
     )
     if victim is None:
         pytest.skip("every echo pod landed on node 0, which cannot be failed")
+    dead_ips = {p["status"]["podIP"] for p in pods() if p["spec"]["nodeName"] == victim}
     svc = cluster.get("service", "echo", namespace)["spec"]["clusterIP"]
     try:
         with EchoLoad(f"http://{svc}/") as load:
@@ -182,27 +179,22 @@ def test_node_failure_recovers_on_the_remaining_nodes(cluster, namespace):
                 180,
             )
 
-            present_at = [time.time()]  # the last read that still showed the dead endpoint
-
             def dead_endpoints():
-                read_at = time.time()
                 slices = cluster.items(
                     "endpointslices", namespace, "kubernetes.io/service-name=echo"
                 )
-                dead = [
+                return [
                     e
                     for s in slices
                     for e in s.get("endpoints") or []
                     if e.get("nodeName") == victim
                     and (e.get("conditions") or {}).get("ready") is not False
                 ]
-                if dead:
-                    present_at[0] = read_at
-                return dead
 
             # Until the dead pod's endpoint is gone (the node controller marks it not Ready)
-            # and kube-proxy has had a sync period to drop it, connections to it are the
-            # unavoidable part; from then on nothing may fail.
+            # and the host's kube-proxy has dropped it from its rules (the ones this client's
+            # connections take), connections to it are the unavoidable part; from then on
+            # nothing may fail.
             wait_for(
                 cluster,
                 namespace,
@@ -210,21 +202,7 @@ def test_node_failure_recovers_on_the_remaining_nodes(cluster, namespace):
                 lambda: not dead_endpoints(),
                 120,
             )
-            time.sleep(KUBE_PROXY_SYNC_S)
-            # On a loaded machine kube-proxy's sync can come later than its minSyncPeriod (two
-            # connect timeouts 3-5 s after the sleep, once): wait until the host node's
-            # kube-proxy (its rules carry this client's traffic) has no change queued after its
-            # last sync, or synced after the last read that still showed the endpoint. The
-            # endpoint usually left ~10 s before the first read (the pod went not Ready with its
-            # node), and kube-proxy has no periodic sync: a sync "later than the read" then
-            # comes only if the replacement's Ready happened to sync after it.
-            wait_for(
-                cluster,
-                namespace,
-                "the host's kube-proxy caught up since the endpoint was last seen",
-                lambda: host_proxy_caught_up() or host_proxy_sync()[0] > present_at[0],
-                60,
-            )
+            wait_host_rules_without(cluster, namespace, dead_ips)
             quiet_from = time.monotonic()
             wait_for(
                 cluster,
