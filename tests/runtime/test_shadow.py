@@ -237,11 +237,12 @@ def canary_process(tmp_path_factory):
         yield server, root / "token"
 
 
-def _stable_settings(tmp_path: Path, token: Path, target: str, **overrides):
+def _stable_settings(tmp_path: Path, token: Path, target: str, judged: str = "c1", **overrides):
+    """A stable pod (revision s1) told to mirror to ``target`` and judge revision ``judged``."""
     config = tmp_path / "shadow.json"
     config.write_text(json.dumps({
         "enabled": True, "target": target, "percent": 100, "maxPagesPerMinute": 100,
-        "stableRevision": "s1", "canaryRevision": "c1",
+        "stableRevision": "s1", "canaryRevision": judged,
     }))  # fmt: skip
     return make_settings(
         revision="s1", shadow_config_file=config, internal_token_file=token, **overrides
@@ -305,6 +306,29 @@ async def test_a_pod_of_another_revision_or_without_the_token_mirrors_nothing(
         samples = await scrape(client)
     assert value(samples, "docparser_shadow_dropped_total", reason="credential") == 1
     assert value(samples, "docparser_shadow_mirrored_pages_total") == 0
+
+
+async def test_a_reply_from_another_canary_revision_is_not_compared(tmp_path, canary_process):
+    """The canary Service can still reach the release before (a rolled-back canary in its
+    preStop window): its reply says its revision, and it is not counted for the one judged."""
+    from documents import png_bytes
+    from PIL import Image
+
+    canary, token = canary_process  # revision c1
+    files = {"file": ("a.png", png_bytes(Image.new("RGB", (140, 90), "white")), "image/png")}
+    async with serving(_stable_settings(tmp_path, token, canary.url, judged="c2")) as (
+        _, client, _,
+    ):  # fmt: skip
+        assert (await client.post("/v1/document/parse", files=files)).status_code == 200
+        deadline = time.monotonic() + 30
+        pair = {"stable_revision": "s1", "canary_revision": "c2"}
+        while not value(await scrape(client), "docparser_shadow_dropped_total", reason="revision"):
+            assert time.monotonic() < deadline, "the other revision's reply was not dropped"
+            await asyncio.sleep(0.05)
+        samples = await scrape(client)
+    assert value(samples, "docparser_shadow_dropped_total", reason="revision", **pair) == 1
+    assert value(samples, "docparser_shadow_pages_compared_total", **pair) == 0
+    assert value(samples, "docparser_shadow_page_cer_count", **pair) == 0
 
 
 def test_the_shadow_series_are_in_the_operations_guide():

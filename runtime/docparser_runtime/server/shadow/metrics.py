@@ -16,7 +16,8 @@ from docparser_runtime.server.shadow.config import ShadowConfig
 PAIR = ("stable_revision", "canary_revision")
 CER_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 LATENCY_RATIO_BUCKETS = (0.5, 0.8, 1.0, 1.25, 1.5, 2, 3, 5)
-DROP_REASONS = ("busy", "budget", "error", "credential")
+# revision: a pod of another canary revision answered (the release before, still leaving)
+DROP_REASONS = ("busy", "budget", "error", "credential", "revision")
 FLAGS = ("truncated", "repetition")
 SIDES = ("stable", "canary")
 

@@ -19,6 +19,12 @@ The mirror request carries the internal credential (``X-Docparser-Internal-Token
 the client's API key, and goes to the canary's ``/internal/v1/shadow/parse``, which neither
 caches, nor creates a job, nor counts against a key's quota. Nothing here logs a document or
 its text: only counts and exception class names.
+
+The canary says which revision answered (``REVISION_HEADER``), and a reply from another
+revision is not compared (``revision``): the canary Service can still reach the pods of the
+release before (a rolled-back canary in its preStop window, which the Service keeps while no
+new pod is Ready, or a node's rules not yet rewritten), and their text counted against the new
+revision failed an identical release once.
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ from docparser_runtime.settings import Settings
 log = logging.getLogger("docparser.shadow")
 
 MIRROR_PATH = "/internal/v1/shadow/parse"
+REVISION_HEADER = "X-Docparser-Revision"  # on the mirror's reply: the answering pod's revision
 MEMORY_SHARE = 0.25  # of the host memory budget copies may hold at most
 MAX_REPLY_BYTES = 32 * 2**20
 PAGE_OVERHEAD_BYTES = 512  # a digest's objects besides its text
@@ -259,6 +266,10 @@ class ShadowMirror:
                         else "error"
                     )
                     self.metrics.drop(config, reason)
+                    return None
+                answered_by = resp.headers.get(REVISION_HEADER, "")
+                if answered_by and config.canary_revision not in ("", answered_by):
+                    self.metrics.drop(config, "revision")  # not the release being judged
                     return None
                 return await _read_limited(resp, MAX_REPLY_BYTES)
         except TimeoutError:

@@ -21,7 +21,7 @@ from docparser_runtime.server.endpoints.shadow.serving import parse_mirrored, re
 from docparser_runtime.server.error_mapping import CLIENT_CLOSED_STATUS
 from docparser_runtime.server.guards.internal_auth import INTERNAL_TOKEN_HEADER, bearer
 from docparser_runtime.server.ops.request_log import report_result
-from docparser_runtime.server.shadow.sender import MIRROR_PATH
+from docparser_runtime.server.shadow.sender import MIRROR_PATH, REVISION_HEADER
 from docparser_runtime.server.state import runtime_state
 
 router = APIRouter(tags=["internal"], include_in_schema=False)
@@ -39,7 +39,8 @@ async def mirror_parse(request: Request) -> Response:
         except ClientDisconnected:
             return Response(status_code=CLIENT_CLOSED_STATUS)
     report_result(request.state, body)
-    return JSONResponse(body)
+    revision = state.settings.revision  # the mirror compares only the revision it judges
+    return JSONResponse(body, headers={REVISION_HEADER: revision} if revision else None)
 
 
 @router.get(WORST_PATH)
