@@ -55,7 +55,7 @@ def test_counters_come_from_the_contract_exposition_for_this_revision_pair_only(
     got = parse_shadow(text, "s1", "c1")
     assert (got.mirrored, got.compared, got.structure) == (12, 10, 2)
     assert (got.stable_truncated, got.canary_truncated) == (1, 3)
-    assert dict(got.dropped) == {"budget": 7, "busy": 4, "credential": 0, "error": 0}
+    assert dict(got.dropped) == {"budget": 7, "busy": 4, "credential": 0, "error": 0, "revision": 0}
     assert dict(got.cer)[0.001] == 8 and dict(got.cer)[0.1] == 9 and dict(got.cer)[1.0] == 10
     assert got.truncation_increase == pytest.approx(0.2)
     assert 0.05 < got.cer_at(0.95) <= 0.5 and got.cer_at(0.5) <= 0.001
