@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
+from cluster_settle import host_nat_rules
 from cluster_support import REPO, Target, wait_for
 
 ZONE = "topology.kubernetes.io/zone"
@@ -49,12 +50,7 @@ def require_nodes(target: Target, count: int) -> list[dict[str, Any]]:
 def host_nat_destinations() -> set[str]:
     """The pod IPs the host's Service rules (kube-proxy's iptables nat table) send new
     connections to now: what this host's ClusterIP clients get, read from the kernel."""
-    out = subprocess.run(
-        ["iptables-save", "-t", "nat"], capture_output=True, text=True, timeout=30
-    )  # fmt: skip
-    if out.returncode != 0:
-        raise AssertionError(f"iptables-save: {out.stderr.strip()}")
-    return set(re.findall(r"--to-destination ([0-9.]+):[0-9]+", out.stdout))
+    return set(re.findall(r"--to-destination ([0-9.]+):[0-9]+", host_nat_rules()))
 
 
 def wait_host_rules_without(target: Target, namespace: str, ips: set[str]) -> None:
