@@ -21,6 +21,8 @@ from docparser_operator.cli.rollout import (
     promote_patch,
     promoted,
     resume_patch,
+    resumed,
+    rewrite_file,
     set_weight_patch,
     with_weight,
 )
@@ -82,6 +84,72 @@ def test_promote_writes_the_clis_promotion(gitops_check: GitOpsCheck) -> None:
     with pytest.raises(GitOpsCheckError) as err:
         gitops_check.action(bare, "promote")
     assert str(err.value) == refusal(lambda: promote_patch(bare))
+
+
+ENV = [
+    {"name": "DOCPARSER_MAX_PAGES", "value": "800"},  # over spec.pod.env's entry of that name
+    {"name": "DOCPARSER_TEST_FLAG", "valueFrom": {"secretKeyRef": {"name": "flags", "key": "x"}}},
+]
+SETTINGS = {
+    "image": "ghcr.io/example/docparser-runtime:0.3.0",
+    "imagePullPolicy": "Always",
+    "maxBatchSize": 4,
+    "maxNewTokens": 2048,
+    "startupTimeoutSeconds": 900,
+}
+
+
+def _no_pod(dp: dict[str, Any]) -> dict[str, Any]:
+    del dp["spec"]["pod"]
+    return dp
+
+
+def _no_weights(dp: dict[str, Any]) -> dict[str, Any]:
+    del dp["spec"]["canary"]["weights"]
+    return dp
+
+
+CANARIES = {  # the example's canary has weights, weight 10 and a shadow; these add to it
+    "weights-shadow": lambda: canary_dp(),
+    "settings": lambda: canary_dp(runtime=SETTINGS),
+    "env": lambda: canary_dp(runtime={"env": ENV}),
+    "env-settings": lambda: canary_dp(runtime={**SETTINGS, "env": ENV}),
+    "env-empty": lambda: canary_dp(runtime={"env": []}),
+    "env-no-pod": lambda: _no_pod(canary_dp(runtime={"image": "r:2", "env": ENV[1:]})),
+    "runtime-only-analysis": lambda: paused(_no_weights(canary_dp(runtime={"env": ENV}))),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CANARIES))
+def test_every_action_writes_the_object_the_cli_writes(
+    gitops_check: GitOpsCheck, case: str
+) -> None:
+    """For each kind of canary, the object each action leaves is the one every CLI path
+    leaves: the pure function, the live merge patch and ``promote -f``'s manifest edit. The
+    stable side carries spec.pod.envFrom and spec.resources, which nothing may touch."""
+    dp = CANARIES[case]()
+    dp["spec"].setdefault("pod", {})["envFrom"] = [{"secretRef": {"name": "runtime-extra"}}]
+    expected = promoted(dp)
+    result = gitops_check.action(dp, "promote")
+    assert result["object"] == expected
+    assert merged(dp, result["patch"]) == merged(dp, promote_patch(dp)) == expected
+    written, names = rewrite_file("promote", yaml.safe_dump(dp, sort_keys=False))
+    assert names == ["invoices"] and yaml.safe_load(written) == expected
+    assert "env" not in expected["spec"]["runtime"]
+    assert expected["spec"]["resources"] == dp["spec"]["resources"]
+    assert expected["spec"]["pod"]["envFrom"] == dp["spec"]["pod"]["envFrom"]
+
+    result = gitops_check.action(dp, "abort")
+    assert merged(dp, result["patch"]) == merged(dp, abort_patch(dp)) == result["object"]
+    if dp["spec"]["canary"].get("analysis") is not None:
+        result = gitops_check.action(dp, "resume")
+        token = result["object"]["spec"]["canary"]["analysis"]["resume"]
+        assert result["object"] == resumed(dp, token)
+        assert merged(dp, result["patch"]) == merged(dp, resume_patch(dp, token))
+    else:
+        result = gitops_check.action(dp, "set-weight", {"weight": "30"})
+        assert result["object"] == with_weight(dp, 30)
+        assert merged(dp, result["patch"]) == merged(dp, set_weight_patch(dp, 30))
 
 
 def test_abort_removes_the_canary_as_the_cli_does(gitops_check: GitOpsCheck) -> None:
@@ -155,6 +223,7 @@ def test_actions_and_cli_patches_leave_the_same_live_spec(
     source = example("deepseek-gateway-canary.yaml")
     source["metadata"] = {"name": "inv", "namespace": real_namespace}
     source["spec"]["canary"]["runtime"] = {"image": "ghcr.io/example/docparser-runtime:0.3.0"}
+    source["spec"]["canary"]["runtime"]["env"] = ENV[:1]  # a field spec.runtime lacks
 
     def both(verb: str, params: dict[str, str] | None = None) -> None:
         live = {}

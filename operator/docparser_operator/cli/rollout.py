@@ -12,8 +12,8 @@ rollout as the operator sees it: revisions, pods, traffic,
 conditions and the last events.
 
 Promotion copies the canary's weights into ``spec.weights`` (none for a runtime-only canary,
-which runs stable's) and its runtime override into ``spec.runtime``, and removes
-``spec.canary``: the
+which runs stable's) and its runtime override into ``spec.runtime`` (its ``env`` into
+``spec.pod.env`` by name: ``spec.runtime`` has no ``env``), and removes ``spec.canary``: the
 canary's revision becomes the stable one. When its pods are Ready that is instant; otherwise
 the operator moves capacity make-before-break. Abort removes ``spec.canary``: traffic returns
 to stable as fast as stable's Ready pods can carry it, then the canary's pods go.
