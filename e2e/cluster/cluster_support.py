@@ -130,8 +130,12 @@ def serving_url(
     moment later (its 1 s minSyncPeriod at least, more on a busy node). Until then a Service
     that had no Ready endpoint rejects connections ("Connection refused") although the
     DocParser is Ready. That is the node's data plane catching up, not capacity the rollout
-    dropped, so a scenario that measures traffic starts after it: ``in_a_row`` answers of
-    /readyz, each on a new connection."""
+    dropped, so a scenario that measures traffic starts after it: its settled start
+    (cluster_settle.py: the Ready pods, the EndpointSlice and the host's Service rules agree,
+    the DocParser at rest), then ``in_a_row`` answers of /readyz, each on a new connection."""
+    from cluster_settle import settled_start  # it builds on Target, defined here
+
+    settled_start(target, namespace, name, docparser=name, timeout=timeout)
     url = service_url(target, namespace, name)
     streak = 0
 

@@ -53,6 +53,7 @@ from cluster_nodes import (
     require_nodes,
     wait_host_rules_without,
 )
+from cluster_settle import settled_start
 from cluster_support import Target, docparser, page_png, serving_url, wait_for, wait_ready
 
 # Bounded by their waits; the first also brings the session cluster up.
@@ -88,7 +89,8 @@ class Fleet:
 
     def settle(self, replicas: int, **changes) -> list[PodView]:
         """Apply the DocParser at `replicas` and wait until it is Ready with exactly that many
-        Ready pods and none Pending (a scenario starts from a steady state)."""
+        Ready pods and none Pending, and traffic reaches exactly those (the settled start: a
+        drain's first sample once saw 2 endpoints of 3 Ready pods, before any cordon)."""
         self.target.apply(self.manifest(replicas, **changes))
         generation = self.target.get("docparser", NAME, self.namespace)["metadata"]["generation"]
         wait_for(
@@ -105,7 +107,15 @@ class Fleet:
             0.5,
         )
         wait_ready(self.target, self.namespace, NAME, timeout=300)
-        return self.wait_steady(replicas)
+        self.wait_steady(replicas)
+        return self.settled(replicas)
+
+    def settled(self, replicas: int) -> list[PodView]:
+        """The settled start (cluster_settle.py) at `replicas`; the Ready pods it holds for."""
+        settled_start(
+            self.target, self.namespace, NAME, docparser=NAME, replicas=replicas, timeout=180
+        )
+        return self.ready()
 
     def wait_steady(self, replicas: int, timeout: float = 180) -> list[PodView]:
         """Exactly `replicas` pods, all Ready, none Pending (Terminating ones aside)."""
@@ -266,6 +276,7 @@ def test_c_a_drain_without_room_ends_at_its_deadline(fleet: Fleet):
 
     try:
         wait_for(fleet.target, fleet.namespace, f"{hogs} GPU pods Running", hogs_running, 120)
+        fleet.settled(3)
         with fleet.traffic() as (load, sampler):
             # Held for HOLD_S (from when the operator sees the cordon, polled every 5 s), then
             # kubectl's next retry (every 5 s) and the pod's graceful end.
@@ -352,6 +363,7 @@ def test_e_losing_the_leaders_node(fleet: Fleet):
         fullest = max(ready, key=lambda p, nodes=per_node: nodes.count(p.node))
         target.kubectl("-n", ns, "delete", "pod", fullest.name, "--wait=false")
         fleet.wait_steady(3)
+    fleet.settled(3)
     before = {p.node for p in fleet.ready()}
     assert victim in before, (victim, before)
     pods = target.items("pods", ns, f"app.kubernetes.io/instance={NAME}")

@@ -25,6 +25,7 @@ from cluster_gateway import (
     require_envoy_gateway,
     route_parents,
 )
+from cluster_settle import settled_start
 from cluster_support import (
     conditions,
     docparser,
@@ -195,6 +196,7 @@ def test_the_controllers_weights_follow_ours_through_a_canary_walk(cluster, name
     canary["spec"]["traffic"] = copy.deepcopy(v1["spec"]["traffic"])
     cluster.apply(v1)
     wait_ready(cluster, namespace, name, timeout=300)
+    settled_start(cluster, namespace, name, docparser=name, replicas=1)
     samples = []
     # Each step settles only with its own split on the route: two backends at 50 %, then one
     # (a status read between the apply and the operator's first pass must not end a step).

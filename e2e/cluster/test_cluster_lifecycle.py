@@ -10,6 +10,7 @@ import os
 import time
 
 import pytest
+from cluster_settle import settled_start
 from cluster_support import (
     conditions,
     docparser,
@@ -33,6 +34,7 @@ def test_delete_removes_every_child_and_pods_drain(cluster, namespace):
         docparser(name, namespace, cluster.runtime_image, weights=weights["v1"], replicas=2)
     )
     wait_ready(cluster, namespace, name, timeout=300)
+    settled_start(cluster, namespace, name, docparser=name, replicas=2)
     assert owned_children(cluster, namespace, name)
     pods = cluster.items("pods", namespace, f"app.kubernetes.io/instance={name}")
     grace = pods[0]["spec"]["terminationGracePeriodSeconds"]

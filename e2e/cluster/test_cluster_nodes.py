@@ -20,6 +20,7 @@ from cluster_nodes import (
     require_nodes,
     wait_host_rules_without,
 )
+from cluster_settle import settled_start
 from cluster_support import record, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
@@ -67,6 +68,7 @@ def test_pods_on_every_node_answer_across_nodes_and_through_the_cluster_ip(clust
         return ready if len(ready) == len(nodes) and len(hosts) == len(nodes) else None
 
     pods = wait_for(cluster, namespace, "one Ready echo pod per node", spread_and_ready, 120)
+    settled_start(cluster, namespace, "echo", replicas=len(nodes))
     ready_s = time.monotonic() - started
     svc = cluster.get("service", "echo", namespace)["spec"]["clusterIP"]
     names = {p["metadata"]["name"] for p in pods}
@@ -145,6 +147,7 @@ def test_node_failure_recovers_on_the_remaining_nodes(cluster, namespace):
         return found
 
     wait_for(cluster, namespace, "3 Ready echo pods", lambda: len(pods()) == 3, 120)
+    settled_start(cluster, namespace, "echo", replicas=3)
     host_node = "docparser-node"  # node 0 shares the host's namespace: it cannot be failed
     victim = next(
         (p["spec"]["nodeName"] for p in pods() if p["spec"]["nodeName"] != host_node), None

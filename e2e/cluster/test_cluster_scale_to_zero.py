@@ -19,6 +19,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from cluster_settle import settled_start
 from cluster_support import (
     conditions,
     docparser,
@@ -368,6 +369,8 @@ def test_a_burst_at_zero_scales_out_to_its_backlog_and_a_front_restart_loses_no_
     cluster.apply(secret, dp)
     wait_for(cluster, namespace, "idle at 0 pods", lambda: _at_zero(cluster, namespace, name), 240)
     _wait_gone(cluster, namespace, name)
+    # at 0 the Service reaches the front: its pod Ready, in the slices and the host's rules
+    settled_start(cluster, namespace, name, docparser=name)
 
     url = service_url(cluster, namespace, name)
     submitted = time.monotonic()

@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 from cluster_load import EndpointSampler, Load
+from cluster_settle import settled_start
 from cluster_support import (
     Target,
     docparser,
@@ -114,6 +115,7 @@ def stable(cluster: Target) -> Iterator[Stable]:
 
 def test_a_dark_canary_that_reads_worse_is_rolled_back_before_any_traffic(stable: Stable):
     cluster, namespace = stable.cluster, stable.namespace
+    settled_start(cluster, namespace, NAME, docparser=NAME)  # whatever the other test left
     before = stable.judged_revision()
     weights: list[int] = []
     load = Load(stable.url, DOCUMENT, clients=2, pace_s=0.25, max_requests=5000, max_seconds=300)
@@ -144,6 +146,7 @@ def test_a_dark_canary_that_reads_the_same_is_judged_and_promoted(stable: Stable
     shadow gate at weight 0, walks its step and ends carrying 100 %, every client request
     answered and a Ready endpoint behind the Service at every sampled moment."""
     cluster, namespace = stable.cluster, stable.namespace
+    settled_start(cluster, namespace, NAME, docparser=NAME)  # whatever the other test left
     before = stable.judged_revision()
     analysis = {**ANALYSIS, "minShadowPages": 10}
     weights: list[int] = []

@@ -10,6 +10,7 @@ import time
 import pytest
 from cluster_load import EndpointSampler, Load
 from cluster_nodes import fill_gpus
+from cluster_settle import settled_start
 from cluster_support import (
     docparser,
     page_png,
@@ -159,6 +160,7 @@ def test_max_surge_zero_rolls_out_on_a_full_node(cluster, namespace):
             return len([p for p in found if p["status"].get("phase") == "Running"]) == hogs
 
         wait_for(cluster, namespace, f"{hogs} GPU-holding pods Running", hogs_running, 120)
+    settled_start(cluster, namespace, name, docparser=name, replicas=2)
     start = time.monotonic()
     with EndpointSampler(cluster, namespace, name) as sampler:
         cluster.apply(
