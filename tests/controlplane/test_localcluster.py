@@ -12,9 +12,11 @@ import yaml
 from cryptography import x509
 
 from controlplane.localcluster import configs
+from controlplane.localcluster.agent import NotReady, wait_for_command
 from controlplane.localcluster.configs import Layout, Network
 from controlplane.localcluster.pki import CertificateAuthority
 from controlplane.localcluster.topology import node_by_name, node_routes, plan_nodes
+from controlplane.processes import ManagedProcess, ProcessFailed
 
 NETWORK = Network(node_ip="192.0.2.2")
 NODES = plan_nodes(3, NETWORK.node_ip)
@@ -128,3 +130,39 @@ def test_a_namespaced_node_has_its_own_dirs_cgroup_root_and_labels(tmp_path):
     assert containerd["root"].startswith(str(dirs.root))
     assert layout.node_log(NODE_1, "kubelet") == "kubelet-docparser-node-1"
     assert layout.node_log(HOST_NODE, "kubelet") == "kubelet"
+
+
+# A probe that answers as a loaded containerd did: its first try hangs past the try's timeout,
+# its second fails, its third succeeds. Each try counts itself in the file given as $1.
+SLOW_THEN_UP = 'n=$(cat "$1" 2>/dev/null || echo 0); echo $((n + 1)) > "$1"; '
+SLOW_THEN_UP += '[ "$n" = 0 ] && exec sleep 30; [ "$n" = 1 ] && { echo refused >&2; exit 1; }; :'
+
+
+def test_the_readiness_wait_retries_a_try_that_timed_out(tmp_path):
+    """The `ctr version` probe that took over 5 s on a loaded host ended the cluster's start;
+    a slow or failed try is now one more try until the deadline."""
+    tries = tmp_path / "tries"
+    argv = ["sh", "-c", SLOW_THEN_UP, "probe", str(tries)]
+    wait_for_command(argv, "the probe", 60, try_timeout_s=0.5, pause_s=0.05)
+    assert tries.read_text().strip() == "3"
+
+
+def test_the_readiness_wait_says_what_it_waited_for_when_it_gives_up():
+    refused = ["sh", "-c", "echo 'connection refused: no socket' >&2; exit 1"]
+    with pytest.raises(NotReady) as err:
+        wait_for_command(refused, "containerd on node-1 (its socket /x.sock)", 0.3, pause_s=0.05)
+    message = str(err.value)
+    assert message.startswith("containerd on node-1 (its socket /x.sock): gave up after ")
+    assert "(deadline 0.3s)" in message and f"`{' '.join(refused)}`" in message
+    assert message.endswith("last: exit 1: connection refused: no socket")
+    with pytest.raises(NotReady, match=r"last: no answer within 0\.\ds$"):
+        # a try never outlives the deadline, whatever its own timeout
+        wait_for_command(["sleep", "30"], "a hung probe", 0.3, try_timeout_s=20)
+
+
+def test_the_readiness_wait_ends_when_the_daemon_dies(tmp_path):
+    daemon = ManagedProcess("containerd", ["sh", "-c", "exit 3"], tmp_path / "containerd.log")
+    daemon.popen.wait(timeout=10)
+    with pytest.raises(ProcessFailed, match="containerd exited with 3"):
+        wait_for_command(["false"], "containerd", 60, alive=daemon.check_alive)
+    daemon.stop()

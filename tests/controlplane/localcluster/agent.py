@@ -9,6 +9,8 @@ mounts: the kubelet's root is a shared mount that containerd and runc see.
 from __future__ import annotations
 
 import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -21,6 +23,53 @@ from .topology import NodePlan
 
 # What the kubelet checks with protectKernelDefaults (it exits if the host differs).
 KERNEL_DEFAULTS = {"vm/overcommit_memory": "1", "kernel/panic": "10", "kernel/panic_on_oops": "1"}
+CTR_TRY_TIMEOUT_S = 10.0  # one `ctr version`; a loaded host has been seen to need over 5 s
+
+
+class NotReady(ProcessFailed):
+    """A readiness command never succeeded within its deadline."""
+
+
+def wait_for_command(
+    argv: list[str],
+    what: str,
+    deadline_s: float,
+    *,
+    try_timeout_s: float = CTR_TRY_TIMEOUT_S,
+    pause_s: float = 0.5,
+    alive: Callable[[], None] = lambda: None,
+) -> float:
+    """Run ``argv`` until it exits 0 and return the seconds that took; raise NotReady naming
+    ``what``, the command, the time waited and the last failure when ``deadline_s`` passes.
+
+    WHY a retry of each try, timeouts included: a `make cluster-up` right after another cluster
+    went down (load average near 3) saw one `ctr version` take over 5 s; that single slow answer
+    ended the whole start as "the nodes did not come up" with no word of what was waited for.
+    A try is cut at ``try_timeout_s`` (or the time left) and counts as one more failure;
+    ``alive`` (the daemon's check) ends the wait at once if what is awaited has died."""
+    start = time.monotonic()
+    tries, last = 0, "no try ran"
+    while tries == 0 or time.monotonic() - start + pause_s < deadline_s:
+        if tries:
+            time.sleep(pause_s)
+        alive()
+        tries += 1
+        limit = max(0.1, min(try_timeout_s, deadline_s - (time.monotonic() - start)))
+        try:
+            out = subprocess.run(argv, capture_output=True, text=True, timeout=limit)
+        except subprocess.TimeoutExpired:
+            last = f"no answer within {limit:.1f}s"
+        except OSError as err:
+            last = str(err)
+        else:
+            if out.returncode == 0:
+                return time.monotonic() - start
+            said = (out.stderr.strip() or out.stdout.strip())[-500:]
+            last = f"exit {out.returncode}: {said or '(no output)'}"
+    raise NotReady(
+        f"{what}: gave up after {time.monotonic() - start:.1f}s (deadline {deadline_s:g}s) and "
+        f"{tries} tries of `{' '.join(argv)}` (each up to {try_timeout_s:g}s); last: {last}"
+    )
 
 
 class NodeAgent:
@@ -71,16 +120,16 @@ class NodeAgent:
             configs.cni_conflist(self.dirs, self.node)
         )
         containerd = self._spawn("containerd", ["containerd", "--config", str(config)])
-
-        def up() -> bool:
-            out = subprocess.run(
-                ["ctr", "--address", str(self.dirs.containerd_socket), "version"],
-                capture_output=True,
-                timeout=5,
+        socket = self.dirs.containerd_socket
+        try:
+            wait_for_command(
+                ["ctr", "--address", str(socket), "version"],
+                f"containerd on {self.node.name} (its socket {socket})",
+                timeout,
+                alive=containerd.check_alive,
             )
-            return out.returncode == 0
-
-        containerd.wait_until(up, f"containerd on {self.node.name}", timeout)
+        except NotReady as err:
+            raise NotReady(f"{err}\ncontainerd's log:\n{containerd.log_tail()}") from None
 
     def start_kubelet(self, timeout: float) -> None:
         root = self.dirs.kubelet_root
