@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import get_args, get_origin
+
 import pytest
+from docparser_operator.api.status_models import SECTIONS, DocParserStatus
+from docparser_operator.api.wire import WireModel
 from docparser_operator.core.status import (
     DOWNLOADING,
     FAILED,
@@ -15,9 +20,9 @@ from docparser_operator.core.status import (
     build_status,
     deployment_facts,
     pod_model_state,
-    status_changed,
     track_state,
 )
+from docparser_operator.core.status_patch import merged, status_changed, status_write
 from kube_cluster import pod_status
 
 T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:05:00Z"
@@ -78,6 +83,7 @@ def status(
     generation=2,
     rolling=None,
     min_ready=1,
+    **sections,
 ) -> dict:
     """build_status with what reconcile derives from its rollout step: by default a role
     whose pods are not all loaded is still rolling out, and Ready pods behind traffic are
@@ -107,6 +113,7 @@ def status(
         previous=previous,
         now=now,
         selector="app.kubernetes.io/instance=inv,app.kubernetes.io/name=docparser",
+        **sections,
     )
 
 
@@ -231,3 +238,143 @@ def test_track_without_weights_version_omits_it() -> None:
     """rapidocr has no weights: no version, and never a null the CRD schema would reject."""
     st = status(TrackObservation(None, deployment(ready=1), [pod("ready")]))
     assert st["stable"] == {"revision": "aaaaaa", "readyReplicas": 1, "servedSince": T0}
+
+
+# Each feature's section as that feature writes it (status.canary.analysis paused with its
+# checks, the shadow's configuration and figures, scale to zero awake, a node drain).
+ANALYSIS = {
+    "revision": "bbbbbb",
+    "step": 2,
+    "steps": 2,
+    "weight": 50,
+    "phase": "Paused",
+    "failures": 0,
+    "pausedGeneration": 2,
+    "windowStart": T0,
+    "message": "step 2 holds until the spec changes",
+    "checks": [{"name": "errorRateIncrease", "value": 0.0, "threshold": 0.01, "ok": True}],
+}
+SHADOW = {
+    "enabled": True,
+    "percent": 20,
+    "podPagesPerMinute": 30,
+    "since": T0,
+    "pagesCompared": 40.0,
+    "cer": 0.01,
+    "dropped": [{"reason": "busy", "requests": 2.0}],
+}
+AWAKE = {"state": "Awake", "since": T0, "reason": "2 job(s) running"}
+DRAIN = [{"node": "n1", "since": T0, "deadline": T1, "pods": 1, "phase": "Replacing"}]
+STABLE = TrackObservation("v1", deployment(ready=1), [pod("ready")])
+CANARY = TrackObservation("v2", deployment(ready=1), [pod("ready")])
+# feature: (the pass's arguments while it is on, after it is off, the section it owns)
+FEATURES = {
+    "scaleToZero": ({"scale_to_zero": AWAKE}, {}, ("scaleToZero",)),
+    "shadow": (
+        {"canary": CANARY, "shadow": SHADOW},
+        {"canary": CANARY},
+        ("canary", "shadow"),
+    ),
+    "analysis": (
+        {"canary": CANARY, "weight": 50, "analysis": ANALYSIS},
+        {"canary": CANARY, "weight": 50},
+        ("canary", "analysis"),
+    ),
+    "canary": ({"canary": CANARY, "weight": 5}, {}, ("canary",)),
+    "drains": ({"drains": DRAIN}, {}, ("drains",)),
+}
+
+
+def _at(doc: dict, path: tuple[str, ...]) -> object:
+    for key in path:
+        if not isinstance(doc, dict) or key not in doc:
+            return KeyError
+        doc = doc[key]
+    return doc
+
+
+@pytest.mark.parametrize("feature", list(FEATURES))
+def test_a_feature_turned_off_takes_its_section_and_then_writes_nothing(feature: str) -> None:
+    """Issue 37: turning a feature off removes its section in the next write (a nested
+    merge-patch null for a nested one, its parent kept), and the pass after that, at rest,
+    has nothing to write (before, each resync re-sent the same status, forever)."""
+    on_args, off_args, path = FEATURES[feature]
+    live = merged({}, status_write({}, status(STABLE, **on_args)))
+    assert _at(live, path) is not KeyError, live
+    off = status(STABLE, previous=live, now=T1, **off_args)
+    patch = status_write(live, off)
+    assert patch is not None and _at(patch, path) is None, patch
+    if len(path) > 1:  # the parent stays, written as a whole with the null inside
+        assert isinstance(_at(patch, path[:-1]), dict) and _at(off, path[:-1]) is not KeyError
+    live = merged(live, patch)
+    assert _at(live, path) is KeyError, live
+    assert live == off  # the live status is exactly what the pass computed
+    again = status(STABLE, previous=live, now="2026-01-01T01:00:00Z", **off_args)
+    assert status_write(live, again) is None
+    assert not status_changed(live, again)
+
+
+def test_a_field_a_section_no_longer_writes_goes_too() -> None:
+    """A section is its feature's whole: a field it lost (the analysis' window start once it
+    paused, the stable revision's servedSince) is nulled inside it, once."""
+    live = merged({}, status_write({}, status(STABLE, CANARY, weight=50, analysis=ANALYSIS)))
+    paused = {k: v for k, v in ANALYSIS.items() if k != "windowStart"}
+    off = status(STABLE, CANARY, previous=live, weight=50, analysis=paused)
+    patch = status_write(live, off)
+    assert patch is not None and patch["canary"]["analysis"]["windowStart"] is None
+    live = merged(live, patch)
+    assert (
+        live == off
+        and status_write(live, status(STABLE, CANARY, previous=live, weight=50, analysis=paused))
+        is None
+    )
+
+
+def test_a_field_outside_every_section_is_left_alone() -> None:
+    """Only the sections' fields go with a pass that does not write them: a field the pass
+    never writes (none should exist) is neither removed nor a reason to write."""
+    st = status(STABLE)
+    assert status_write({**st, "other": 1}, st) is None
+
+
+def _object(annotation: object) -> type[WireModel] | None:
+    """The WireModel an (optional) field holds as an object (not in a list), if any."""
+    if isinstance(annotation, type) and issubclass(annotation, WireModel):
+        return annotation
+    if get_origin(annotation) is list:
+        return None
+    return next((m for a in get_args(annotation) if (m := _object(a)) is not None), None)
+
+
+def _listed(annotation: object) -> bool:
+    return get_origin(annotation) is list or any(_listed(a) for a in get_args(annotation))
+
+
+def _objects(model: type[WireModel], at: tuple[str, ...]) -> dict[tuple[str, ...], object]:
+    """Every field of ``model`` (camelCase paths), and those of the objects it nests."""
+    out: dict[tuple[str, ...], object] = {}
+    for name, info in model.model_fields.items():
+        path = (*at, info.alias or name)
+        out[path] = info.annotation
+        inner = _object(info.annotation)
+        if inner is not None:
+            out.update(_objects(inner, path))
+    return out
+
+
+def test_the_sections_table_names_every_optional_part_of_status() -> None:
+    """SECTIONS is the only list of what goes with a feature: each path is an object of the
+    status model, every nested object of the model is a section, and every top-level field
+    outside the table is written by every pass (even for an invalid spec)."""
+    fields = _objects(DocParserStatus, ())
+    paths = {s.path for s in SECTIONS}
+    assert paths <= set(fields), paths - set(fields)
+    nested = {p for p, a in fields.items() if _object(a) is not None}
+    nested |= {p for p, a in fields.items() if len(p) == 1 and _listed(a)}
+    assert nested - {("conditions",)} == paths
+    bare = status(None, problems=[Problem("SpecInvalid", "invalid spec")])
+    assert {p[0] for p in fields if len(p) == 1} - {p[0] for p in paths} == set(bare)
+    crd = (Path(__file__).resolve().parents[2] / "docs" / "crd.md").read_text()
+    for section in SECTIONS:  # the status section of docs/crd.md names each section's owner
+        row = f"| `{'.'.join(section.path)}` | {section.owner} | {section.turned_on_by} |"
+        assert row in crd, section

@@ -3,10 +3,16 @@
 Written by the operator through these models (core/status.py builds them) and read back with
 them (``DocParser.status``), so writer and reader cannot drift apart;
 tests/operator/test_models.py holds the CRD and the code to the same fields.
+
+``SECTIONS`` is the one table of the optional parts of ``status`` and the feature that owns
+each: the status write (core/status_patch.py) removes a section its feature no longer writes,
+and compares exactly what it would write, so a feature turned off leaves nothing behind and
+the resync at rest writes nothing.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from pydantic import Field
@@ -132,3 +138,30 @@ class DocParserStatus(WireModel):
     endpoint: str | None = None
     replicas: int | None = None
     selector: str | None = None
+
+
+@dataclass(frozen=True)
+class StatusSection:
+    """An optional part of ``status`` (camelCase ``path`` from the status root) and the feature
+    that owns it: written while ``owner`` is on (``turned_on_by`` says what turns it on), and
+    removed by the first write after it is off, a nested section by a nested merge-patch null
+    (``{"canary": {"shadow": null}}``) while its parent stays. The section is the owner's
+    whole: a field it no longer writes is removed as well (``stable.servedSince``)."""
+
+    path: tuple[str, ...]
+    owner: str
+    turned_on_by: str
+
+
+# Every optional part of status (tests/operator/test_status.py holds each path to a model
+# field, and every other model field to one written by every pass). The fields outside these
+# (observedGeneration, conditions, endpoint, replicas, selector) are written by every pass.
+SECTIONS: tuple[StatusSection, ...] = (
+    StatusSection(("stable",), "stable", "a valid spec (its stable revision)"),
+    StatusSection(("canary",), "canary", "spec.canary"),
+    StatusSection(("canary", "analysis"), "analysis", "spec.canary.analysis"),
+    StatusSection(("canary", "shadow"), "shadow", "spec.canary.shadow"),
+    StatusSection(("rollout",), "rollout", "a valid spec (its rollout plan)"),
+    StatusSection(("drains",), "drains", "a cordoned node holding pods of the spec's revisions"),
+    StatusSection(("scaleToZero",), "scaleToZero", "spec.replicas.min: 0"),
+)

@@ -1,8 +1,8 @@
 """Write a pass's status: the one place the status write happens.
 
 Kept apart from reconcile.py (which decides and acts); the status *content* is built by
-core/report.py (pure, never the API client). Written only when it differs from the live
-status: the no-op resync writes nothing.
+core/report.py (pure, never the API client), its patch by core/status_patch.py. Written only
+when the patch changes the live status: the no-op resync writes nothing.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from docparser_operator.core.children import Key
 from docparser_operator.core.outcome import Outcome
 from docparser_operator.core.render import Target
 from docparser_operator.core.report import pass_status
-from docparser_operator.core.status import status_changed
+from docparser_operator.core.status_patch import status_write
 from docparser_operator.core.weights_cache_status import CacheVerdict
 from docparser_operator.kube.client import KubeClient
 
@@ -29,20 +29,11 @@ def write_status(
     now: str,
     cache: CacheVerdict | None = None,
 ) -> dict[str, Any]:
-    """Build the pass's status and patch it when it changed (a merge patch; ``None`` removes a
-    track view that is gone)."""
+    """Build the pass's status and patch it when that changes it (a merge patch that also
+    removes what a feature turned off left: core/status_patch.py)."""
     status = pass_status(resource, plan, live, pods, out, now, cache)
-    previous = out.previous_status
-    if status_changed(previous, status):
-        patch = dict(status)
-        for gone in ("stable", "canary", "rollout", "drains"):
-            if gone in previous and gone not in status:
-                patch[gone] = None  # merge-patch null removes the field
-            elif isinstance(previous.get(gone), dict) and gone in status:
-                # a field the view lost (stable.servedSince once another revision serves)
-                owned = ("version", "revision", "servedSince")
-                left = {k: None for k in owned if k in previous[gone] and k not in status[gone]}
-                patch[gone] = {**status[gone], **left}
+    patch = status_write(out.previous_status, status)
+    if patch is not None:
         meta = resource["metadata"]
         out.body = client.patch_status(DOCPARSER, meta["namespace"], meta["name"], patch)
         out.status_written = True

@@ -390,11 +390,3 @@ def _served_since(previous: dict[str, Any], stable: RoleView, ready: int, now: s
 
 def endpoint(name: str, namespace: str) -> str:
     return naming.endpoint_url(name, namespace)
-
-
-def status_changed(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
-    """Whether writing ``new`` would change anything (the no-op resync must not write)."""
-    old = old or {}
-    return any(old.get(k) != v for k, v in new.items()) or any(
-        k not in new for k in ("stable", "canary", "rollout", "scaleToZero") if k in old
-    )
