@@ -21,7 +21,8 @@ PORT ?= 8000
 
 .PHONY: install install-test run test test-fast lint lint-checks typecheck-deepseek fmt controlplane \
 	system-deps bench \
-	images images-lock cluster-images cluster-up cluster-down clean
+	images images-lock cluster-images cluster-up cluster-down clean \
+	test-cluster-repeat test-realcluster-repeat
 
 # uv installs from a shared cache (torch is several GB); pip is only used to get uv.
 $(UV):
@@ -132,6 +133,24 @@ test: install-test system-deps controlplane cluster-images
 	echo "---- waiting for the cluster session ([cluster] lines) ----"; \
 	wait $$cluster || status=$$?; \
 	exit $$status
+
+# A race hunt on demand (docs/architecture.md, "Testing"): the scenarios N times, each run in a
+# new shuffled order (its seed printed), then a table of each scenario's passes and its first
+# failure. The cluster scenarios all run on one local cluster, started once if none runs.
+# PYTEST_ARGS narrow it, e.g. PYTEST_ARGS=e2e/cluster/test_cluster_drains.py.
+N ?= 3
+SEED ?=
+CLUSTER_SCENARIOS ?= e2e/cluster
+test-cluster-repeat: install-test system-deps controlplane cluster-images
+	$(BIN)/python e2e/race_hunt.py --runs $(N) $(if $(SEED),--seed $(SEED)) --local-cluster \
+		-- -m cluster --durations=15 $(or $(PYTEST_ARGS),$(CLUSTER_SCENARIOS))
+
+# The same for the real-API-server tests that sample transitions.
+REALCLUSTER_SCENARIOS ?= tests/operator/test_rollout_transitions.py tests/operator/test_node_drains.py \
+	tests/operator/test_drains.py
+test-realcluster-repeat: install-test controlplane
+	$(BIN)/python e2e/race_hunt.py --runs $(N) $(if $(SEED),--seed $(SEED)) \
+		-- -m "realcluster and not cluster" $(or $(PYTEST_ARGS),$(REALCLUSTER_SCENARIOS))
 
 test-fast: install-test
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) -m "not slow and not realcluster and not cluster" $(PYTEST_ARGS)
