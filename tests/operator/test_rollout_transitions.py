@@ -41,7 +41,7 @@ from dp_helpers import (
 from gitopscheck.checker import GitOpsCheck
 from kube_cluster import Cluster, wait_for
 from kubelet_sim import Kubelet
-from traffic_sampler import TrafficSampler
+from traffic_sampler import TrafficSampler, unsettled
 
 STEP_TIMEOUT = 60
 
@@ -355,3 +355,42 @@ def test_sampler_catches_a_backend_without_ready_pods(cluster: Cluster) -> None:
     sampler.sample()
     assert len(sampler.violations) == 1, sampler.violations
     assert sampler.violations[0].startswith("inv-nothing weighted 50 with 0 Ready pods (router")
+
+
+def test_a_sampler_starts_from_a_settled_start(cluster: Cluster, operator: Any) -> None:
+    """Entered right after the DocParser is created, the sampler's first sample already sees
+    its size behind traffic: __enter__ waited for the DocParser at rest and every pod Ready
+    (issue 38: a drain's first sample, before any change, once read a start still settling)."""
+    create(cluster, docparser("inv", traffic=GATEWAY, replicas={"min": 2, "max": 2}))
+    with Kubelet(cluster, ready_after=0.5):
+        with TrafficSampler(cluster, "inv", floor=2, interval=0.1) as sampler:
+            wait_for("a few samples", lambda: len(sampler.samples) >= 3)
+        assert sampler.settled_s is not None and sampler.settled_s > 0
+        assert [s.behind for s in sampler.samples[:3]] == [2, 2, 2], sampler.report()
+
+
+def test_the_settled_start_names_what_is_still_settling() -> None:
+    dp = {
+        "metadata": {"generation": 3},
+        "status": {
+            "observedGeneration": 3,
+            "conditions": [
+                {"type": "Ready", "status": "True"},
+                {"type": "Progressing", "status": "False"},
+            ],
+        },
+    }
+    pod = {"metadata": {}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    starting = {"metadata": {}, "status": {"conditions": [{"type": "Ready", "status": "False"}]}}
+    leaving = {"metadata": {"deletionTimestamp": "now"}, "status": {}}
+    two = [{"spec": {"replicas": 2}}, {"spec": {"replicas": 0}}]
+    assert unsettled(dp, [pod, pod, leaving], two, behind=2, floor=2) == []
+    assert unsettled(dp, [pod, starting], two, behind=1, floor=2) == [
+        "1 Ready of 2 pods, 2 wanted",
+        "1 Ready pods behind traffic < 2",
+    ]
+    rolling = {**dp, "metadata": {"generation": 4}}
+    assert unsettled(rolling, [pod, pod], two, behind=2, floor=2) == [
+        "the DocParser not at rest (Ready=True Progressing=False observedGeneration 3/4)"
+    ]
+    assert unsettled(None, [], [], behind=0, floor=0)[0].startswith("the DocParser not at rest")

@@ -15,6 +15,12 @@ asks Flux's kstatus and Argo CD's health script what they make of it, and record
 when they disagree (Current/Healthy, InProgress/Progressing, Failed/Degraded) or when either
 says Failed: every walk sampled here is a healthy one.
 
+A sampler starts from a settled start (`settled_start`, unless ``settled=False``): the
+DocParser at rest (Ready, not Progressing, its generation observed), every pod its
+Deployments ask for present and Ready, and ``floor`` Ready pods behind traffic. WHY: the
+first samples are the moment a transition is measured against; a sampler begun while the
+last change still settled read the scenario's starting state, not the transition's.
+
 The reads of one sample are not atomic, so pods are listed before and after the traffic
 objects, and a pod counts as Ready when either list shows it Ready: a backend that lost its
 last Ready pod during the whole sample is still caught, a backend that gained its first one
@@ -34,6 +40,7 @@ from gitopscheck.checker import AGREEING, GitOpsCheck
 from kube_cluster import Cluster
 
 ROUTE, SERVICE, POD = KNOWN_KINDS["HTTPRoute"], KNOWN_KINDS["Service"], KNOWN_KINDS["Pod"]
+DEPLOY = KNOWN_KINDS["Deployment"]
 
 
 def _ready(pod: dict[str, Any]) -> bool:
@@ -41,6 +48,73 @@ def _ready(pod: dict[str, Any]) -> bool:
         return False
     conditions = (pod.get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def unsettled(
+    dp: dict[str, Any] | None,
+    pods: list[dict[str, Any]],
+    deployments: list[dict[str, Any]],
+    behind: int,
+    floor: int,
+) -> list[str]:
+    """What of the settled start does not hold (empty: it holds): the DocParser at rest,
+    as many live pods as its Deployments ask for and all of them Ready, ``floor`` behind
+    traffic."""
+    problems = []
+    status = (dp or {}).get("status") or {}
+    conds = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+    generation = (dp or {}).get("metadata", {}).get("generation")
+    if (
+        dp is None
+        or status.get("observedGeneration") != generation
+        or conds.get("Ready") != "True"
+        or conds.get("Progressing") == "True"
+    ):
+        problems.append(
+            f"the DocParser not at rest (Ready={conds.get('Ready')} "
+            f"Progressing={conds.get('Progressing')} observedGeneration "
+            f"{status.get('observedGeneration')}/{generation})"
+        )
+    live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    wanted = sum(int((d.get("spec") or {}).get("replicas", 0)) for d in deployments)
+    ready = sum(1 for p in live if _ready(p))
+    if len(live) != wanted or ready != wanted:
+        problems.append(f"{ready} Ready of {len(live)} pods, {wanted} wanted")
+    if behind < floor:
+        problems.append(f"{behind} Ready pods behind traffic < {floor}")
+    return problems
+
+
+def settled_start(
+    cluster: Cluster, name: str, floor: int, timeout: float = 60, interval: float = 0.1
+) -> float:
+    """Wait for the settled start (module docstring); the seconds it took. On giving up it
+    says what it waited for, how long, and what it last saw."""
+    began = time.monotonic()
+    probe = TrafficSampler(cluster, name, floor, settled=False)
+    problems: list[str] = ["not read yet"]
+    for _ in range(int(timeout / interval) + 1):
+        try:
+            behind = probe.sample().behind
+        except Exception as exc:  # an object replaced between reads: read again
+            problems = [repr(exc)]
+        else:
+            problems = unsettled(
+                cluster.get(DOCPARSER, name),
+                cluster.list(POD, f"app.kubernetes.io/instance={name}"),
+                cluster.list(DEPLOY, f"app.kubernetes.io/instance={name}"),
+                behind,
+                floor,
+            )
+            if not problems:
+                return time.monotonic() - began
+        if time.monotonic() - began >= timeout:
+            break
+        time.sleep(interval)
+    raise AssertionError(
+        f"settled start of {name} not reached: waited {time.monotonic() - began:.1f}s for the "
+        f"DocParser at rest, every pod Ready, {floor} behind traffic; last: {'; '.join(problems)}"
+    )
 
 
 @dataclass
@@ -59,14 +133,18 @@ class TrafficSampler:
     interval: float = 0.5
     max_samples: int = 2000
     gitops: GitOpsCheck | None = None
+    settled: bool = True  # __enter__ waits for the settled start first
     samples: list[Sample] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    settled_s: float | None = None  # how long the settled start took
     _serving: bool = False
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
     def __enter__(self) -> TrafficSampler:
+        if self.settled:
+            self.settled_s = settled_start(self.cluster, self.name, self.floor)
         self._thread = threading.Thread(target=self._loop, name="traffic-sampler", daemon=True)
         self._thread.start()
         return self
