@@ -203,12 +203,18 @@ def echo_deployment(
 def fill_gpus(target: Target, namespace: str, leave: int) -> int:
     """Busybox pods taking all but `leave` of the cluster's free GPUs (1 each), so a scenario
     written for "the node's GPUs are all taken" keeps that meaning on several nodes. Returns
-    how many it placed (0 when the cluster has no more than `leave` free)."""
+    how many it placed (0 when the cluster has no more than `leave` free). Pods already
+    leaving (an earlier scenario's namespace, deleted without waiting) count as free: their
+    GPUs are back within their grace period, and counting them as taken left a GPU free for
+    the replacement a "no room" scenario must not get, depending on which scenario ran before.
+    The hogs wait Pending for those GPUs; the callers wait until every hog runs."""
     nodes = ready_nodes(target)
     total = sum(int(n["status"].get("allocatable", {}).get(GPU, "0")) for n in nodes)
     used = 0
     for pod in json.loads(target.kubectl("get", "pods", "-A", "-o", "json"))["items"]:
-        if pod["status"].get("phase") in ("Succeeded", "Failed"):
+        if pod["status"].get("phase") in ("Succeeded", "Failed") or pod["metadata"].get(
+            "deletionTimestamp"
+        ):
             continue
         for ctr in pod["spec"]["containers"]:
             used += int((ctr.get("resources") or {}).get("limits", {}).get(GPU, "0"))
