@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import get_args, get_origin
 
 import pytest
-from docparser_operator.api.status_models import SECTIONS, DocParserStatus
+from docparser_operator.api.status_models import SECTIONS, DocParserStatus, ShadowStatus
 from docparser_operator.api.wire import WireModel
 from docparser_operator.core.status import (
     DOWNLOADING,
@@ -271,7 +271,7 @@ CANARY = TrackObservation("v2", deployment(ready=1), [pod("ready")])
 FEATURES = {
     "scaleToZero": ({"scale_to_zero": AWAKE}, {}, ("scaleToZero",)),
     "shadow": (
-        {"canary": CANARY, "shadow": SHADOW},
+        {"canary": CANARY, "shadow": ShadowStatus.model_validate(SHADOW)},
         {"canary": CANARY},
         ("canary", "shadow"),
     ),

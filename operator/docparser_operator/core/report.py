@@ -10,6 +10,7 @@ from typing import Any
 
 from docparser_operator.analysis.walk import AnalysisState
 from docparser_operator.api import labels, naming
+from docparser_operator.api.status_models import RolloutStatus, ShadowStatus
 from docparser_operator.core import rollout
 from docparser_operator.core.children import Key, owned_by
 from docparser_operator.core.outcome import Outcome
@@ -105,7 +106,7 @@ def pass_status(
         ready_serving = step.ready_serving
         routed, requested = step.canary_weight, step.requested_weight
         route_gate = _route_gate(plan, live, rolling)
-        rollout_status = {"size": step.size, "pods": step.pods, "maxSurge": step.max_surge}
+        rollout_status = RolloutStatus(size=step.size, pods=step.pods, max_surge=step.max_surge)
     status = build_status(
         name=name,
         namespace=namespace,
@@ -139,7 +140,7 @@ CONFIGURED = ("enabled", "percent", "podPagesPerMinute")
 
 def shadow_status(
     plan: Target, previous: dict[str, Any], walk: AnalysisState | None = None
-) -> dict[str, Any] | None:
+) -> ShadowStatus | None:
     """``status.canary.shadow``: the configuration rendered into ``<name>-shadow`` (what the
     stable pods are told: on or off, the share, each pod's page budget) and the comparison
     figures the analysis measured last: this pass's, else those already in status while the
@@ -158,7 +159,7 @@ def shadow_status(
     elif before.get("revision") == canary.revision:
         kept = before.get("shadow") or {}
         out.update({k: v for k, v in kept.items() if k not in CONFIGURED})
-    return out
+    return ShadowStatus.model_validate(out)
 
 
 def _at_zero(

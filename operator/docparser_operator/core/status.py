@@ -248,13 +248,13 @@ def build_status(
     previous: dict[str, Any] | None,
     now: str,
     selector: str,
-    rollout: dict[str, int] | None = None,
+    rollout: RolloutStatus | None = None,
     weights_cached: tuple[bool, str, str] | None = None,
     analysis: dict[str, Any] | None = None,
     route_gate: tuple[str, str] | None = None,
     drains: list[dict[str, Any]] | None = None,
     draining: bool = False,
-    shadow: dict[str, Any] | None = None,
+    shadow: ShadowStatus | None = None,
     at_zero: tuple[bool, str, str] | None = None,
     scale_to_zero: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
@@ -359,7 +359,7 @@ def build_status(
             requested_weight=requested_weight,
             ready_replicas=canary.ready,
             analysis=AnalysisStatus.model_validate(analysis) if analysis is not None else None,
-            shadow=ShadowStatus.model_validate(shadow) if shadow is not None else None,
+            shadow=shadow,
         )
         if canary is not None
         else None
@@ -372,7 +372,7 @@ def build_status(
         replicas=(stable.ready if stable else 0) + (canary.ready if canary else 0),
         stable=stable_view,
         canary=canary_view,
-        rollout=RolloutStatus.model_validate(rollout) if rollout is not None else None,
+        rollout=rollout,
         drains=[DrainStatus.model_validate(d) for d in drains] if drains else None,
         scale_to_zero=ScaleToZeroStatus.model_validate(scale_to_zero) if scale_to_zero else None,
     )
