@@ -74,6 +74,20 @@ def test_metric_mapping(metric: str, expected: dict) -> None:
     assert _hpas(resource)["invoices"]["spec"]["metrics"] == [expected]
 
 
+@pytest.mark.parametrize(
+    ("seconds", "quantity"), [(30, "30"), (2.5, "2500m"), (0.001, "1m"), (3600, "3600")]
+)
+def test_latency_keeps_the_estimated_wait_at_target_seconds(seconds: float, quantity: str) -> None:
+    """``latency`` is a Pods metric like the others, its AverageValue the promised wait as a
+    canonical quantity (milliseconds when not whole), so the live HPA reads back as rendered."""
+    resource = GATEWAY.resource()
+    resource["spec"]["autoscaling"] = {"metric": "latency", "targetSeconds": seconds}
+    target = {"type": "AverageValue", "averageValue": quantity}
+    metric = {"name": "docparser_estimated_wait_seconds"}
+    expected = {"type": "Pods", "pods": {"metric": metric, "target": target}}
+    assert _hpas(resource)["invoices"]["spec"]["metrics"] == [expected]
+
+
 def test_metric_names_exist_in_the_runtime() -> None:
     """The HPA scales on gauges the runtime really exports (names are API)."""
     pytest.importorskip("prometheus_client")

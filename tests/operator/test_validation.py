@@ -59,6 +59,16 @@ def test_core_objects_validate_strictly(case: Case, version: str) -> None:
             )
 
 
+@pytest.mark.parametrize("version", VERSIONS)
+def test_latency_hpa_validates_strictly(version: str) -> None:
+    """The latency metric's HPA (a Pods metric, a millisecond quantity) is a valid object."""
+    resource = Case("deepseek-gateway-canary").resource()
+    resource["spec"]["autoscaling"] = {"metric": "latency", "targetSeconds": 2.5}
+    (hpa,) = of_kind(render_all(resource), "HorizontalPodAutoscaler")
+    assert hpa["spec"]["metrics"][0]["pods"]["target"]["averageValue"] == "2500m"
+    kubernetes_validate.validate(hpa, version, strict=True)
+
+
 def test_strict_validation_rejects_an_unknown_field() -> None:
     """The validator really is strict: a misspelt field fails (guards against a no-op check)."""
     (dep, *_) = of_kind(_objects(Case("rapidocr-minimal")), "Deployment")

@@ -79,7 +79,11 @@ class WeightsCache(WireModel):
 
 
 class Autoscaling(WireModel):
-    metric: Literal["queue", "backlog", "inflight", "cpu"] = "queue"
+    """``latency`` keeps the runtime's estimated queue wait at ``target_seconds`` (a number:
+    the HPA's quantity has millisecond steps, hence the 0.001 floor); the others keep a
+    count per pod at ``target``."""
+
+    metric: Literal["queue", "backlog", "inflight", "cpu", "latency"] = "queue"
     target: Annotated[int, Field(ge=1, le=10000)] = 4
     scale_down_stabilization_seconds: Annotated[int, Field(ge=0, le=3600)] = 600
 
@@ -88,8 +92,23 @@ class Resources(WireModel):
     gpu: Annotated[int, Field(ge=0, le=16)] | None = None
     gpu_memory: Annotated[str, Field(max_length=32, pattern=QUANTITY_PATTERN)] | None = None
     cpu: Annotated[str, Field(max_length=32, pattern=CPU_PATTERN)] | None = None
+    target_seconds: Annotated[float, Field(ge=0.001, le=3600)] | None = None
     memory: Annotated[str, Field(max_length=32, pattern=QUANTITY_PATTERN)] | None = None
     node_selector: Annotated[
+    @model_validator(mode="after")
+    def _cel_rules(self) -> Autoscaling:
+        if self.metric == "latency" and self.target_seconds is None:
+            raise ValueError(
+                "autoscaling.targetSeconds is required when autoscaling.metric is latency "
+                "(the queue wait in seconds to keep)"
+            )
+        if self.metric != "latency" and self.target_seconds is not None:
+            raise ValueError(
+                "autoscaling.targetSeconds applies to metric latency only "
+                "(the other metrics use autoscaling.target)"
+            )
+        return self
+
         dict[str, Annotated[str, Field(max_length=253)]], Field(max_length=32)
     ] = Field(default_factory=dict)
 

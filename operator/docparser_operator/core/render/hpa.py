@@ -10,7 +10,10 @@ queued or being inferred: a 300-page PDF is 300 units, not one request), ``backl
 ``docparser_backlog_pages`` (those pages plus the pod's share of its revision's queued job
 pages, so queued async jobs scale out too) and ``inflight`` on
 ``docparser_outstanding_requests``, all as Pods metrics averaged per pod (they need a
-custom-metrics adapter such as prometheus-adapter); ``cpu`` is Resource CPU utilization.
+custom-metrics adapter such as prometheus-adapter); ``latency`` on
+``docparser_estimated_wait_seconds`` (the queue wait a page can expect: queued pages times
+the measured seconds per page of their tiers, over the decode slots), its target the
+``targetSeconds`` as a quantity in milliseconds; ``cpu`` is Resource CPU utilization.
 Behaviour: scale up at once (a queue of GPU work only grows), scale down slowly, one pod per
 five minutes after ``scaleDownStabilizationSeconds`` of low load: GPU pods are slow to start.
 """
@@ -29,7 +32,15 @@ POD_METRICS = {
     "queue": "docparser_outstanding_pages",
     "backlog": "docparser_backlog_pages",
     "inflight": "docparser_outstanding_requests",
+    "latency": "docparser_estimated_wait_seconds",
 }
+
+
+def seconds_quantity(seconds: float) -> str:
+    """``seconds`` as a canonical Kubernetes quantity: whole seconds bare, else millis
+    (2 -> "2", 2.5 -> "2500m"), so the live object reads back as rendered."""
+    millis = max(1, round(seconds * 1000))
+    return str(millis // 1000) if millis % 1000 == 0 else f"{millis}m"
 
 
 def _metric(autoscaling: Autoscaling) -> dict[str, Any]:
@@ -41,11 +52,14 @@ def _metric(autoscaling: Autoscaling) -> dict[str, Any]:
                 "target": {"type": "Utilization", "averageUtilization": autoscaling.target},
             },
         }
+    value = str(autoscaling.target)
+    if autoscaling.metric == "latency" and autoscaling.target_seconds is not None:
+        value = seconds_quantity(autoscaling.target_seconds)
     return {
         "type": "Pods",
         "pods": {
             "metric": {"name": POD_METRICS[autoscaling.metric]},
-            "target": {"type": "AverageValue", "averageValue": str(autoscaling.target)},
+            "target": {"type": "AverageValue", "averageValue": value},
         },
     }
 

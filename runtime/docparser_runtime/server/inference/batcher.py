@@ -48,6 +48,8 @@ from docparser_runtime.server.inference.queued import (
     _report_to,
     is_out_of_memory,
 )
+from docparser_runtime.server.inference.tiers import page_tier
+from docparser_runtime.server.inference.wait_estimate import WaitEstimator
 from docparser_runtime.server.ops.metrics import Metrics
 
 log = logging.getLogger("docparser.batcher")
@@ -83,6 +85,9 @@ class MicroBatcher:
         self._busy_since: float | None = None
         self._closed = False
         self._ewma_batch_s = 1.0  # for Retry-After; refined by observed batches
+        self.wait = WaitEstimator(max_batch_size)  # seconds per page per tier, measured
+        if metrics:
+            metrics.estimated_wait.set_function(self.estimated_wait_s)
 
     # -- public --------------------------------------------------------------------------
     @property
@@ -92,6 +97,10 @@ class MicroBatcher:
     @property
     def queued_pixels(self) -> int:
         return sum(it.page.width * it.page.height for it in self._queue)
+
+    def estimated_wait_s(self) -> float:
+        """The queued pages' measured seconds per page over the slots (read at scrape)."""
+        return self.wait.estimate([page_tier(it.page, it.options) for it in self._queue])
 
     @property
     def busy_for_s(self) -> float:
@@ -367,6 +376,8 @@ class MicroBatcher:
         self._ewma_batch_s = 0.8 * self._ewma_batch_s + 0.2 * (end - start)
         for it, result in zip(batch, results, strict=True):
             it.finished = end
+            if not isinstance(result, GpuOutOfMemory):
+                self.wait.observe(page_tier(it.page, it.options), end - start)
             if it.future.done():
                 continue
             if isinstance(result, GpuOutOfMemory):

@@ -44,6 +44,7 @@ from docparser_runtime.errors import DeadlineExceeded, DocParserError, EngineFai
 from docparser_runtime.server.inference.batcher import MicroBatcher
 from docparser_runtime.server.inference.priorities import Priority
 from docparser_runtime.server.inference.queued import _Item, is_out_of_memory
+from docparser_runtime.server.inference.tiers import page_tier
 from docparser_runtime.server.ops.metrics import Metrics
 from docparser_runtime.settings import Settings
 
@@ -293,6 +294,8 @@ class ContinuousBatcher(MicroBatcher):
             self._ewma_batch_s = 0.8 * self._ewma_batch_s + 0.2 * (now - item.started)
         if item.future.done():
             return
+            if result is not None:
+                self.wait.observe(page_tier(item.page, item.options), now - item.started)
         if error is not None:
             item.future.set_exception(error)
         elif result is not None:

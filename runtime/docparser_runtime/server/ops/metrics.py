@@ -126,6 +126,13 @@ class Metrics:
             "(wall, cpu, memory, crash, cancelled): hostile or pathological documents.",
             ["reason"],
             registry=r,
+        self.estimated_wait = Gauge(
+            "docparser_estimated_wait_seconds",
+            "Seconds a page queued now would wait for a decode slot: the queued pages times "
+            "the measured seconds per page of their tiers, over the slots (the latency "
+            "autoscaling signal; 0 without a scheduler).",
+            registry=r,
+        )
         )
         self.queue_pixels = Gauge(
             "docparser_queue_pixels",
