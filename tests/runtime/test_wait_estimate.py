@@ -104,3 +104,45 @@ async def test_the_gauge_is_in_metrics_and_grows_with_queued_pages() -> None:
         assert value(samples, GAUGE) == pytest.approx(queued * PRIOR_PAGE_S / 1)
     assert value(more, GAUGE) > value(one, GAUGE) > 0
     assert value(after, GAUGE) == 0
+
+
+@pytest.mark.torch
+async def test_the_continuous_scheduler_measures_the_pages_it_serves(tiny_model_dir) -> None:
+    """The continuous batcher (the tiny DeepSeek-OCR-2 on CPU): with its one slot held by a
+    long page, queued pages read at the prior; once they are served, their tier's seconds
+    per page are the measured ones (time in the running batch), and the queue reads 0."""
+    from docparser_runtime.engines.deepseek_ocr2.engine import DeepseekOcr2Engine
+    from docparser_runtime.server.inference.continuous import ContinuousBatcher
+    from test_deepseek_ocr2 import make_page
+
+    engine = DeepseekOcr2Engine(tiny_model_dir, device="cpu", version="tiny")
+    engine.load()
+    metrics = Metrics()
+    batcher = ContinuousBatcher(
+        engine, max_batch_size=1, max_queue_pages=16, audit=False, metrics=metrics
+    )
+    batcher.start()
+    short = ParseOptions(tier=0, mode="text", max_new_tokens=4, min_new_tokens=4)
+    long = ParseOptions(tier=0, max_new_tokens=60, min_new_tokens=60)
+    try:
+        first = asyncio.create_task(batcher.submit([make_page(0, 500, 400, 0)], long))
+        for _ in range(2000):  # bounded: until the long page holds the slot
+            if batcher._running:
+                break
+            await asyncio.sleep(0.005)
+        queued = asyncio.create_task(
+            batcher.submit([make_page(i, 640, 480, 0) for i in (1, 2, 3)], short)
+        )
+        for _ in range(200):
+            if batcher.queued_pages == 3:
+                break
+            await asyncio.sleep(0.005)
+        assert batcher.queued_pages == 3 and not first.done()
+        assert metrics.registry.get_sample_value(GAUGE) == pytest.approx(3 * PRIOR_PAGE_S)
+        await asyncio.gather(first, queued)
+    finally:
+        await batcher.close()
+        engine.close()
+    measured = batcher.wait.seconds_per_page(0)
+    assert measured != PRIOR_PAGE_S and 0 < measured < 600
+    assert metrics.registry.get_sample_value(GAUGE) == 0.0
