@@ -4,7 +4,11 @@ WHY: the selector is judged by how small a tier still reads a page, which depend
 text's size in pixels, the page's size and aspect (they decide the tile grid) and how it
 was made (clean render or scan). These pages span that: letters in large type, body text
 from 12 to 42 px, dense pages, 2 and 3 columns, ruled and borderless tables, formulas,
-CJK (when a CJK font is installed), scans, slides, receipts and small low-resolution pages.
+CJK (when a CJK font is installed), scans, slides, receipts and small low-resolution pages,
+and (issue 36) 192 fine-print pages: 6 to 8 pt in DejaVu serif, sans and mono at 150, 200
+and 300 dpi, in black, grey and low-contrast ink, scanned (150 and 200 dpi), and a few lines
+of fine print under body text (mixed sizes). A family whose font is missing is skipped with
+one line on stderr, never a failure.
 ``bench/tier_calibration.py`` labels them with the CPU engine; tests use a few of them with
 the labels the sweep found (see ``tests/runtime/test_tier_select.py``).
 
@@ -13,8 +17,11 @@ Everything is deterministic: words come from ``random.Random(seed)``.
 
 from __future__ import annotations
 
+import functools
 import io
 import random
+import sys
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -41,13 +48,14 @@ class TierPage:
 class Pen:
     """Draws text and remembers it."""
 
-    def __init__(self, size: tuple[int, int], paper: int = 255) -> None:
+    def __init__(self, size: tuple[int, int], paper: int = 255, ink: int = 20) -> None:
         self.image = Image.new("RGB", size, (paper, paper, paper))
         self.draw = ImageDraw.Draw(self.image)
         self.pieces: list[str] = []
+        self.ink = (ink, ink, ink)
 
     def text(self, xy, text: str, font: ImageFont.FreeTypeFont) -> None:
-        self.draw.text(xy, text, font=font, fill=documents.INK)
+        self.draw.text(xy, text, font=font, fill=self.ink)
         self.pieces.append(text)
 
     def rule(self, x0: int, y0: int, x1: int, y1: int, width: int = 2) -> None:
@@ -220,6 +228,84 @@ def plain_letter() -> TierPage:
     return letter("letter-150dpi-25px", a4(150), 25, 12, 1)
 
 
+FAMILIES = {  # DejaVu (fonts-dejavu-core): serif, sans and monospace
+    "serif": documents.FONT_DIR / "DejaVuSerif.ttf",
+    "sans": documents.SANS,
+    "mono": documents.FONT_DIR / "DejaVuSansMono.ttf",
+}
+SKIPPED: set[str] = set()  # fonts found missing, reported once
+
+
+def family_font(family: str, px: int) -> ImageFont.FreeTypeFont | None:
+    """``family``'s font at ``px``, or None (and one line on stderr) when it is not installed."""
+    path = FAMILIES[family]
+    if not path.exists():
+        if family not in SKIPPED:
+            SKIPPED.add(family)
+            print(
+                f"tier_pages: skipping {family} pages: {path} is missing "
+                "(apt-get install fonts-dejavu-core)",
+                file=sys.stderr,
+            )
+        return None
+    return ImageFont.truetype(str(path), px)
+
+
+def fine_print(
+    name: str, dpi: int, pt: float, family: str, tone: str = "black", mixed: bool = False
+) -> TierPage | None:
+    """A page of fine print (issue 36): ``pt`` point type at ``dpi`` in one font ``family``.
+
+    ``tone``: black ink, grey ink (100), low contrast (ink 165 on white) or a scan of the
+    black page. ``mixed``: a page of 10.5 pt body text whose last paragraph is the fine
+    print (a contract's footnotes), so the small text is a minority of the lines. Pages keep
+    a few lines: the proxy's OCR cost grows with the text, the legibility does not.
+    """
+    px = round(pt * dpi / 72)
+    font = family_font(family, px)
+    body_font = family_font(family, round(10.5 * dpi / 72))
+    if font is None or body_font is None:
+        return None
+    seed = zlib.crc32(name.encode())
+    rng = random.Random(seed)
+    w, h = a4(dpi)
+    pen = Pen((w, h), ink={"grey": 100, "low contrast": 165}.get(tone, 20))
+    margin = w // 10
+    y = margin
+    pen.text((margin, y), sentence(rng, 4), _font(round(12 * dpi / 72), bold=True))
+    y += round(2.5 * 12 * dpi / 72)
+    for _ in range(4 if mixed else 0):
+        pen.text((margin, y), full_line(rng, body_font, w - 2 * margin), body_font)
+        y += round(body_font.size * 1.5)
+    y += px * 2
+    for _ in range(3 if mixed else 6):
+        pen.text((margin, y), full_line(rng, font, w - 2 * margin), font)
+        y += round(px * 1.4)
+    kind = f"fine print {'mixed' if mixed else tone} {dpi}dpi"
+    made = pen.page(name, kind)
+    return TierPage(name, kind, scan(made, seed).image, made.pieces) if tone == "scan" else made
+
+
+def fine_print_pages() -> dict[str, Callable[[str], TierPage | None]]:
+    """Fine print at 6 to 8 pt, three families, 150/200/300 dpi, four tones, mixed sizes."""
+    out: dict[str, Callable[[str], TierPage | None]] = {}
+    for family in FAMILIES:
+        for dpi in (150, 200, 300):
+            for pt in (6, 6.5, 7, 7.5, 8):
+                for tone in ("black", "grey", "low contrast", "scan"):
+                    if tone == "scan" and dpi == 300:
+                        continue  # scans at 150 and 200 dpi
+                    name = f"fine-{family}-{dpi}dpi-{pt}pt-{tone.replace(' ', '')}"
+                    out[name] = functools.partial(
+                        fine_print, dpi=dpi, pt=pt, family=family, tone=tone
+                    )
+            for pt in (6, 7, 8):
+                out[f"mixed-{family}-{dpi}dpi-{pt}pt"] = functools.partial(
+                    fine_print, dpi=dpi, pt=pt, family=family, mixed=True
+                )
+    return out
+
+
 PAGES: dict[str, Callable[[str], TierPage | None]] = {
     "letter-150dpi-25px": lambda n: plain_letter(),
     "letter-200dpi-33px": lambda n: letter(n, a4(200), 33, 14, 2),
@@ -251,6 +337,7 @@ PAGES: dict[str, Callable[[str], TierPage | None]] = {
     "receipt-600x1800-18px": lambda n: body(n, (600, 1800), 18, 28, kind="receipt"),
     "small-700x990-14px": lambda n: body(n, (700, 990), 14, 29, kind="small page"),
     "dense-2col-table": dense_two_columns_table,
+    **fine_print_pages(),
 }
 
 

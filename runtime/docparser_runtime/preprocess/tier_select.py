@@ -20,10 +20,16 @@ Signals (numpy on a grey copy, a few ms on an A4 page; measured by ``bench/tier_
 * **grey paper** (a scan or photo): blur, noise and JPEG cost legibility, so the text of a
   scan is judged at 0.75x its height (the calibration's scans lost text where clean pages at
   the same height did not).
-* **ruled lines** and **columns** (white gutters): structure the model must rebuild from
-  cell and column boundaries; when the text only just clears the threshold at the chosen
-  plan (less than ``UNSURE_MARGIN``), such a page takes the next larger plan: a tier too
-  high costs tokens, one too low loses text.
+* **faint ink** (issue 36): when the darkest ink is less than ``FAINT_CONTRAST`` grey levels
+  below the paper (light grey print), the text is judged at 0.9x: the widened calibration
+  read 7.5 pt low-contrast type worse at the global view than black type of that size.
+* **a safety margin** (issue 36): the threshold is where reading starts to fail, so a page
+  whose text clears it by less than ``MARGIN`` (15 %) at a plan takes the next one: a tier
+  too high costs tokens, one too low loses text. v1 kept it for pages with **ruled lines** or
+  **columns** (structure the model must rebuild) only; a held-out plain 6.5 pt page measured
+  6.4 px and lost 5 % of its text at tier 0, and the widened calibration (fine print at 6 to
+  8 pt) found plain pages, a three-line footnote under body text and a 150 dpi scan
+  (blur and skew widen a line's band) read too low inside the 15 % as well.
 * **ink density** -> an estimate of the page's text tokens: the DeepSeek-OCR paper reports
   ~97 % decoding precision while text tokens stay under 10x the visual tokens, so no plan
   is chosen whose visual tokens are fewer than a tenth of the estimate (``MAX_COMPRESSION``).
@@ -47,17 +53,21 @@ from docparser_runtime.preprocess.tiling import (
     plan_tiles,
 )
 
-SELECTOR_VERSION = "1"
+SELECTOR_VERSION = "2"
 MIN_TEXT_PX = 6.2  # smallest text-band height (ascender to descender) the model must see
-UNSURE_MARGIN = 1.15  # structured pages within this factor of MIN_TEXT_PX go one plan up
+MARGIN = 1.15  # text within this factor of MIN_TEXT_PX at a plan takes the next plan
 SCRIPT_SCALE = 0.7  # sub/superscripts and fraction parts against body text
 SCAN_PAPER = 250  # paper darker than this (90th grey percentile) is a scan or a photo
 SCAN_SCALE = 0.75  # a scan's text reads like clean text this much smaller
+FAINT_CONTRAST = 120  # darkest ink less than this below the paper: faint (low-contrast) text
+FAINT_SCALE = 0.8  # faint text reads like clean text this much smaller
+INK_QUANTILE = 0.002  # the darkest ink: this share of the page's pixels is darker
 MIN_GAIN = 1.25  # a larger plan must keep this much more resolution to be worth choosing
 MAX_COMPRESSION = 10.0  # estimated text tokens per visual token, at most
 CHARS_PER_TOKEN = 3.5  # BPE on Latin text; CJK is closer to one, the estimate errs low
 WORK_LONG_SIDE = 1200  # pages are reduced by an integer factor to about this before measuring
 STRIPS = 8
+SMALL_TEXT_PERCENTILE = 25  # of the text-line band heights: the page's small text
 
 
 @dataclass(frozen=True)
@@ -72,6 +82,7 @@ class PageSignals:
     formula: bool
     text_tokens: int  # estimated text tokens on the page
     scan: bool = False  # grey paper: a scan or photo, whose blur and noise cost legibility
+    contrast: int = 255  # paper grey minus the darkest ink's: faint text reads like smaller
 
     def to_dict(self) -> dict[str, object]:
         return {k: round(v, 3) if isinstance(v, float) else v for k, v in asdict(self).items()}
@@ -101,14 +112,17 @@ def _otsu(hist: np.ndarray) -> int:
     return int(np.argmax(between))
 
 
-def _ink_mask(image: Image.Image) -> tuple[np.ndarray, int, int]:
-    """Ink of a grey copy reduced by an integer factor; isolated specks dropped."""
+def _ink_mask(image: Image.Image) -> tuple[np.ndarray, int, int, int]:
+    """Ink of a grey copy reduced by an integer factor (isolated specks dropped), the
+    factor, the paper's grey and the contrast of the darkest ink against it."""
     gray_image = image.convert("L")
     factor = max(1, max(gray_image.size) // WORK_LONG_SIDE)
     if factor > 1:
         gray_image = gray_image.reduce(factor)
     hist = np.asarray(gray_image.histogram(), dtype=np.float64)
-    paper = int(np.searchsorted(np.cumsum(hist), 0.9 * hist.sum()))
+    cumulative = np.cumsum(hist)
+    paper = int(np.searchsorted(cumulative, 0.9 * hist.sum()))
+    darkest = int(np.searchsorted(cumulative, INK_QUANTILE * hist.sum()))
     threshold = _otsu(hist)
     if paper - threshold < 40:  # no real contrast: a blank or flat page
         threshold = paper - 40
@@ -116,7 +130,7 @@ def _ink_mask(image: Image.Image) -> tuple[np.ndarray, int, int]:
     # A pixel with no inked right or lower neighbour is a speck (scan noise), not a stroke.
     kept = np.zeros_like(ink)
     kept[:-1, :-1] = ink[:-1, :-1] & (ink[:-1, 1:] | ink[1:, :-1])
-    return kept, factor, paper
+    return kept, factor, paper, paper - darkest
 
 
 def _bands(strip_rows: np.ndarray) -> list[tuple[int, int, int]]:
@@ -185,7 +199,7 @@ def _fraction_bars(ink: np.ndarray, rule_rows: np.ndarray, text_height: float) -
 
 def measure(image: Image.Image) -> PageSignals:
     """The page's signals (see the module docstring)."""
-    ink, factor, paper = _ink_mask(image)
+    ink, factor, paper, contrast = _ink_mask(image)
     if ink.shape[1] < STRIPS:  # a sliver narrower than the strips: blank columns change no signal
         ink = np.pad(ink, ((0, 0), (0, STRIPS - ink.shape[1])))
     h, w = ink.shape
@@ -197,7 +211,7 @@ def measure(image: Image.Image) -> PageSignals:
     all_bands = _bands(text_rows)
     bands = [b for b in all_bands if 3 <= b[2] <= h // 6]
     heights = np.array([b[2] for b in bands], dtype=np.float64)
-    text_height = float(np.percentile(heights, 25)) if heights.size >= 3 else 0.0
+    text_height = float(np.percentile(heights, SMALL_TEXT_PERCENTILE)) if heights.size >= 3 else 0.0
     bars = _fraction_bars(ink, rule_rows, text_height) if text_height else 0
     ink_cols = _text_columns(ink, bands, strip_w) if text_height else 0
     chars = ink_cols / max(0.55 * text_height, 1.0)
@@ -211,6 +225,7 @@ def measure(image: Image.Image) -> PageSignals:
         formula=bars >= 2,
         text_tokens=int(chars / CHARS_PER_TOKEN),
         scan=paper < SCAN_PAPER,
+        contrast=contrast,
     )
 
 
@@ -262,6 +277,7 @@ def choose_tier(image: Image.Image, cap: int = MAX_TIER) -> TierChoice:
         return TierChoice(tier, plan, signals, "no text found")
     need = signals.text_height * (SCRIPT_SCALE if signals.formula else 1.0)
     need *= SCAN_SCALE if signals.scan else 1.0
+    need *= FAINT_SCALE if signals.contrast < FAINT_CONTRAST else 1.0
     structured = signals.formula or signals.rules >= 3 or signals.columns >= 2
     for i, (tier, plan) in enumerate(plans):
         seen = need * view_scale(width, height, plan)
@@ -269,9 +285,10 @@ def choose_tier(image: Image.Image, cap: int = MAX_TIER) -> TierChoice:
             continue
         if plan.vision_tokens * MAX_COMPRESSION < signals.text_tokens:
             continue
-        if structured and seen < MIN_TEXT_PX * UNSURE_MARGIN and i + 1 < len(plans):
+        if seen < MIN_TEXT_PX * MARGIN and i + 1 < len(plans):
             tier, plan = plans[i + 1]
-            return TierChoice(tier, plan, signals, f"text {seen:.1f}px, structured: one up")
+            kind = "structured" if structured else "scan" if signals.scan else "near the threshold"
+            return TierChoice(tier, plan, signals, f"text {seen:.1f}px, {kind}: one up")
         return TierChoice(tier, plan, signals, f"text {seen:.1f}px at this plan")
     tier, plan = distinct_plans(width, height, cap)[-1]  # unsure: the most the cap allows
     return TierChoice(tier, plan, signals, "small text: the largest plan allowed")
