@@ -227,6 +227,33 @@ class Settings(BaseSettings):
     )
     job_lease_s: float = Field(15.0, gt=0, description="a dead replica's jobs requeue after")
     job_max_attempts: int = Field(3, ge=1, description="replica deaths before a job fails")
+    # Batches (OpenAI-compatible /v1/files and /v1/batches; need redis_url too)
+    batch_storage_uri: str | None = Field(
+        None,
+        description="fsspec root of batch files and outputs (file:///var/lib/docparser/batches, "
+        "s3://bucket/prefix); unset: the batch routes answer 404 batches_not_configured",
+    )
+    batch_uri_prefixes: list[str] = Field(
+        default_factory=list,
+        description="object-store prefixes a /v1/document/parse batch line may name by uri "
+        "(fsspec URLs; {key_id} is replaced by the caller's API key id); empty: no uri lines",
+    )
+    batch_max_file_bytes: int = Field(200 * 1024 * 1024, ge=1, description="one uploaded file")
+    batch_max_lines: int = Field(50_000, ge=1, description="request lines in one batch file")
+    batch_max_active_per_key: int = Field(
+        4, ge=0, description="batches one API key may have unfinished (429 past it); 0 = no limit"
+    )
+    batch_ttl_s: int = Field(
+        30 * 24 * 3600, ge=60, description="files and finished batches are deleted this long after"
+    )
+    batch_workers: int = Field(1, ge=0, description="batch lines run concurrently per replica")
+    batch_poll_s: float = Field(1.0, gt=0, le=60, description="idle claim and coordinator period")
+    batch_urgent_s: float = Field(
+        3600.0,
+        ge=0,
+        description="a batch this close to its 24h window runs at job priority (otherwise the "
+        "lowest: below interactive requests and jobs, and never aged above them)",
+    )
     cache_max_bytes: int = Field(256 * 1024 * 1024, ge=0)
     cache_ttl_s: int = Field(3600, ge=1)
     cache_shared: bool = Field(

@@ -82,6 +82,8 @@ INVALID_SPECS = {
     "gateway-without-ref": with_changes(traffic={"router": "gateway"}),
     "tier-not-auto": with_changes(tier="max"),
     "tier-above-6": with_changes(tier=7),
+    "latency-without-target-seconds": with_changes(autoscaling={"metric": "latency"}),
+    "target-seconds-without-latency": with_changes(autoscaling={"targetSeconds": 5}),
 }
 
 
@@ -165,6 +167,20 @@ def test_valid_spec_is_accepted_by_server_and_model(real_api: KubeApi, real_name
     assert created["spec"]["canary"]["weights"]["sha256"] == SHA_B
     assert created["spec"]["tier"] == "auto"
     assert created["metadata"]["generation"] == 1
+
+
+def test_latency_autoscaling_is_accepted_with_its_seconds(
+    real_api: KubeApi, real_namespace: str
+) -> None:
+    """The latency rules hold for a spec that names the metric, and the server still
+    accepts the CRD's own ``autoscaling: {}`` default (it checks defaults against the rules
+    before filling the fields inside them: a rule that read ``self.metric`` alone was
+    refused as 'no such key' when the CRD was applied)."""
+    spec = with_changes(autoscaling={"metric": "latency", "targetSeconds": 2.5})
+    DocParserSpec.model_validate(spec)
+    created = real_api.create(path(real_namespace), docparser("latency", spec))
+    assert created["spec"]["autoscaling"]["targetSeconds"] == 2.5
+    assert created["spec"]["autoscaling"]["target"] == 4  # defaulted, unused by latency
 
 
 def test_unknown_fields_are_pruned_and_strict_validation_rejects_them(

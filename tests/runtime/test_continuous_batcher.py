@@ -174,6 +174,31 @@ async def test_a_job_waiting_past_the_bound_goes_before_newer_sync_pages(engine)
     assert order == [1, 2]
 
 
+async def test_a_batch_line_waiting_past_the_bound_still_goes_after_jobs_and_sync(engine):
+    """Batch lines are never aged: a 24 h window, not a client waiting on a connection."""
+    batcher = await make(engine, max_batch_size=1, priority_max_wait_s=0.2)
+    order: list[int] = []
+    try:
+        first = asyncio.create_task(batcher.submit([make_page(0, 500, 400, 0)], LONG))
+        await wait_until(lambda: running(batcher) == [0])
+        report = {"on_result": lambda r: order.append(r.index)}
+        line = asyncio.create_task(
+            batcher.submit([make_page(1, 500, 400, 0)], SHORT, priority=Priority.BATCH, **report)
+        )
+        await asyncio.sleep(0.3)  # the batch line has waited past the bound
+        job = asyncio.create_task(
+            batcher.submit([make_page(2, 500, 400, 0)], SHORT, priority=Priority.JOB, **report)
+        )
+        sync = asyncio.create_task(batcher.submit([make_page(3, 500, 400, 0)], SHORT, **report))
+        await asyncio.sleep(0)
+        first.cancel()  # frees the slot: all three wait, the batch line goes last
+        await asyncio.gather(line, job, sync)
+        await asyncio.gather(first, return_exceptions=True)
+    finally:
+        await batcher.close()
+    assert order == [3, 2, 1]
+
+
 async def test_the_cache_budget_stops_admission_instead_of_running_out(engine):
     page = make_page(0, 500, 400, 0)
     alone = engine.new_run(page, SHORT, None).prompt_tokens + SHORT.max_new_tokens + 1

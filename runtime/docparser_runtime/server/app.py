@@ -25,6 +25,8 @@ from docparser_runtime.engines.base import Engine
 from docparser_runtime.engines.registry import create_engine
 from docparser_runtime.host_memory import settings_budget
 from docparser_runtime.result_cache import with_result_cache
+from docparser_runtime.server.endpoints.batches import api_router as batches_api
+from docparser_runtime.server.endpoints.files import api_router as files_api
 from docparser_runtime.server.endpoints.health import api_router as health_api
 from docparser_runtime.server.endpoints.jobs import api_router as jobs_api
 from docparser_runtime.server.endpoints.jobs.serving import start_jobs, stop_jobs
@@ -259,3 +261,5 @@ def create_app(
     app.include_router(shadow_api.router)
     install_streaming(app)
     return app
+    app.include_router(files_api.router)
+    app.include_router(batches_api.router)  # with its lifespan: the batch worker

@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from starlette.requests import Request
     from starlette.responses import Response
 
+    from docparser_runtime.batches.backend import BatchBackend
+    from docparser_runtime.batches.worker import BatchWorker
     from docparser_runtime.engines.base import Engine
     from docparser_runtime.jobs import JobStore, JobWorker
     from docparser_runtime.result_cache import Parser
@@ -69,6 +71,8 @@ class RuntimeState:
     job_metrics_task: asyncio.Task[None] | None = None
     job_starter: asyncio.Task[None] | None = None
     front: Front | None = None  # role front: the backend poller and the forwarding session
+    batch_backend: BatchBackend | None = None  # /v1/files and /v1/batches, when configured
+    batch_worker: BatchWorker | None = None  # once the engine is ready (endpoints/batches)
 
     @property
     def parser(self) -> Parser[ParseRequest]:

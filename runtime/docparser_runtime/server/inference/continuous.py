@@ -127,6 +127,8 @@ class ContinuousBatcher(MicroBatcher):
             self._settle(outcome)
 
     def _rank(self, item: _Item, now: float) -> tuple[int, float]:
+        if item.priority >= Priority.BATCH:  # never aged above interactive work
+            return (item.priority, item.enqueued)
         aged = now - item.enqueued >= self.priority_max_wait_s
         return (Priority.INTERACTIVE if aged else item.priority, item.enqueued)
 

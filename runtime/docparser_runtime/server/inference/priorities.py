@@ -3,7 +3,10 @@
 Someone waits on a synchronous request or a stream (its connection is open, its client
 times out), nobody on an async job until it is polled, and mirrored or background work
 only measures. Lower values go first; the continuous scheduler ages a waiting page to
-``INTERACTIVE`` after ``priority_max_wait_s`` so a job is never starved.
+``INTERACTIVE`` after ``priority_max_wait_s`` so a job is never starved. Batch lines
+are not aged: their client comes back within a 24 h window, and thousands of them must
+never overtake a waiting request; the batch runner lifts a batch close to its window's
+end to ``JOB`` instead (``DOCPARSER_BATCH_URGENT_S``).
 """
 
 from __future__ import annotations
@@ -15,3 +18,4 @@ class Priority(IntEnum):
     INTERACTIVE = 0  # synchronous requests and streams
     JOB = 1  # async jobs (/v1/jobs)
     BACKGROUND = 2  # mirrored traffic, warm-ups, anything nobody waits on
+    BATCH = 3  # /v1/batches lines: last, and never aged (a 24h window, not a waiting client)

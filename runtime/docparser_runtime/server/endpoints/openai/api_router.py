@@ -125,7 +125,7 @@ def _served(state: RuntimeState) -> tuple[str, str | None]:
     return state.settings.engine, None
 
 
-def _model_ids(state: RuntimeState) -> list[str]:
+def model_ids(state: RuntimeState) -> list[str]:
     name, version = _served(state)
     return [name] if version is None else [name, f"{name}:{version}"]
 
@@ -156,6 +156,27 @@ def _usage(result: Reply) -> dict[str, int]:
 
 def _finish_reason(result: Reply) -> str:
     return "length" if any(p.get("truncated") for p in result["pages"]) else "stop"
+
+
+def completion_reply(result: Reply, *, cid: str, model: str, created: int) -> dict[str, Any]:
+    """The ``chat.completion`` object of one parse (also a batch line's response body)."""
+    message = {"role": "assistant", "content": result["content"]}
+    return {
+        "id": cid,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": _finish_reason(result),
+                "logprobs": None,
+            }
+        ],
+        "usage": _usage(result),
+        "system_fingerprint": f"{result['model']['engine']}:{result['model']['version']}",
+    }
 
 
 def _chunk(
@@ -197,7 +218,7 @@ async def chat_completions(request: Request) -> Response:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first.get("loc", ())) or "body"
             raise InvalidInput(f"{where}: {first.get('msg')}", code="invalid_request") from None
-        if body.model not in _model_ids(state):
+        if body.model not in model_ids(state):
             raise NotFound(
                 f"model {body.model!r} is not served here; see GET /v1/models",
                 code="model_not_found",
@@ -211,23 +232,7 @@ async def chat_completions(request: Request) -> Response:
             result = await run_until_disconnect(request, state.parser.parse(parse_request))
         except ClientDisconnected:
             return Response(status_code=CLIENT_CLOSED_STATUS)
-    message = {"role": "assistant", "content": result["content"]}
-    reply = {
-        "id": cid,
-        "object": "chat.completion",
-        "created": created,
-        "model": body.model,
-        "choices": [
-            {
-                "index": 0,
-                "message": message,
-                "finish_reason": _finish_reason(result),
-                "logprobs": None,
-            }
-        ],
-        "usage": _usage(result),
-        "system_fingerprint": f"{result['model']['engine']}:{result['model']['version']}",
-    }
+    reply = completion_reply(result, cid=cid, model=body.model, created=created)
     shadow = state.shadow  # the shadow canary's sample, once the reply is sent
     after = None if shadow is None else BackgroundTask(shadow.offer, parse_request, result)
     return JSONResponse(reply, background=after)
@@ -275,7 +280,7 @@ def _model_objects(state: RuntimeState) -> list[dict[str, Any]]:
             "owned_by": "docparser",
             "version": version,
         }
-        for mid in _model_ids(state)
+        for mid in model_ids(state)
     ]
 
 

@@ -1,0 +1,1 @@
+"""``/v1/files``: the OpenAI-compatible file routes of the batch API."""

@@ -1,0 +1,245 @@
+"""The batch worker on a real Redis and real file storage (tmp dir through fsspec): each
+line recorded exactly once (a line claimed twice, a worker that died holding lines), the
+output assembled in line order, cancel and expiry keep what ran, a file that cannot be read
+fails the batch at validating with its errors listed, and collection of expired files.
+
+The line runner here answers from the line's body: what is under test is the queue, the
+records and the assembly; the parse path runs in test_batches_api.py through a real server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+from docparser_runtime.batches.models import Batch, BatchStatus, FileRecord, new_id
+from docparser_runtime.batches.redis_store import RedisBatchStore
+from docparser_runtime.batches.storage import BatchStorage
+from docparser_runtime.batches.worker import BatchLimits, BatchWorker
+
+pytestmark = pytest.mark.asyncio
+
+ENDPOINT = "/v1/document/parse"
+LIMITS = BatchLimits(max_lines=100, max_line_bytes=1 << 20, ttl_s=3600)
+
+
+def jsonl(count: int) -> bytes:
+    lines = [
+        json.dumps({"custom_id": f"c{i}", "method": "POST", "url": ENDPOINT, "body": {"n": i}})
+        for i in range(count)
+    ]
+    return ("\n".join(lines) + "\n").encode()
+
+
+class Harness:
+    def __init__(self, redis_url: str, root: str) -> None:
+        self.store = RedisBatchStore.from_url(redis_url, prefix="t:")
+        self.storage = BatchStorage(root)
+        self.calls: list[int] = []
+
+    async def runner(self, batch: Batch, line) -> dict:
+        self.calls.append(line.body["n"])
+        if line.body["n"] == 1:
+            from docparser_runtime.errors import InvalidInput
+
+            raise InvalidInput("line one is bad", code="bad_line")
+        return {"n": line.body["n"]}
+
+    def worker(self, name: str, **kwargs) -> BatchWorker:
+        return BatchWorker(
+            self.store,
+            self.storage,
+            self.runner,
+            LIMITS,
+            worker_id=name,
+            accepting=lambda: True,
+            poll_s=0.05,
+            **kwargs,
+        )
+
+    async def upload(self, data: bytes, owner: str = "key-a") -> FileRecord:
+        file_id = new_id("file-")
+        writer = self.storage.writer(file_id, limit=1 << 20, limit_name="LIMIT")
+        await writer.write(data)
+        ranges = await writer.commit()
+        now = int(time.time())
+        record = FileRecord(file_id, len(data), now, now + 3600, "in.jsonl", "batch", owner)
+        record.lines = len(ranges)
+        await self.store.put_file(record)
+        return record
+
+    async def batch(self, record: FileRecord, *, expires_in: int = 3600) -> Batch:
+        now = int(time.time())
+        batch = Batch(
+            new_id("batch_"),
+            ENDPOINT,
+            record.id,
+            record.owner,
+            BatchStatus.VALIDATING,
+            now,
+            now + expires_in,
+        )
+        await self.store.create_batch(batch, limit=0)
+        return batch
+
+    async def output(self, file_id: str | None) -> list[dict]:
+        if file_id is None:
+            return []
+        data = b"".join([c async for c in self.storage.stream(file_id)])
+        return [json.loads(line) for line in data.splitlines()]
+
+
+@pytest.fixture
+async def harness(redis_url, tmp_path):
+    h = Harness(redis_url, f"file://{tmp_path}/store")
+    yield h
+    await h.store.close()
+
+
+async def drain_lines(worker: BatchWorker, limit: int = 50) -> int:
+    for ran in range(limit):
+        claimed = await worker.store.claim(worker.worker_id)
+        if claimed is None:
+            return ran
+        await worker.run_line(*claimed)
+    raise AssertionError("the queue did not empty")
+
+
+async def test_a_line_claimed_twice_is_recorded_once_and_output_in_line_order(harness):
+    a, b = harness.worker("a"), harness.worker("b")
+    batch = await harness.batch(await harness.upload(jsonl(3)))
+    await a.coordinate()  # validating -> in_progress, 3 lines queued
+    assert (await harness.store.get_batch(batch.id)).status is BatchStatus.IN_PROGRESS
+    first = await harness.store.claim("a")
+    assert first == (batch.id, 0)
+    await a._result(batch, 0)  # a runs line 0 but "dies" before recording it
+    await harness.store.heartbeat("a", 0.05)
+    await asyncio.sleep(0.1)
+    assert await harness.store.requeue() == 1  # its lease expired: line 0 back at the head
+    assert await drain_lines(b) == 3
+    # the first claimer comes back and records late: nothing changes
+    await a.run_line(batch.id, 0)
+    assert not await harness.store.record(batch.id, 0, ok=True, line="{}")
+    await a.coordinate()
+    done = await harness.store.get_batch(batch.id)
+    assert done.status is BatchStatus.COMPLETED
+    assert (done.total, done.completed, done.failed) == (3, 2, 1)
+    out = await harness.output(done.output_file_id)
+    assert [o["custom_id"] for o in out] == ["c0", "c2"]
+    assert [o["response"]["body"]["n"] for o in out] == [0, 2]
+    err = await harness.output(done.error_file_id)
+    assert err == [
+        {
+            "id": err[0]["id"],
+            "custom_id": "c1",
+            "response": None,
+            "error": {"code": "bad_line", "message": "line one is bad"},
+        }
+    ]
+
+
+async def test_two_workers_racing_over_the_queue_write_each_line_once(harness):
+    batch = await harness.batch(await harness.upload(jsonl(20)))
+    workers = [harness.worker(f"w{i}") for i in range(3)]
+    await workers[0].coordinate()
+    # the same line handed out twice (a re-queue while its first worker still runs)
+    await harness.store.r.lpush("t:batch:queue", f"{batch.id}:5", f"{batch.id}:7")
+    await asyncio.gather(*(drain_lines(w) for w in workers))
+    await workers[1].coordinate()
+    done = await harness.store.get_batch(batch.id)
+    assert done.status is BatchStatus.COMPLETED and done.completed + done.failed == 20
+    out = await harness.output(done.output_file_id)
+    assert [o["custom_id"] for o in out] == [f"c{i}" for i in range(20) if i != 1]
+
+
+async def test_cancel_keeps_what_ran_and_lists_the_rest_as_cancelled(harness):
+    w = harness.worker("a")
+    batch = await harness.batch(await harness.upload(jsonl(5)))
+    await w.coordinate()
+    claimed = await harness.store.claim("a")
+    await w.run_line(*claimed)
+    assert await harness.store.cancel(await harness.store.get_batch(batch.id))
+    assert await harness.store.claim("a") is None  # the queued lines of a cancelled batch drop
+    await w.coordinate()
+    done = await harness.store.get_batch(batch.id)
+    assert done.status is BatchStatus.CANCELLED
+    assert done.stamps["cancelling_at"] <= done.stamps["cancelled_at"]
+    assert [o["custom_id"] for o in await harness.output(done.output_file_id)] == ["c0"]
+    codes = [e["error"]["code"] for e in await harness.output(done.error_file_id)]
+    assert codes == ["batch_cancelled"] * 4
+    names = [e["custom_id"] for e in await harness.output(done.error_file_id)]
+    assert names == ["c1", "c2", "c3", "c4"]
+    assert not await harness.store.cancel(done)  # finished: nothing to cancel
+
+
+async def test_an_expired_batch_keeps_its_partial_output(harness):
+    w = harness.worker("a")
+    batch = await harness.batch(await harness.upload(jsonl(3)), expires_in=1)
+    await w.coordinate()
+    await w.run_line(*await harness.store.claim("a"))
+    await asyncio.sleep(1.1)
+    await w.coordinate()
+    done = await harness.store.get_batch(batch.id)
+    assert done.status is BatchStatus.EXPIRED and done.stamps["expired_at"]
+    assert [o["custom_id"] for o in await harness.output(done.output_file_id)] == ["c0"]
+    assert len(await harness.output(done.error_file_id)) == 2
+
+
+async def test_an_unreadable_file_fails_the_batch_at_validating_with_its_errors(harness):
+    w = harness.worker("a")
+    empty = await harness.batch(await harness.upload(b"\n \n"))
+    record = await harness.upload(jsonl(2))
+    gone = await harness.batch(record)
+    await harness.store.delete_file(record.id)
+    await w.coordinate()
+    for batch, code in ((empty, "empty_file"), (gone, "file_not_found")):
+        failed = await harness.store.get_batch(batch.id)
+        assert failed.status is BatchStatus.FAILED
+        public = failed.to_public()
+        assert public["errors"]["object"] == "list"
+        assert public["errors"]["data"][0]["code"] == code
+    assert harness.calls == []
+
+
+async def test_a_worker_that_is_not_accepting_claims_nothing(harness):
+    batch = await harness.batch(await harness.upload(jsonl(2)))
+    leaving = BatchWorker(
+        harness.store,
+        harness.storage,
+        harness.runner,
+        LIMITS,
+        worker_id="leaving",
+        accepting=lambda: False,
+        poll_s=0.05,
+    )
+    await leaving.coordinate()
+    await leaving.start()
+    try:
+        await asyncio.sleep(0.5)
+    finally:
+        await leaving.stop()
+    assert harness.calls == []
+    assert await harness.store.r.llen("t:batch:queue") == 2
+    assert (await harness.store.get_batch(batch.id)).status is BatchStatus.IN_PROGRESS
+
+
+async def test_expired_files_and_finished_batches_are_collected(harness):
+    w = harness.worker("a")
+    record = await harness.upload(jsonl(1))
+    batch = await harness.batch(record)
+    await w.coordinate()
+    await drain_lines(w)
+    await w.coordinate()
+    done = await harness.store.get_batch(batch.id)
+    assert await harness.storage.exists(done.output_file_id)
+    later = int(time.time()) + 2 * LIMITS.ttl_s
+    members = await harness.store.due(later)
+    assert f"file:{record.id}" in members and f"batch:{batch.id}" in members
+    await harness.store.r.zadd("t:batch:gc", {m: 0 for m in members})  # their time is up
+    assert await w.collect() == len(members)
+    assert not await harness.storage.exists(record.id)
+    assert not await harness.storage.exists(done.output_file_id)
+    with pytest.raises(Exception, match="not found"):
+        await harness.store.get_batch(batch.id)
