@@ -259,7 +259,7 @@ def create_app(
     app.include_router(jobs_api.router)
     app.include_router(openai_api.router)
     app.include_router(shadow_api.router)
-    install_streaming(app)
-    return app
     app.include_router(files_api.router)
     app.include_router(batches_api.router)  # with its lifespan: the batch worker
+    install_streaming(app)
+    return app
