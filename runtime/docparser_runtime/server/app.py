@@ -36,7 +36,7 @@ from docparser_runtime.server.endpoints.parse.serving import ParseService
 from docparser_runtime.server.endpoints.parse.streaming import install_streaming
 from docparser_runtime.server.endpoints.shadow import api_router as shadow_api
 from docparser_runtime.server.error_mapping import install_error_handlers
-from docparser_runtime.server.guards.auth import create_key_store
+from docparser_runtime.server.guards.auth import PASSED, auth_outcome, create_key_store
 from docparser_runtime.server.guards.internal_auth import SecretFile
 from docparser_runtime.server.guards.ratelimit import (
     RateLimiter,
@@ -60,7 +60,13 @@ log = logging.getLogger("docparser.server")
 
 
 class RequestMetricsMiddleware:
-    """Counts every HTTP request by route template (not raw path) and status."""
+    """Counts every HTTP request by route template (not raw path) and status.
+
+    A ``/v1`` request counts as a client request (and restarts the idleness clock scale to
+    zero reads) only once it passed routing and the API-key check (guards/auth.py); the
+    others count by reason in ``docparser_unauthorized_requests_total`` and nowhere else,
+    so keyless or mistyped calls can neither keep GPU pods awake nor pass for traffic.
+    """
 
     def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
         self.app = app
@@ -72,8 +78,6 @@ class RequestMetricsMiddleware:
             return
         status = 500
         client = is_protected_path(scope.get("path", ""))
-        if client:
-            self.metrics.client_request()
 
         async def send_wrapper(message: Message) -> None:
             nonlocal status
@@ -86,11 +90,15 @@ class RequestMetricsMiddleware:
         finally:
             route = scope.get("route")
             label = getattr(route, "path", None) or "unmatched"
-            if client:
-                self.metrics.client_request()
-            self.metrics.count_request(
-                route=label, method=scope.get("method", ""), status=str(status), client=client
-            )
+            outcome = auth_outcome(scope) if client else PASSED
+            if outcome != PASSED:
+                self.metrics.count_unauthorized(outcome)
+            else:
+                if client:
+                    self.metrics.client_request()  # the clock restarts as it ends, too
+                self.metrics.count_request(
+                    route=label, method=scope.get("method", ""), status=str(status), client=client
+                )
 
 
 async def _bring_up(app: FastAPI, engine: Engine | None, engine_loaded: bool) -> None:

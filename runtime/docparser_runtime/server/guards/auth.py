@@ -10,6 +10,12 @@ Keys are compared in constant time against *all* configured keys (sha256 of both
 with ``hmac.compare_digest``, no early exit), so timing reveals neither a key's content
 nor its length nor which key matched. Keys are never logged; callers get a short,
 non-secret ``key_id`` to label rate limits and logs.
+
+Each ``/v1`` request's outcome is written into its ASGI scope (``AUTH_OUTCOME``): the
+request middleware (server/app.py) counts as client activity, what scale to zero reads,
+only the requests that passed, and the rest by reason in
+``docparser_unauthorized_requests_total``. Otherwise one keyless request per idle window
+would keep a DocParser's GPU pods awake for ever.
 """
 
 from __future__ import annotations
@@ -22,13 +28,32 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fastapi import Request
+from starlette.types import Scope
 
-from docparser_runtime.errors import PermissionDenied, Unauthenticated
+from docparser_runtime.errors import DocParserError, PermissionDenied, Unauthenticated
 from docparser_runtime.server.state import runtime_state
 
 log = logging.getLogger("docparser.auth")
 
 ANONYMOUS = "anonymous"
+
+AUTH_OUTCOME = "docparser.auth"  # scope key: PASSED, or the reason the request was refused
+PASSED = "passed"
+# Why a /v1 request is not client activity (the unauthorised counter's reason label).
+REASON_BY_CODE = {
+    "missing_api_key": "missing_key",
+    "malformed_authorization": "malformed_key",
+    "invalid_api_key": "wrong_key",
+}
+UNKNOWN_ROUTE = "unknown_route"  # no route (or method) matched: auth never ran
+UNAUTHORIZED_REASONS = (*REASON_BY_CODE.values(), UNKNOWN_ROUTE)
+
+
+def auth_outcome(scope: Scope) -> str:
+    """PASSED for a request that passed the API-key check (or any, with auth off), else
+    the reason it did not: a refused key, or UNKNOWN_ROUTE when no route ran the check."""
+    outcome = scope.get(AUTH_OUTCOME)
+    return outcome if isinstance(outcome, str) else UNKNOWN_ROUTE
 
 
 @dataclass(frozen=True)
@@ -156,7 +181,12 @@ def create_key_store(api_keys_file: Path | None) -> ApiKeyStore | None:
 async def require_api_key(request: Request) -> Principal:
     """FastAPI dependency for ``/v1`` routers; stores the principal on ``request.state``."""
     store = runtime_state(request.app).api_keys
-    principal = authenticate(store, request.headers.get("authorization"))
+    try:
+        principal = authenticate(store, request.headers.get("authorization"))
+    except DocParserError as exc:
+        request.scope[AUTH_OUTCOME] = REASON_BY_CODE.get(exc.code, "wrong_key")
+        raise
+    request.scope[AUTH_OUTCOME] = PASSED
     request.state.principal = principal
     return principal
 

@@ -141,6 +141,7 @@ def is_protected_path(path: str) -> bool:
 
 async def enforce_limits(request: Request) -> AsyncIterator[Principal | None]:
     """App-wide FastAPI dependency: auth, then concurrency cap, then rate, on ``/v1``.
+    A request that passed auth restarts the idleness clock here, on arrival.
 
     Installed once on the app (not per router) so a new ``/v1`` route cannot forget it.
     The slot is held until the response has been sent (FastAPI's default ``request``
@@ -150,7 +151,9 @@ async def enforce_limits(request: Request) -> AsyncIterator[Principal | None]:
         yield None
         return
     principal = await require_api_key(request)
-    limiter = runtime_state(request.app).rate_limiter
+    state = runtime_state(request.app)
+    state.metrics.client_request()  # authenticated and routed: activity (scale to zero)
+    limiter = state.rate_limiter
     if limiter is None or not limiter.enabled:
         yield principal
         return

@@ -24,6 +24,7 @@ from prometheus_client import (
     generate_latest,
 )
 
+from docparser_runtime.server.guards.auth import UNAUTHORIZED_REASONS
 from docparser_runtime.server.ops.gpu_metrics import GpuCollector
 
 # Seconds: 5 ms .. 10 min; covers a cached hit up to a long PDF on a busy replica.
@@ -54,11 +55,22 @@ class Metrics:
         # Starts at the process's start, so a pod that just woke is not idle at once.
         self.last_request = Gauge(
             "docparser_last_request_timestamp_seconds",
-            "Unix time of the last client API request (/v1) this pod got (its start, before "
-            "the first).",
+            "Unix time of the last authenticated client API request (/v1) this pod got (its "
+            "start, before the first).",
             registry=r,
         )
         self.last_request.set(time.time())
+        # /v1 requests that did not pass routing and the API-key check: never activity.
+        self.unauthorized = Counter(
+            "docparser_unauthorized_requests",
+            "Client API requests (/v1) refused before reaching an endpoint, by reason "
+            "(missing_key, malformed_key, wrong_key, unknown_route); not counted as requests, "
+            "nor as activity for scale to zero.",
+            ["reason"],
+            registry=r,
+        )
+        for reason in UNAUTHORIZED_REASONS:
+            self.unauthorized.labels(reason=reason)
         self.identity = {"model": model, "version": version}
         self._requests = Counter(
             "docparser_requests",
@@ -114,6 +126,13 @@ class Metrics:
             "Pages waiting in the micro-batcher queue (not yet in a batch).",
             registry=r,
         )
+        self.estimated_wait = Gauge(
+            "docparser_estimated_wait_seconds",
+            "Seconds a page queued now would wait for a decode slot: the queued pages times "
+            "the measured seconds per page of their tiers, over the slots (the latency "
+            "autoscaling signal; 0 without a scheduler).",
+            registry=r,
+        )
         r.register(GpuCollector())
         self.gpu_oom = Counter(
             "docparser_gpu_oom",
@@ -126,13 +145,6 @@ class Metrics:
             "(wall, cpu, memory, crash, cancelled): hostile or pathological documents.",
             ["reason"],
             registry=r,
-        self.estimated_wait = Gauge(
-            "docparser_estimated_wait_seconds",
-            "Seconds a page queued now would wait for a decode slot: the queued pages times "
-            "the measured seconds per page of their tiers, over the slots (the latency "
-            "autoscaling signal; 0 without a scheduler).",
-            registry=r,
-        )
         )
         self.queue_pixels = Gauge(
             "docparser_queue_pixels",
@@ -251,7 +263,8 @@ class Metrics:
 
     # Request series, labelled with this process's model and version ---------------
     def client_request(self) -> None:
-        """A client API request (/v1) arrived or ended: the idleness clocks restart."""
+        """A client API request (/v1) that passed authentication arrived or ended: the
+        idleness clocks restart."""
         now = time.time()
         if self.front is not None:
             self.front.last_request.set(now)
@@ -265,6 +278,9 @@ class Metrics:
                 self.front.requests.inc()
             return
         self._requests.labels(route=route, method=method, status=status, **self.identity).inc()
+
+    def count_unauthorized(self, reason: str) -> None:
+        self.unauthorized.labels(reason=reason).inc()
 
     def reject(self, code: str) -> None:
         self._rejected.labels(code=code, **self.identity).inc()
@@ -325,12 +341,13 @@ class FrontMetrics:
         )
         self.requests = Counter(
             "docparser_front_requests",
-            "Client API requests (/v1) the front got.",
+            "Authenticated client API requests (/v1) the front got.",
             registry=registry,
         )
         self.last_request = Gauge(
             "docparser_front_last_request_timestamp_seconds",
-            "Unix time of the last client API request the front got (its start, before the first).",
+            "Unix time of the last authenticated client API request the front got (its start, "
+            "before the first).",
             registry=registry,
         )
         self.last_request.set(time.time())
