@@ -15,8 +15,9 @@ runtime; ``tests/operator/test_sizing.py`` checks that they are equal):
 
 and the runtime, given the limit its cgroup sets (``cgroup_memory.host_memory_limit``),
 solves the same equation for ``work`` after keeping HEADROOM of the limit free (allocator
-slack, sockets, uploads in flight). The figures were measured as PSS over the process tree
-(docs/benchmarks.md, "Host memory").
+slack, sockets). Request bodies being read and parsed are work too: each is charged
+``body_bytes_per_byte`` per byte before it is read (server/guards/body_memory.py). The
+figures were measured as PSS over the process tree (docs/benchmarks.md, "Host memory").
 """
 
 from __future__ import annotations
@@ -58,6 +59,14 @@ DECODER_ADDRESS_BYTES = 256 * MIB  # address space an idle decoder maps (Python,
 MIN_DECODER_ADDRESS_BYTES = 512 * MIB
 MIN_WORK_BYTES = 64 * MIB  # below this no page could be admitted: a configuration error
 MAX_DECODE_PIXELS = 1_000_000_000  # never more, whatever the memory (Pillow, decode time)
+# Host memory one byte of request body costs while it is read and parsed. A raw or a
+# multipart body: its chunks, then their join (a multipart file part spools to a temporary
+# file: memory too, on a tmpfs), 2x. A JSON body with a base64 document: the chunks and
+# their join, the decoded JSON string, a data URL's tail and its whitespace-free copy, and
+# the decoded bytes (3/4): 4.75x at its peak, so 5x.
+RAW_BODY_BYTES_PER_BYTE = 2
+JSON_BODY_BYTES_PER_BYTE = 5
+FRONT_SERVER_BYTES = 200 * MIB  # the CPU front's process at rest: no engine, no decoders
 
 
 def engine_page(engine: str) -> PageSize:
@@ -139,6 +148,23 @@ def budget_for(limit_bytes: int, engine: str, decoders: int) -> HostBudget:
 def settings_budget(settings: Settings, engine: str) -> HostBudget:
     """``budget_for`` with the settings' limit override and decoder count."""
     return budget_for(settings.memory_limit_bytes, engine, settings.decode_workers)
+
+
+def front_budget(settings: Settings) -> HostBudget:
+    """The CPU front's budget (role front): what its limit leaves after HEADROOM and its
+    own process; request bodies are all it charges (it decodes no page)."""
+    limit_bytes = settings.memory_limit_bytes
+    limit = MemoryLimit(limit_bytes, "DOCPARSER_MEMORY_LIMIT_BYTES") if limit_bytes else None
+    limit = limit or host_memory_limit()
+    reserved = int(limit.bytes * HEADROOM) + FRONT_SERVER_BYTES
+    return HostBudget(limit, reserved, max(MIN_WORK_BYTES, limit.bytes - reserved))
+
+
+def body_bytes_per_byte(content_type: str) -> int:
+    """What one byte of a body of ``content_type`` costs while read and parsed."""
+    media = content_type.split(";")[0].strip().lower()
+    json = media == "application/json" or media.endswith("+json")
+    return JSON_BODY_BYTES_PER_BYTE if json else RAW_BODY_BYTES_PER_BYTE
 
 
 class MemoryBudget:

@@ -162,6 +162,36 @@ def test_held_parses_are_bounded_in_count_and_bytes(redis_url, page):
             assert resp.headers["Retry-After"] == "3"
 
 
+def test_the_front_charges_bodies_to_its_memory_before_reading_them(redis_url, page):
+    """The front's own budget (its limit less 10 % and its process): a body it could never
+    hold is 413, and one the held parses leave no room for is 503 + Retry-After, before
+    either is read (issue 34: the front read every body first)."""
+    limit = 300 * 2**20  # leaves the 64 MiB floor: room for one 20 MB raw body (2x)
+    padded = page + b"\0" * (20 * 10**6 - len(page))
+    env = {"DOCPARSER_FRONT_HOLD_SECONDS": 120, "DOCPARSER_MEMORY_LIMIT_BYTES": limit}
+    with FrontAndBackend(redis_url, front_env=env) as fb:
+        front = fb.front.url
+
+        def raw(body: bytes) -> httpx.Response:
+            return httpx.post(
+                f"{front}/v1/document/parse", content=body,
+                headers={"Content-Type": "image/png"}, timeout=150,
+            )  # fmt: skip
+
+        never = raw(padded + padded)
+        assert never.status_code == 413, never.text
+        assert never.json()["error"]["code"] == "host_memory_limit"
+        held = InBackground(lambda: raw(padded))
+        wait_for("one held parse", lambda: metric(front, HELD) == 1)
+        busy = raw(padded)
+        assert busy.status_code == 503 and busy.json()["error"]["code"] == "upload_memory_busy"
+        assert int(busy.headers["Retry-After"]) >= 1
+        fb.start_backend()
+        answered = held.result()
+        assert answered.status_code == 200, answered.text
+        assert post_parse(front, page).status_code == 200  # its charge was given back
+
+
 def test_a_draining_front_hands_held_parses_over(redis_url, page):
     env = {"DOCPARSER_FRONT_HOLD_SECONDS": 120, "DOCPARSER_DRAIN_TIMEOUT_S": 60}
     with FrontAndBackend(redis_url, front_env=env) as fb:

@@ -15,6 +15,7 @@ Figures are printed with ``-s`` (docs/benchmarks.md).
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import io
 import os
@@ -230,3 +231,82 @@ def test_huge_documents_stay_under_a_real_2_gib_cap_while_normal_requests_are_se
     assert refused.status_code == 413, refused.text
     body = refused.json()["error"]
     assert body["code"] == "host_memory_limit" and "GiB" in body["message"], body
+
+
+FLOOD = 30  # concurrent uploads (issue 34 reproduced it with 30)
+PADDED = 45 * 2**20  # each: a tiny PNG padded to 45 MB
+
+
+@pytest.mark.timeout(900)
+def test_a_flood_of_large_uploads_is_refused_by_the_budget_not_the_kernel():
+    """Bodies are charged before they are read: 30 concurrent 45 MB uploads (a quarter as
+    base64 JSON) under a real 2 GiB cap get 503 + Retry-After for what the budget cannot
+    hold, no OOM kill, and small parses sent meanwhile are answered 200. Before, every
+    upload was read first (2.9 GB RSS under the same budget)."""
+    padded = png_bytes() + b"\0" * (PADDED - len(png_bytes()))
+    as_json = ('{"mode": "text", "image": "' + base64.b64encode(padded[: PADDED // 2]).decode()
+               + '"}').encode()  # fmt: skip
+    with memory_cgroup(LIMIT) as group:
+        env = {"DOCPARSER_REQUEST_TIMEOUT_S": 300, "DOCPARSER_DRAIN_TIMEOUT_S": 300}
+        server = LiveServer(env=env, cgroup=group).start()
+        try:
+            server.wait_ready(240)
+            replies: list[httpx.Response | str] = []
+
+            def upload(index: int) -> None:
+                json_body = index % 4 == 3
+                try:
+                    replies.append(
+                        httpx.post(
+                            f"{server.url}{PARSE}?mode=text",
+                            content=as_json if json_body else padded,
+                            headers={"Content-Type": "application/json" if json_body
+                                     else "image/png"},
+                            timeout=300,
+                        )
+                    )  # fmt: skip
+                except httpx.HTTPError as exc:
+                    replies.append(type(exc).__name__)
+
+            with MemoryWatchdog(server.proc.pid, LIMIT + GIB, interval_s=0.05, pss=True) as dog:
+                flood = [threading.Thread(target=upload, args=(i,)) for i in range(FLOOD)]
+                for thread in flood:
+                    thread.start()
+                normal: list[int | str] = []
+                for _ in range(100):  # bounded: at most 100 small parses
+                    if not any(t.is_alive() for t in flood) and normal:
+                        break
+                    try:
+                        small = httpx.post(
+                            f"{server.url}{PARSE}",
+                            files={"file": ("n.png", png_bytes(), "image/png")},
+                            timeout=300,
+                        )
+                        normal.append(small.status_code)
+                    except httpx.HTTPError as exc:
+                        normal.append(type(exc).__name__)
+                    time.sleep(0.2)
+                for thread in flood:
+                    thread.join(300)
+            kernel = kernel_figures(group)
+            alive = server.proc.poll() is None
+        finally:
+            server.stop()
+        log = server.log()
+    statuses = [r.status_code if isinstance(r, httpx.Response) else r for r in replies]
+    print(
+        f"\n{FLOOD} uploads of {PADDED / 2**20:.0f} MB under a {LIMIT / GIB:.0f} GiB cgroup: "
+        f"{sorted(statuses, key=str)}; tree PSS peak {dog.peak / 2**20:.0f} MiB; kernel peak "
+        f"{kernel.get('peak', 0) / 2**20:.0f} MiB, OOM kills {kernel.get('oom_kill', 'n/a')}; "
+        f"small parses meanwhile {normal}"
+    )
+    assert alive, log
+    assert kernel.get("oom_kill", 0) == 0, (kernel, log)
+    assert not dog.tripped and dog.peak < LIMIT, (dog.peak, log)
+    assert len(replies) == FLOOD and set(statuses) <= {200, 503}, (statuses, log)
+    busy = [r for r in replies if isinstance(r, httpx.Response) and r.status_code == 503]
+    assert busy, statuses
+    for reply in busy:
+        assert reply.json()["error"]["code"] == "upload_memory_busy", reply.text
+        assert int(reply.headers["Retry-After"]) >= 1
+    assert normal and all(status == 200 for status in normal), normal

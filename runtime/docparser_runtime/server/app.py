@@ -23,7 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from docparser_runtime.engines.base import Engine
 from docparser_runtime.engines.registry import create_engine
-from docparser_runtime.host_memory import settings_budget
+from docparser_runtime.host_memory import MemoryBudget, front_budget, settings_budget
 from docparser_runtime.result_cache import with_result_cache
 from docparser_runtime.server.endpoints.batches import api_router as batches_api
 from docparser_runtime.server.endpoints.files import api_router as files_api
@@ -37,6 +37,7 @@ from docparser_runtime.server.endpoints.parse.streaming import install_streaming
 from docparser_runtime.server.endpoints.shadow import api_router as shadow_api
 from docparser_runtime.server.error_mapping import install_error_handlers
 from docparser_runtime.server.guards.auth import PASSED, auth_outcome, create_key_store
+from docparser_runtime.server.guards.body_memory import BodyMemory
 from docparser_runtime.server.guards.internal_auth import SecretFile
 from docparser_runtime.server.guards.ratelimit import (
     RateLimiter,
@@ -138,6 +139,7 @@ async def _bring_up(app: FastAPI, engine: Engine | None, engine_loaded: bool) ->
     )
     state.parse_service = with_result_cache(service, settings, state.metrics.registry)
     state.uncached_parser = service
+    state.host_memory = service.memory  # request bodies are charged to it too
     if state.shadow is not None:
         state.shadow.memory = service.memory  # copies held for comparison count in it
     await service.decoder.wait_started()
@@ -154,6 +156,9 @@ async def _bring_up_front(app: FastAPI) -> None:
     settings: Settings = state.settings
     front = Front(settings, state.metrics, lambda: state.drain_deadline)
     state.front = front
+    budget = front_budget(settings)
+    log.info("host memory: %s", budget.describe())
+    state.host_memory = MemoryBudget(budget)  # what the bodies it reads are charged to
     proxy = front.start()
     # The pods' result cache answers here too when the front knows the identity they key it
     # by (the operator sets DOCPARSER_MODEL_VERSION on both): a hit wakes no GPU.
@@ -257,6 +262,7 @@ def create_app(
     install_error_handlers(app)
     if front:  # innermost: the forwarded parse carries the caller's key and request id
         app.add_middleware(ForwardHeaders)
+    app.add_middleware(BodyMemory, budget=lambda: state.host_memory)
     app.add_middleware(  # inside the metrics middleware, so its 408s are counted
         BodyDeadline, idle_s=settings.body_idle_timeout_s, total_s=settings.body_timeout_s
     )

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from docparser_runtime.batches.backend import BatchBackend
     from docparser_runtime.batches.worker import BatchWorker
     from docparser_runtime.engines.base import Engine
+    from docparser_runtime.host_memory import MemoryBudget
     from docparser_runtime.jobs import JobStore, JobWorker
     from docparser_runtime.result_cache import Parser
     from docparser_runtime.server.endpoints.parse.request_input import ParseRequest
@@ -73,6 +74,9 @@ class RuntimeState:
     front: Front | None = None  # role front: the backend poller and the forwarding session
     batch_backend: BatchBackend | None = None  # /v1/files and /v1/batches, when configured
     batch_worker: BatchWorker | None = None  # once the engine is ready (endpoints/batches)
+    # What request bodies are charged to before they are read (guards/body_memory.py): the
+    # parse service's budget on a pod, the front's own at the front; once brought up.
+    host_memory: MemoryBudget | None = None
 
     @property
     def parser(self) -> Parser[ParseRequest]:

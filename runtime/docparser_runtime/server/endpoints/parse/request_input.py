@@ -4,7 +4,8 @@ Accepted bodies: ``multipart/form-data`` (field ``file`` + option fields), JSON
 ``{"image": "<base64 or data URL>", ...options}``, or the raw document bytes with an
 ``image/*``/``application/pdf``/``application/octet-stream`` content type and options in
 the query string. The upload limit is enforced while the body streams in, before any
-decoding, so an oversized body costs neither memory nor CPU. Option validation lives here
+decoding, so an oversized body costs neither memory nor CPU, and the body is charged to the
+host-memory budget before it is read (503 when the budget is short). Option validation lives here
 too (``build_parse_request``) so jobs and the OpenAI route reuse it on their own bodies.
 """
 
@@ -29,6 +30,7 @@ from docparser_runtime.server.endpoints.parse.protocol import (
     options_from_form,
     options_from_json,
 )
+from docparser_runtime.server.guards.body_memory import body_charge
 from docparser_runtime.settings import Settings
 
 _RAW_TYPES = ("image/", "application/pdf", "application/octet-stream")
@@ -131,14 +133,20 @@ def decode_base64_document(value: object) -> bytes:
 
 # -- body reading ------------------------------------------------------------------------
 async def _limited(request: Request, limit: int) -> AsyncGenerator[bytes, None]:
+    """The body's chunks, within ``limit`` bytes, each charged to host memory before it is
+    read (guards/body_memory.py): all of ``Content-Length`` at once, else chunk by chunk."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"body of {declared} bytes exceeds the {limit}-byte limit")
+    charge = body_charge(request)
+    if declared and declared.isdigit():
+        charge.cover(int(declared))
     total = 0
     async for chunk in request.stream():
         total += len(chunk)
         if total > limit:
             raise PayloadTooLarge(f"body exceeds the {limit}-byte limit")
+        charge.cover(total)
         yield chunk
 
 
