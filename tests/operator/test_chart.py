@@ -298,7 +298,7 @@ def test_helm_template_golden_sources_and_volume() -> None:
     (dep,) = [o for o in objects if o["kind"] == "Deployment"]
     container = dep["spec"]["template"]["spec"]["containers"][0]
     env = {e["name"]: e.get("value") for e in container["env"]}
-    assert env["DOCPARSER_OPERATOR_GOLDEN_SOURCES"] == "file:///golden/"
+    assert env["DOCPARSER_OPERATOR_GOLDEN_SOURCES"] == "file:///golden/{namespace}/"
     assert "volumeMounts" not in container and "volumes" not in dep["spec"]["template"]["spec"]
     mounted = _template(
         "--set",

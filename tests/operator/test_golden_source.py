@@ -18,6 +18,7 @@ from docparser_operator.api.models import DocParser
 from dp_helpers import CANARY_WEIGHTS, docparser
 
 PNG = b"\x89PNG\r\n\x1a\n fake scan"
+NS = "ocr"  # the DocParser's namespace
 
 
 def golden_folder(root: Path, **expected: str) -> Path:
@@ -34,8 +35,8 @@ def test_only_uris_under_an_allowed_prefix_are_read(tmp_path: Path) -> None:
     secret.mkdir()
     (allowed.parent / "escape").symlink_to(secret)
     sources = (f"file://{tmp_path}/golden/", "s3://qa-golden/")
-    assert refusal(f"file://{allowed}", sources) is None
-    assert refusal(f"file://{tmp_path}/golden", sources) is None  # the prefix itself
+    assert refusal(f"file://{allowed}", sources, NS) is None
+    assert refusal(f"file://{tmp_path}/golden", sources, NS) is None  # the prefix itself
     for uri in (
         f"file://{tmp_path}/golden/../secrets",  # .. resolved before comparing
         f"file://{tmp_path}/golden/escape",  # a symlink out of the root
@@ -44,10 +45,11 @@ def test_only_uris_under_an_allowed_prefix_are_read(tmp_path: Path) -> None:
         "s3://qa-golden-2/x",
         "gs://qa-golden/x",
     ):
-        reason = refusal(uri, sources)
-        assert reason is not None and "DOCPARSER_OPERATOR_GOLDEN_SOURCES" in reason, uri
-    assert refusal("s3://qa-golden/v2/", sources) is None
-    assert "(none)" in (refusal(f"file://{allowed}", ()) or "")
+        reason = refusal(uri, sources, NS)
+        assert reason is not None and uri not in reason, uri
+        assert "DOCPARSER_OPERATOR_GOLDEN_SOURCES" in reason or "URIPath" in reason, reason
+    assert refusal("s3://qa-golden/v2/", sources, NS) is None
+    assert "(none)" in (refusal(f"file://{allowed}", (), NS) or "")
 
 
 def test_a_folder_pairs_documents_with_text_or_markdown(tmp_path: Path) -> None:
@@ -56,7 +58,7 @@ def test_a_folder_pairs_documents_with_text_or_markdown(tmp_path: Path) -> None:
     (root / "table.md").write_text("| a | b |\n|---|---|\n| 1 | 2 |\n")
     (root / "README").write_text("ignored: neither a document nor an expectation")
     (root / "nested").mkdir()
-    docs = load(f"file://{root}", (f"file://{tmp_path}/",))
+    docs = load(f"file://{root}", (f"file://{tmp_path}/",), NS)
     assert docs == {
         "inv": ("inv.png", PNG + b"inv", "Total 12 EUR"),
         "table": ("table.pdf", b"%PDF-1.7 fake", "| a | b |\n|---|---|\n| 1 | 2 |\n"),
@@ -66,13 +68,13 @@ def test_a_folder_pairs_documents_with_text_or_markdown(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("breakage", "complaint"),
     [
-        ("no-text", "has no expected text x.txt"),
+        ("no-text", r"^1 document\(s\) with no expected text"),
         ("empty", "no documents"),
         ("missing", "FileNotFoundError"),
         ("not-utf8", "UnicodeDecodeError"),
         ("too-many", f"at most {MAX_DOCUMENTS}"),
         ("too-big", "over 0 MiB"),
-        ("twins", "two documents named x"),
+        ("twins", "two documents share one ID"),
     ],
 )
 def test_a_broken_folder_says_why(
@@ -96,13 +98,13 @@ def test_a_broken_folder_says_why(
         golden_folder(root, x="text")
         (root / "x.pdf").write_bytes(b"%PDF")
     with pytest.raises(GoldenUnavailable, match=complaint):
-        load(f"file://{root}", (f"file://{tmp_path}/",))
+        load(f"file://{root}", (f"file://{tmp_path}/",), NS)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("s3fs") is not None, reason="s3fs is installed here")
 def test_an_object_store_without_its_backend_says_which_package() -> None:
     with pytest.raises(GoldenUnavailable, match=r"no fsspec backend.*s3fs"):
-        load("s3://qa-golden/invoices/", ("s3://qa-golden/",))
+        load("s3://qa-golden/invoices/", ("s3://qa-golden/",), NS)
 
 
 def test_the_gate_reads_a_uri_golden_set_and_scores_both_tracks(tmp_path: Path) -> None:
@@ -153,7 +155,8 @@ def test_the_gate_reads_a_uri_golden_set_and_scores_both_tracks(tmp_path: Path) 
         serving=False,
         now="x",
     )
-    assert refused.phase == "Verifying" and "file:///golden/" in refused.message
+    assert refused.phase == "Verifying" and "file:///golden/{namespace}/" in refused.message
+    assert str(root) not in refused.message  # the rule, never the URI
 
 
 def test_the_allow_list_is_a_setting_read_at_start_up(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -187,21 +190,22 @@ def test_a_golden_set_over_http_is_read_from_its_index_page(tmp_path: Path) -> N
     try:
         base = f"http://127.0.0.1:{server.server_address[1]}"
         sources = (f"{base}/sets/",)
-        assert load(f"{base}/sets/inv", sources) == load(
-            f"file://{tmp_path}/sets/inv", (f"file://{tmp_path}/",)
+        assert load(f"{base}/sets/inv", sources, NS) == load(
+            f"file://{tmp_path}/sets/inv", (f"file://{tmp_path}/",), NS
         )
-        with pytest.raises(GoldenUnavailable, match=r"/sets/bad: UnicodeDecodeError$"):
-            load(f"{base}/sets/bad", sources)
-        with pytest.raises(GoldenUnavailable, match=r"/sets/none: HTTP 404$"):
-            load(f"{base}/sets/none", sources)
+        with pytest.raises(GoldenUnavailable, match=r"^UnicodeDecodeError$"):
+            load(f"{base}/sets/bad", sources, NS)
+        with pytest.raises(GoldenUnavailable, match=r"^HTTP 404$"):
+            load(f"{base}/sets/none", sources, NS)
         asked = len(paths)
         for uri in (
             f"{base}/other/",
             f"{base}/sets/../other/",
             f"http://localhost:{server.server_address[1]}/sets/inv",
         ):
-            with pytest.raises(GoldenUnavailable, match="DOCPARSER_OPERATOR_GOLDEN_SOURCES"):
-                load(uri, sources)
+            with pytest.raises(GoldenUnavailable, match=r"GOLDEN_SOURCES|URIPath") as caught:
+                load(uri, sources, NS)
+            assert uri not in str(caught.value)
         assert len(paths) == asked  # refused before any request
     finally:
         server.shutdown()

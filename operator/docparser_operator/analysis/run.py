@@ -79,7 +79,7 @@ def refusals(sources: Sources, model: DocParser) -> list[str]:
     canary = model.spec.canary
     if canary is None or canary.analysis is None:
         return []
-    return sources.refusals(canary.analysis)
+    return sources.refusals(canary.analysis, model.metadata.namespace)
 
 
 def _verify(
@@ -96,10 +96,11 @@ def _verify(
     assert config.golden is not None
     try:
         if config.golden.uri is not None:
-            refused = sources.golden.refusal(config.golden.uri)
+            namespace = model.metadata.namespace
+            refused = sources.golden.refusal(config.golden.uri, namespace)
             if refused is not None:
                 raise golden.GoldenUnavailable(refused)
-            docs = sources.golden.load(config.golden.uri)
+            docs = sources.golden.load(config.golden.uri, namespace)
         elif documents is None or config.golden.config_map_ref is None:
             raise golden.GoldenUnavailable("no ConfigMap reader")
         else:
@@ -135,7 +136,7 @@ def finish(
     where = (model.metadata.namespace, model.metadata.name)
     if state.phase == "Verifying":
         return _verify(sources, model, state, revisions, pods, documents)
-    metrics: MetricSource = sources.metrics(config)
+    metrics: MetricSource = sources.metrics(config, model.metadata.namespace)
     refused = metrics.refusal()
     problem = ""
 

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from docparser_operator.api import uri as uris
 from docparser_operator.api.analysis_spec import CanaryAnalysis
 from docparser_operator.api.pod import EnvVar, PodSettings, check_env
 from docparser_operator.api.replicas import Replicas
@@ -50,6 +51,12 @@ class Weights(WireModel):
             raise ValueError("sha256 must be 64 lowercase hex characters")
         if self.uri.startswith("pvc://") and not re.fullmatch(PVC_URI_PATTERN, self.uri):
             raise ValueError("a pvc:// uri must look like pvc://CLAIM/PATH")
+        # Past the CRD's pattern, the one URI parser (api/uri.py): a malformed URI (a bad IPv6
+        # literal, a port that is not a number) is a reason code here, not an init container
+        # failing in every pod; credentials belong in credentialsSecretRef, not userinfo.
+        problem = uris.problem(self.uri, uris.WEIGHTS)
+        if problem is not None:
+            raise ValueError(f"uri: {problem}")
         return self
 
     @property

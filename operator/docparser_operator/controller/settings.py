@@ -10,7 +10,7 @@ from __future__ import annotations
 from pydantic import AliasChoices, Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from docparser_operator.analysis.sources.golden_uri import http_allow_list
+from docparser_operator.analysis.sources.golden_uri import DEFAULT_SOURCES, http_allow_list
 from docparser_operator.analysis.sources.urls import AllowList
 
 
@@ -59,13 +59,15 @@ class OperatorSettings(BaseSettings):
         description="this replica's name in the Lease (downward API)",
     )
     golden_sources: str = Field(
-        "file:///golden/",
-        description="comma-separated URI prefixes a golden.uri may name (golden_source.py)",
+        ",".join(DEFAULT_SOURCES),
+        description="comma-separated URI prefixes a golden.uri may name; {namespace} in one is "
+        "the DocParser's namespace (analysis/sources/golden_uri.py)",
     )
     prometheus_urls: str = Field(
         "",
         description="comma-separated http(s) URL prefixes a DocParser's "
-        "spec.canary.analysis.prometheus.url may name (analysis/sources/urls.py); empty: none",
+        "spec.canary.analysis.prometheus.url may name; {namespace} in one is the DocParser's "
+        "namespace (analysis/sources/urls.py); empty: none",
     )
     kubeconfig: str | None = Field(
         None,

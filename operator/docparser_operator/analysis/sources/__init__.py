@@ -31,14 +31,15 @@ def guarded(
     resolve: Resolve = system_resolve,
 ) -> Sources:
     """The production sources: pods reached on their IP and the runtime's port only,
-    PromQL only under ``prometheus_urls``, golden sets only under ``golden_sources``.
-    Raises urls.BadURL for an entry that is not a plain http(s) prefix (at start-up)."""
+    PromQL only under ``prometheus_urls``, golden sets only under ``golden_sources`` (an
+    entry holding ``{namespace}`` is per namespace: urls.py).
+    Raises urls.BadURL for an entry that is not a plain prefix (at start-up)."""
     to_pods = Fetcher(AllowList.pods(naming.HTTP_PORT), resolve)
     to_prometheus = Fetcher(AllowList.of(prometheus_urls, PROMETHEUS_SETTING), resolve)
     to_golden = Fetcher(http_allow_list(golden_sources), resolve)
 
-    def promql(source: PrometheusSource) -> prometheus.PromQL:
-        return prometheus.PromQL(source, to_prometheus)
+    def promql(source: PrometheusSource, namespace: str) -> prometheus.PromQL:
+        return prometheus.PromQL(source, to_prometheus.scoped(namespace))
 
     return Sources(
         pods=pods.PodMetrics(pods.guarded(to_pods)),

@@ -70,10 +70,11 @@ class MetricSource(Protocol):
 class GoldenReader(Protocol):
     """The golden gate's I/O: a golden set by URI, and each track's pod parsing it."""
 
-    def refusal(self, uri: str) -> str | None:
-        """Why the golden set at ``uri`` may not be read, or None."""
+    def refusal(self, uri: str, namespace: str) -> str | None:
+        """Why the golden set at ``uri`` may not be read for a DocParser in ``namespace``
+        (the allow-list's entries may be per namespace), or None."""
 
-    def load(self, uri: str) -> Documents:
+    def load(self, uri: str, namespace: str) -> Documents:
         """The golden set at ``uri``; raises golden.GoldenUnavailable."""
 
     def read(
@@ -90,17 +91,21 @@ class Sources:
     """Everything one analysis pass may read, chosen by the controller."""
 
     pods: MetricSource
-    prometheus: Callable[[PrometheusSource], MetricSource]
+    prometheus: Callable[[PrometheusSource, str], MetricSource]  # (source, namespace)
     golden: GoldenReader
 
-    def metrics(self, config: CanaryAnalysis) -> MetricSource:
-        """The DocParser's metric source: its Prometheus when it names one, else the pods."""
-        return self.pods if config.prometheus is None else self.prometheus(config.prometheus)
+    def metrics(self, config: CanaryAnalysis, namespace: str) -> MetricSource:
+        """The metric source of a DocParser in ``namespace``: its Prometheus when it names
+        one (under the allow-list's rules for that namespace), else the pods."""
+        if config.prometheus is None:
+            return self.pods
+        return self.prometheus(config.prometheus, namespace)
 
-    def refusals(self, config: CanaryAnalysis) -> list[str]:
+    def refusals(self, config: CanaryAnalysis, namespace: str) -> list[str]:
         """Why the analysis names something the operator may not read (-> Degraded
-        ``SourceNotAllowed``); empty when every source it names is allowed."""
-        found = [self.metrics(config).refusal()]
+        ``SourceNotAllowed``); empty when every source it names is allowed. Each reason names
+        the field and the rule, never the field's value."""
+        found = [self.metrics(config, namespace).refusal()]
         if config.golden is not None and config.golden.uri is not None:
-            found.append(self.golden.refusal(config.golden.uri))
+            found.append(self.golden.refusal(config.golden.uri, namespace))
         return [r for r in found if r is not None]

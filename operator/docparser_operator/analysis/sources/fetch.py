@@ -6,6 +6,9 @@ of someone else (a DocParser's author, a pod's owner), so each gets the same gua
 rather than whatever the calling module remembered:
 
 - the URL must pass an ``AllowList`` (urls.py) *before* anything is resolved or connected;
+  it has no query of its own (the one parser, api/uri.py, refuses one): the request is
+  rebuilt from its parsed scheme, host, port and path, plus the caller's ``params`` encoded
+  here, so a tenant's URL can never add or replace a parameter (a second ``query=``);
 - a name is resolved once and the connection goes to that address (no second lookup for a
   rebinding resolver to answer differently), and no address in ``DENIED`` is ever dialled,
   whatever name or literal led there (cloud metadata, link-local, unspecified, multicast);
@@ -31,10 +34,12 @@ import socket
 import ssl
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from docparser_operator.analysis.sources.urls import AllowList, BadURL, Target, parse
+from docparser_operator.analysis.sources.urls import AllowList, Target, parse
+from docparser_operator.api.uri import BadURI
 
 # Never dialled, by name or by literal: where the cloud's instance metadata (and its
 # credentials) answer, and addresses that are never a service.
@@ -117,8 +122,19 @@ class Fetcher:
     def refusal(self, url: str) -> str | None:
         return self.allow.refusal(url)
 
-    def get(self, url: str, *, timeout_s: float, max_bytes: int) -> Reply:
-        return self.request("GET", url, timeout_s=timeout_s, max_bytes=max_bytes)
+    def scoped(self, namespace: str) -> Fetcher:
+        """This client for a DocParser in ``namespace`` (its ``{namespace}`` rules)."""
+        return replace(self, allow=self.allow.scoped(namespace))
+
+    def get(
+        self,
+        url: str,
+        *,
+        timeout_s: float,
+        max_bytes: int,
+        params: Mapping[str, str] | None = None,
+    ) -> Reply:
+        return self.request("GET", url, timeout_s=timeout_s, max_bytes=max_bytes, params=params)
 
     def request(
         self,
@@ -129,16 +145,20 @@ class Fetcher:
         max_bytes: int,
         body: bytes | None = None,
         headers: Mapping[str, str] | None = None,
+        params: Mapping[str, str] | None = None,
     ) -> Reply:
         """One exchange within ``timeout_s`` (all of it: lookup aside, connect, headers,
-        body) and ``max_bytes`` of body. Raises NotAllowed before any I/O, FetchError after."""
+        body) and ``max_bytes`` of body. ``params``: the query, the caller's own (``url`` has
+        none). Raises NotAllowed before any I/O, FetchError after."""
         reason = self.allow.refusal(url)
         if reason is not None:
             raise NotAllowed(reason)
         try:
             target = parse(url)
-        except BadURL as exc:  # refusal() already said so; kept for the type checker
+        except BadURI as exc:  # refusal() already said so; kept for the type checker
             raise NotAllowed(str(exc)) from exc
+        target = replace(target, query=urllib.parse.urlencode(params or {}))
+        assert target.port is not None  # an http(s) URL's port is always made explicit
         deadline = time.monotonic() + timeout_s
         address = self._address(target)
         remaining = max(0.001, deadline - time.monotonic())
@@ -183,13 +203,13 @@ class Fetcher:
             addresses = [target.host]
         else:
             try:
-                addresses = self.resolve(target.host, target.port)
+                addresses = self.resolve(target.host, target.port or 0)
             except OSError as exc:
                 raise FetchError(_reason(exc)) from None
         if not addresses:
             raise FetchError("DNSError")
         if any(denied(a) for a in addresses):
-            raise NotAllowed(f"{target.origin}: resolves to an address the operator never dials")
+            raise NotAllowed("the host resolves to an address the operator never dials")
         return addresses[0]
 
     def _exchange(

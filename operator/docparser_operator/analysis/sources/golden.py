@@ -5,8 +5,9 @@ expected text). Each document is sent to one Ready canary pod and one Ready stab
 (``POST <podIP>:8000/v1/document/parse``, the API clients use) and their ``content`` is
 kept for scoring (analysis.score_golden). Any failure raises ``GoldenUnavailable`` with a
 message for status: the gate then waits, and the canary still gets no traffic. That message
-names the document, the track and a reason code (the guarded client's, fetch.py), never what
-the pod answered: the pod belongs to whoever may create pods in the namespace.
+names the track, its pod's IP and a reason code (the guarded client's, fetch.py), never what
+the pod answered (the pod belongs to whoever may create pods in the namespace) nor a file
+name (the set's author chose it).
 """
 
 from __future__ import annotations
@@ -39,24 +40,42 @@ Documents = dict[str, tuple[str, bytes, str]]  # id -> (filename, bytes, expecte
 EXPECTED_SUFFIXES = (".txt", ".md")  # the expected text, or the expected Markdown
 
 
+# A document's file name: its id is shown in status (the scores), so it is plain and short.
+PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
 def pair(filenames: Iterable[str]) -> dict[str, tuple[str, str]]:
     """id -> (document file, expected-text file) among ``filenames`` (pure; any source).
 
     A document is ``<id>.png`` / ``.pdf`` / ...; its expectation ``<id>.txt`` or ``<id>.md``.
     A document without one is an error, not a skip: a golden set that silently shrank
-    would pass a canary on fewer documents than its author meant."""
+    would pass a canary on fewer documents than its author meant. The errors name the rule
+    and a count, never a file: the names are the folder's (or the ConfigMap's), and status
+    carries no text that a tenant or a store chose."""
     names = set(filenames)
-    pairs: dict[str, tuple[str, str]] = {}
+    documents: dict[str, list[str]] = {}
     for filename in sorted(names):
         stem, dot, suffix = filename.rpartition(".")
-        if not dot or f".{suffix.lower()}" not in DOCUMENT_SUFFIXES:
-            continue
+        if dot and f".{suffix.lower()}" in DOCUMENT_SUFFIXES:
+            documents.setdefault(stem, []).append(filename)
+    if not all(PLAIN_NAME.fullmatch(f) for files in documents.values() for f in files):
+        raise GoldenUnavailable(
+            "a document's file name is not plain (A-Z, a-z, 0-9, '.', '_', '-'; 128 at most)"
+        )
+    if any(len(files) > 1 for files in documents.values()):
+        raise GoldenUnavailable("two documents share one ID (e.g. ID.png and ID.pdf)")
+    pairs: dict[str, tuple[str, str]] = {}
+    missing = 0
+    for stem, (filename,) in documents.items():
         expected = next((stem + s for s in EXPECTED_SUFFIXES if stem + s in names), None)
         if expected is None:
-            raise GoldenUnavailable(f"{filename} has no expected text {stem}.txt (or {stem}.md)")
-        if stem in pairs:
-            raise GoldenUnavailable(f"two documents named {stem}: {pairs[stem][0]}, {filename}")
-        pairs[stem] = (filename, expected)
+            missing += 1
+        else:
+            pairs[stem] = (filename, expected)
+    if missing:
+        raise GoldenUnavailable(
+            f"{missing} document(s) with no expected text (ID.txt or ID.md beside ID.png)"
+        )
     if not pairs:
         raise GoldenUnavailable("no documents (ID.png or ID.pdf, with ID.txt or ID.md)")
     if len(pairs) > MAX_DOCUMENTS:
@@ -73,7 +92,7 @@ def documents_of(config_map: Mapping[str, Any]) -> Documents:
     docs: Documents = {}
     for stem, (filename, expected) in pairs.items():
         if filename not in binary or expected not in data:
-            raise GoldenUnavailable(f"{stem}: the document goes in binaryData, its text in data")
+            raise GoldenUnavailable("a document goes in binaryData, its expected text in data")
         docs[stem] = (filename, base64.b64decode(binary[filename]), data[expected])
     return docs
 
@@ -153,10 +172,8 @@ def read(
             try:
                 texts.append(post(url, filename, data))
             except FetchError as exc:  # refused, unreachable, timed out, an error reply
-                raise GoldenUnavailable(f"{doc}: the {role} pod {ip}: {exc}") from None
+                raise GoldenUnavailable(f"the {role} pod {ip}: {exc}") from None
             except Exception as exc:  # a caller's own transport: its class, never its text
-                raise GoldenUnavailable(
-                    f"{doc}: the {role} pod {ip}: {type(exc).__name__}"
-                ) from None
+                raise GoldenUnavailable(f"the {role} pod {ip}: {type(exc).__name__}") from None
         results[doc] = (expected, texts[0], texts[1])
     return results

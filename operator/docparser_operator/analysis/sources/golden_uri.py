@@ -11,13 +11,18 @@ folder's index page: the links to plain file names in it, as nginx's autoindex o
 ``python -m http.server`` list them. A ConfigMap is capped at 1 MiB; a folder holds scans up
 to the limits below.
 
-Why an allow-list (``DOCPARSER_OPERATOR_GOLDEN_SOURCES``, default ``file:///golden/``): a
-DocParser's author picks the URI, and the operator reads it with its own identity and sends
-the bytes to a pod that author runs. Without the list any namespace could have the operator
-read its other files or buckets. ``file://`` paths are compared after resolving symlinks and
-``..``; http(s) URIs after normalisation (urls.py: scheme, host, port, path prefix, no
-userinfo); other URIs must not contain a ``..`` segment at all. A failure's message names
-the URI and an error class, never what the store or server said.
+Why an allow-list (``DOCPARSER_OPERATOR_GOLDEN_SOURCES``, default
+``file:///golden/{namespace}/``): a DocParser's author picks the URI, and the operator reads it
+with its own identity and sends the bytes to a pod whose image that author chose. Without the
+list any namespace could have the operator read its other files or buckets; with one list for
+the whole cluster, any namespace could still read another team's golden folder under a shared
+prefix. So an entry is per namespace through ``{namespace}``, replaced by the DocParser's
+namespace before comparing (urls.py: whole segments, a namespace is a DNS label); an entry
+without it is shared by every namespace. The URI goes through the one parser (api/uri.py: no
+userinfo, query, fragment, ``.``/``..`` segment or percent-escape outside http(s)), is compared
+in its canonical form (``file://`` after resolving symlinks), and what is read is rebuilt from
+that form, not the text. A refusal names the rule, a failure an error class or reason code:
+never the URI, a file name, or what the store or server said.
 """
 
 from __future__ import annotations
@@ -25,69 +30,69 @@ from __future__ import annotations
 import html.parser
 import os
 import posixpath
-import re
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from docparser_operator.analysis.sources import golden
 from docparser_operator.analysis.sources.fetch import Fetcher, FetchError
 from docparser_operator.analysis.sources.golden import Documents, GoldenUnavailable, pair
-from docparser_operator.analysis.sources.urls import AllowList, BadURL
+from docparser_operator.analysis.sources.urls import AllowList, check_entries, prefix, refused_by
+from docparser_operator.api import uri as uris
+from docparser_operator.api.uri import URI, BadURI
 
 MAX_DOCUMENT_BYTES = 32 * 1024 * 1024
 MAX_TOTAL_BYTES = 128 * 1024 * 1024
-DEFAULT_SOURCES = ("file:///golden/",)
+DEFAULT_SOURCES = ("file:///golden/{namespace}/",)
 SETTING = "DOCPARSER_OPERATOR_GOLDEN_SOURCES"
 LISTING_MAX_BYTES = 1024 * 1024
 HTTP_TIMEOUT_S = 60.0
-_PLAIN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")  # a ConfigMap key, as short
 
 # uri -> (filesystem, path in it): fsspec.core.url_to_fs by default; tests pass their own.
 Open = Callable[[str], tuple[Any, str]]
 
 
-def _file_path(uri: str) -> str:
-    return os.path.realpath(urllib.parse.unquote(urllib.parse.urlsplit(uri).path))
+def check_sources(sources: Sequence[str]) -> tuple[str, ...]:
+    """The golden sources, each checked as a prefix (at start-up; BadURL names a bad one)."""
+    return check_entries(sources, SETTING, uris.GOLDEN)
 
 
 def http_allow_list(sources: Sequence[str]) -> AllowList:
     """The http(s) entries of the golden sources, as an allow-list (BadURL on a bad one)."""
-    web = [p for p in sources if urllib.parse.urlsplit(p).scheme.lower() in ("http", "https")]
+    web = [p for p in check_sources(sources) if p.partition("://")[0].lower() in uris.WEB]
     return AllowList.of(web, SETTING)
 
 
-def refusal(uri: str, sources: Sequence[str]) -> str | None:
-    """Why ``uri`` may not be read, or None (pure but for resolving file:// symlinks)."""
-    scheme = urllib.parse.urlsplit(uri).scheme
-    if scheme.lower() in ("http", "https"):
-        try:
-            allow = http_allow_list(sources)
-        except BadURL as exc:
-            return str(exc)
-        return None if allow.refusal(uri) is None else _refused(uri, sources)
-    for prefix in sources:
-        if scheme == "file" and urllib.parse.urlsplit(prefix).scheme == "file":
-            root = _file_path(prefix).rstrip("/") + "/"
-            if (_file_path(uri).rstrip("/") + "/").startswith(root):
-                return None
-        elif (
-            scheme != "file"
-            and ".." not in uri.split("/")
-            and (uri + "/").startswith(prefix.rstrip("/") + "/")
-        ):
-            return None
-    return _refused(uri, sources)
+def _real(path: str) -> str:
+    return os.path.realpath(path).rstrip("/") + "/"
 
 
-def _refused(uri: str, sources: Sequence[str]) -> str:
-    allowed = ", ".join(sources) or "none"
-    shown = uri if "@" not in uri else "a URI with userinfo"
-    return (
-        f"{shown} is not under the operator's golden sources ({allowed}); "
-        f"an admin adds a prefix with {SETTING}"
-    )
+def located(uri: str, sources: Sequence[str], namespace: str) -> URI | str:
+    """What to read for ``uri`` (its canonical form; a ``file://`` path with its symlinks
+    resolved), or why not: the rule that refused it (pure but for resolving symlinks)."""
+    try:
+        target = uris.parse(uri, uris.GOLDEN)
+    except BadURI as exc:
+        return f"refused: {exc}"
+    if target.scheme == "file":
+        target = replace(target, path=os.path.realpath(target.path))
+    for entry in sources:
+        rule = prefix(entry, namespace, uris.GOLDEN)
+        if rule is None:
+            continue
+        if rule.scheme == target.scheme == "file":
+            if _real(target.path).startswith(_real(rule.path)):
+                return target
+        elif target.under(rule):
+            return target
+    return refused_by(sources, SETTING)
+
+
+def refusal(uri: str, sources: Sequence[str], namespace: str) -> str | None:
+    """Why ``uri`` may not be read by a DocParser in ``namespace``, or None."""
+    where = located(uri, sources, namespace)
+    return where if isinstance(where, str) else None
 
 
 class _Links(html.parser.HTMLParser):
@@ -101,7 +106,7 @@ class _Links(html.parser.HTMLParser):
         for key, value in attrs:
             if tag == "a" and key == "href" and value:
                 name = urllib.parse.unquote(value)
-                if _PLAIN_NAME.match(name):
+                if golden.PLAIN_NAME.fullmatch(name):
                     self.names.append(name)
 
 
@@ -127,9 +132,9 @@ def _load_http(uri: str, fetcher: Fetcher) -> Documents:
             docs[stem] = (document, data, text)
         return docs
     except FetchError as exc:  # a reason code: never the server's words
-        raise GoldenUnavailable(f"{uri}: {exc}") from None
+        raise GoldenUnavailable(str(exc)) from None
     except UnicodeDecodeError:
-        raise GoldenUnavailable(f"{uri}: UnicodeDecodeError") from None
+        raise GoldenUnavailable("UnicodeDecodeError") from None
 
 
 def _open(uri: str) -> tuple[Any, str]:
@@ -140,19 +145,27 @@ def _open(uri: str) -> tuple[Any, str]:
 
 
 def load(
-    uri: str, sources: Sequence[str], open_fs: Open = _open, fetcher: Fetcher | None = None
+    uri: str,
+    sources: Sequence[str],
+    namespace: str,
+    open_fs: Open = _open,
+    fetcher: Fetcher | None = None,
 ) -> Documents:
-    """The golden documents of the folder at ``uri``; GoldenUnavailable says why not.
-    ``fetcher``: the guarded client for http(s) folders (default: one for ``sources``)."""
-    reason = refusal(uri, sources)
-    if reason is not None:
-        raise GoldenUnavailable(reason)
-    if urllib.parse.urlsplit(uri).scheme.lower() in ("http", "https"):
-        return _load_http(uri, fetcher or Fetcher(http_allow_list(sources)))
+    """The golden documents of the folder at ``uri`` for a DocParser in ``namespace``;
+    GoldenUnavailable says why not. ``fetcher``: the guarded client for http(s) folders
+    (default: one for ``sources``)."""
+    target = located(uri, sources, namespace)
+    if isinstance(target, str):
+        raise GoldenUnavailable(target)
+    if target.scheme in uris.WEB:
+        client = fetcher or Fetcher(http_allow_list(sources))
+        return _load_http(str(target), client.scoped(namespace))
     try:
-        fs, root = open_fs(uri)
+        fs, root = open_fs(str(target))
     except ImportError as exc:  # fsspec names the package the scheme needs
-        raise GoldenUnavailable(f"{uri}: no fsspec backend in the operator image: {exc}") from exc
+        raise GoldenUnavailable(
+            f"no fsspec backend for {target.scheme}:// in the operator image: {exc}"
+        ) from exc
     try:
         entries = fs.ls(root, detail=True)
         files = {
@@ -167,7 +180,7 @@ def load(
         chosen = [name for doc in pairs.values() for name in doc]
         too_big = [n for n in chosen if files[n][1] > MAX_DOCUMENT_BYTES]
         if too_big:
-            raise GoldenUnavailable(f"{too_big[0]} is over {MAX_DOCUMENT_BYTES >> 20} MiB")
+            raise GoldenUnavailable(f"a document is over {MAX_DOCUMENT_BYTES >> 20} MiB")
         if sum(files[n][1] for n in chosen) > MAX_TOTAL_BYTES:
             raise GoldenUnavailable(f"the golden set is over {MAX_TOTAL_BYTES >> 20} MiB")
         docs: Documents = {}
@@ -179,7 +192,7 @@ def load(
         raise
     except Exception as exc:  # a missing folder, denied, not UTF-8, any store's own error
         # The class alone: a store's message quotes its server (an object store's XML error).
-        raise GoldenUnavailable(f"{uri}: {type(exc).__name__}") from None
+        raise GoldenUnavailable(type(exc).__name__) from None
 
 
 @dataclass(frozen=True)
@@ -192,12 +205,12 @@ class GoldenSets:
     fetcher: Fetcher | None = None  # for http(s) sets; default: one for ``sources``
     open_fs: Open = _open
 
-    def refusal(self, uri: str) -> str | None:
-        reason = refusal(uri, self.sources)
+    def refusal(self, uri: str, namespace: str) -> str | None:
+        reason = refusal(uri, self.sources, namespace)
         return None if reason is None else f"spec.canary.analysis.golden.uri: {reason}"
 
-    def load(self, uri: str) -> Documents:
-        return load(uri, self.sources, self.open_fs, self.fetcher)
+    def load(self, uri: str, namespace: str) -> Documents:
+        return load(uri, self.sources, namespace, self.open_fs, self.fetcher)
 
     def read(
         self,

@@ -17,23 +17,29 @@ born inside the window (the first 5xx of a pod) counts from its first scrape on:
 PromQL caveats, which the thresholds absorb.
 
 The URL is the DocParser author's choice, so it is fetched only when a cluster admin allowed it
-(``DOCPARSER_OPERATOR_PROMETHEUS_URLS``; fetch.py never follows a redirect and bounds every
-reply), and a failed query is reported as the HTTP status and Prometheus' ``errorType`` alone:
+(``DOCPARSER_OPERATOR_PROMETHEUS_URLS``, optionally per namespace with ``{namespace}``;
+fetch.py never follows a redirect and bounds every reply). It may not carry a query: each
+request is rebuilt from its parsed scheme, host, port and path plus ``query=<our PromQL>``,
+because Prometheus evaluates the first ``query`` it reads, and one in the author's URL would
+replace the operator's, reading any series of any namespace into status (through the window's
+counts). A failed query is reported as the HTTP status and Prometheus' ``errorType`` alone:
 an error body could be any internal endpoint's JSON, and status is readable by the author.
+Nothing of the URL itself goes to status either: the field's name stands for it.
 """
 
 from __future__ import annotations
 
 import json
-import urllib.parse
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from docparser_operator.analysis import shadow
 from docparser_operator.analysis.counters import OUTCOMES, TrackCounters
 from docparser_operator.analysis.shadow import ShadowCounters
 from docparser_operator.analysis.sources.base import ShadowQuery, SourceUnavailable, TrackQuery
 from docparser_operator.analysis.sources.fetch import Fetcher, FetchError
+from docparser_operator.analysis.sources.urls import parse
 from docparser_operator.api.analysis_spec import PrometheusSource
+from docparser_operator.api.uri import BadURI
 
 QUERY_TIMEOUT_S = 5.0
 QUERY_MAX_BYTES = 8 * 1024 * 1024  # a few summed series; anything near this is not ours
@@ -46,7 +52,14 @@ ERROR_TYPES = frozenset(
 
 class PrometheusUnavailable(Exception):
     """The query failed or Prometheus answered with an error: no verdict this pass. The
-    message is the URL (the author's own) and reason codes, never the reply's text."""
+    message is reason codes only: never the URL, never the reply's text."""
+
+
+def query_url(source: PrometheusSource) -> str:
+    """The instant-query endpoint under ``source.url``, rebuilt from its parsed parts (no
+    query, fragment or userinfo survives: the parser refuses them); raises BadURI."""
+    base = parse(source.url)
+    return str(replace(base, path=base.path.rstrip("/") + "/api/v1/query", query=""))
 
 
 def selector(source: PrometheusSource, namespace: str, revision: str, **extra: str) -> str:
@@ -83,22 +96,26 @@ Rows = list[tuple[dict[str, str], float]]
 
 
 def _instant(source: PrometheusSource, promql: str, fetcher: Fetcher) -> Rows:
-    url = f"{source.url.rstrip('/')}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
-    where = source.url.rstrip("/")
+    where = "spec.canary.analysis.prometheus.url"
     try:
-        reply = fetcher.get(url, timeout_s=QUERY_TIMEOUT_S, max_bytes=QUERY_MAX_BYTES)
+        url = query_url(source)
+        reply = fetcher.get(
+            url, params={"query": promql}, timeout_s=QUERY_TIMEOUT_S, max_bytes=QUERY_MAX_BYTES
+        )
+    except BadURI as exc:
+        raise PrometheusUnavailable(f"{where}: refused: {exc}") from None
     except FetchError as exc:  # refused, unreachable, timed out, too large, a redirect
-        raise PrometheusUnavailable(f"{where}: {exc}") from None
+        raise PrometheusUnavailable(f"{exc}") from None
     try:
         body = json.loads(reply.body)
     except ValueError:
         body = None
     if not isinstance(body, dict):
-        raise PrometheusUnavailable(f"{where}: HTTP {reply.status}, not a Prometheus API reply")
+        raise PrometheusUnavailable(f"HTTP {reply.status}, not a Prometheus API reply")
     if body.get("status") != "success" or reply.status != 200:
         error_type = body.get("errorType")
         said = error_type if error_type in ERROR_TYPES else "unknown"
-        raise PrometheusUnavailable(f"{where}: HTTP {reply.status}, errorType {said}")
+        raise PrometheusUnavailable(f"HTTP {reply.status}, errorType {said}")
     try:
         rows = [
             (
@@ -108,7 +125,7 @@ def _instant(source: PrometheusSource, promql: str, fetcher: Fetcher) -> Rows:
             for item in (body.get("data") or {}).get("result") or []
         ]
     except (AttributeError, KeyError, IndexError, TypeError, ValueError):
-        raise PrometheusUnavailable(f"{where}: HTTP 200, a malformed vector") from None
+        raise PrometheusUnavailable("HTTP 200, a malformed vector") from None
     return rows
 
 

@@ -1,22 +1,21 @@
-"""Which URLs the operator may fetch: normalisation and the allow-list (pure).
+"""Which URLs the operator may fetch: the allow-lists, per namespace (pure).
 
 Why: a DocParser's author chooses ``spec.canary.analysis.prometheus.url`` (and a
 ``golden.uri``), but the operator fetches it with its own network position, next to the API
 server, the cloud metadata service and every internal admin endpoint. Only a cluster admin
 decides where that may go (``DOCPARSER_OPERATOR_PROMETHEUS_URLS``,
 ``DOCPARSER_OPERATOR_GOLDEN_SOURCES``), and a URL is compared with those entries only after
-both are reduced to one canonical form, so spelling cannot widen the list:
+both went through the one parser (api/uri.py), so spelling cannot widen the list: no
+userinfo, query or fragment; canonical host and explicit port; no dot segment or encoded
+separator; a rule's path is a prefix on segment boundaries; a name rule never matches an IP
+literal or the reverse, even when the name resolves to that address.
 
-- scheme ``http`` or ``https`` only; port made explicit (``:80`` equals no port);
-- no userinfo at all (``http://allowed@evil/`` is refused, not parsed one way by us and
-  another by a client);
-- a host is either a DNS name (lower case, IDNA, no trailing dot) or an IP literal in its
-  canonical form. Numeric spellings that resolvers read as IPv4 (``127.1``, ``0x7f.0.0.1``,
-  ``2130706433``) are refused, and a name rule never matches an IP literal or the reverse,
-  even when the name resolves to that address;
-- the path has no ``.``/``..`` segment and no encoded ``.``, ``/`` or ``\\``; a rule's path
-  is a prefix on segment boundaries (``/prom`` admits ``/prom/api`` but not ``/promx``);
-- no fragment, no control characters, no whitespace, no backslash.
+Per namespace: an entry may hold ``{namespace}`` (``http://prom.monitoring.svc:9090/{namespace}/``,
+``s3://goldens/{namespace}/``), replaced by the DocParser's own namespace before comparing, so
+one namespace's rule never admits another's folder. A namespace is a DNS label (no ``/``,
+``.`` or ``%``), so the replacement stays inside the segment or label it was written in, and
+two namespaces never yield the same rule (``team`` is not a prefix of ``team-b``'s segment:
+prefixes match whole segments). An entry without the placeholder is shared by every namespace.
 
 Pod addresses are not tenant-chosen URLs but the kubelet's ``status.podIP``: the rule for them
 (``AllowList.pod_port``) admits an IP literal on the runtime's port only.
@@ -24,147 +23,106 @@ Pod addresses are not tenant-chosen URLs but the kubelet's ``status.podIP``: the
 
 from __future__ import annotations
 
-import ipaddress
 import re
-from collections.abc import Iterable
-from dataclasses import dataclass
-from urllib.parse import urlsplit
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 
-DEFAULT_PORTS = {"http": 80, "https": 443}
-_LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
-_NUMERIC = re.compile(r"^(0x[0-9a-f]*|[0-9]+)$")  # what inet_aton would read as a number
-_ENCODED_SEPARATOR = re.compile(r"%(2e|2f|5c)", re.IGNORECASE)
+from docparser_operator.api import uri as uris
+from docparser_operator.api.uri import URI, BadURI, Grammar
+
+PLACEHOLDER = "{namespace}"
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # a DNS label
+_SAMPLE_NAMESPACE = "namespace"  # what start-up substitutes to check an entry's form
+
+Target = URI  # an http(s) URL in canonical form: what the client connects to
 
 
 class BadURL(ValueError):
-    """A URL that is not one canonical http(s) URL; the message is safe to show."""
-
-
-@dataclass(frozen=True)
-class Target:
-    """One URL in canonical form: what the allow-list compares and the client connects to."""
-
-    scheme: str
-    host: str  # DNS name (lower case, IDNA) or canonical IP literal (no brackets)
-    port: int
-    path: str  # starts with "/"
-    query: str
-    is_ip: bool
-
-    @property
-    def origin(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{self.scheme}://{host}:{self.port}"
-
-    def __str__(self) -> str:
-        return self.origin + self.path + (f"?{self.query}" if self.query else "")
-
-
-def _host(raw: str) -> tuple[str, bool]:
-    if raw.startswith("["):
-        if not raw.endswith("]") or "%" in raw:
-            raise BadURL("an IPv6 literal is [address], without a zone")
-        return str(ipaddress.IPv6Address(raw[1:-1])), True
-    try:
-        return str(ipaddress.IPv4Address(raw)), True
-    except ValueError:
-        pass
-    name = raw.lower().removesuffix(".")
-    try:
-        name = name.encode("idna").decode("ascii")
-    except UnicodeError as exc:
-        raise BadURL("the host is not a valid DNS name") from exc
-    labels = name.split(".")
-    if not name or not all(_LABEL.match(label) for label in labels):
-        raise BadURL("the host is not a valid DNS name or IP literal")
-    if _NUMERIC.match(labels[-1]):
-        raise BadURL("a numeric host that is not a canonical IPv4 address")
-    return name, False
+    """An allow-list entry that is not a plain prefix: stops start-up, naming the setting and
+    the entry (an admin's own text, never a tenant's)."""
 
 
 def parse(url: str) -> Target:
-    """``url`` in canonical form; BadURL says why it has none."""
-    if any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F or c == "\\" for c in url):
-        raise BadURL("whitespace, control characters or a backslash in the URL")
-    parts = urlsplit(url)
-    scheme = parts.scheme.lower()
-    if scheme not in DEFAULT_PORTS:
-        raise BadURL("only http:// and https:// URLs are fetched")
-    if "@" in parts.netloc:
-        raise BadURL("a URL with userinfo (user@host) is refused")
-    if parts.fragment or url.endswith("#"):
-        raise BadURL("a URL with a fragment is refused")
-    netloc = parts.netloc
-    if netloc.startswith("["):
-        end = netloc.find("]")
-        raw_host, rest = netloc[: end + 1], netloc[end + 1 :]
-        if end < 0 or (rest and not rest.startswith(":")):
-            raise BadURL("an IPv6 literal is [address] or [address]:port")
-        raw_port = rest[1:]
-    else:
-        raw_host, _, raw_port = netloc.partition(":")
-    if raw_port and not raw_port.isdigit():
-        raise BadURL("the port is not a number")
-    port = int(raw_port) if raw_port else DEFAULT_PORTS[scheme]
-    if not 0 < port < 65536:
-        raise BadURL("the port is out of range")
-    if not raw_host:
-        raise BadURL("the URL has no host")
-    host, is_ip = _host(raw_host)
-    path = parts.path or "/"
-    if _ENCODED_SEPARATOR.search(path) or any(s in (".", "..") for s in path.split("/")):
-        raise BadURL("a path with . or .. segments or an encoded separator is refused")
-    return Target(scheme, host, port, path, parts.query, is_ip)
+    """An http(s) URL in canonical form (api/uri.py); BadURI (a code) says why it has none."""
+    return uris.parse(url, uris.HTTP)
 
 
-def _under(path: str, prefix: str) -> bool:
-    return (path.rstrip("/") + "/").startswith(prefix.rstrip("/") + "/")
+def prefix(entry: str, namespace: str | None, grammar: Grammar) -> URI | None:
+    """``entry`` as a prefix for ``namespace``: ``{namespace}`` replaced. None when the entry
+    admits nothing there (it has the placeholder and no valid namespace is given, or the
+    namespace makes it invalid, e.g. a host label over 63 characters)."""
+    if PLACEHOLDER in entry:
+        if namespace is None or not _NAMESPACE.fullmatch(namespace):
+            return None
+        entry = entry.replace(PLACEHOLDER, namespace)
+    try:
+        rule = uris.parse(entry, grammar)
+    except BadURI:
+        return None
+    return None if rule.query else rule
+
+
+def check_entries(entries: Iterable[str], setting: str, grammar: Grammar) -> tuple[str, ...]:
+    """The entries, each checked as a prefix (with a sample namespace for ``{namespace}``);
+    BadURL names the first bad one, so a typo never silently admits nothing (or more)."""
+    checked = []
+    for entry in entries:
+        try:
+            rule = uris.parse(entry.replace(PLACEHOLDER, _SAMPLE_NAMESPACE), grammar)
+        except BadURI as exc:
+            raise BadURL(f"{setting}: {entry!r}: {exc}") from exc
+        if rule.query:
+            raise BadURL(f"{setting}: {entry!r}: a prefix has no query")
+        checked.append(entry)
+    return tuple(checked)
+
+
+def refused_by(entries: Sequence[str], setting: str) -> str:
+    """The refusal of a URL no entry admits: the rule (the admin's entries, as written, and
+    the setting), never the URL."""
+    allowed = ", ".join(entries) or "none"
+    return f"not under {setting} ({allowed}); a cluster admin adds a prefix there"
 
 
 @dataclass(frozen=True)
 class AllowList:
-    """URL prefixes (canonical ``Target``s) a fetch may go to, and optionally any IP literal on
-    one port (the pods' own address rule)."""
+    """http(s) URL prefixes a fetch may go to, for one namespace when scoped (``{namespace}``
+    entries admit nothing unscoped), and optionally any IP literal on one port (the pods' own
+    address rule)."""
 
-    prefixes: tuple[Target, ...] = ()
+    entries: tuple[str, ...] = ()
     pod_port: int | None = None
     setting: str = "DOCPARSER_OPERATOR_PROMETHEUS_URLS"  # named in refusals
+    namespace: str | None = None
 
     @classmethod
     def of(cls, entries: Iterable[str], setting: str) -> AllowList:
         """The allow-list of these entries; BadURL names the first one that is not a plain
-        http(s) prefix (checked at start-up, so a typo never silently admits nothing)."""
-        prefixes = []
-        for entry in entries:
-            try:
-                target = parse(entry)
-            except BadURL as exc:
-                raise BadURL(f"{setting}: {entry!r}: {exc}") from exc
-            if target.query:
-                raise BadURL(f"{setting}: {entry!r}: a prefix has no query")
-            prefixes.append(target)
-        return cls(tuple(prefixes), setting=setting)
+        http(s) prefix (checked at start-up)."""
+        return cls(check_entries(entries, setting, uris.HTTP), setting=setting)
 
     @classmethod
     def pods(cls, port: int) -> AllowList:
         return cls(pod_port=port, setting="the pods' own address")
 
+    def scoped(self, namespace: str) -> AllowList:
+        """This list for a DocParser in ``namespace``."""
+        return replace(self, namespace=namespace)
+
     def refusal(self, url: str) -> str | None:
-        """Why ``url`` may not be fetched, or None. The message names the URL's origin only
-        (never userinfo) and the setting that would admit it."""
+        """Why ``url`` may not be fetched, or None. The message names the rule that refused
+        it (a reason code, the setting), never the URL."""
         try:
             target = parse(url)
-        except BadURL as exc:
-            return f"not fetched: {exc}"
+        except BadURI as exc:
+            return f"refused: {exc}"
+        if target.query:  # parse refuses one; the operator's own parameters go separately
+            return f"refused: {BadURI('URIQuery')}"
         if self.pod_port is not None:
             pod = target.is_ip and target.scheme == "http" and target.port == self.pod_port
-            return None if pod else f"{target.origin}: not a pod's IP on port {self.pod_port}"
-        for rule in self.prefixes:
-            same = (rule.scheme, rule.host, rule.port) == (target.scheme, target.host, target.port)
-            if same and _under(target.path, rule.path):
+            return None if pod else f"not a pod's IP on port {self.pod_port}"
+        for entry in self.entries:
+            rule = prefix(entry, self.namespace, uris.HTTP)
+            if rule is not None and target.under(rule):
                 return None
-        allowed = ", ".join(str(p) for p in self.prefixes) or "none"
-        return (
-            f"{target.origin}{target.path} is not under the operator's allowed URLs ({allowed}); "
-            f"a cluster admin adds a prefix with {self.setting}"
-        )
+        return refused_by(self.entries, self.setting)
