@@ -267,3 +267,44 @@ def test_cancel_stops_a_running_batch_and_keeps_what_ran(env):
     assert wait_done(sdk, finished.id).status == "completed"
     with pytest.raises(openai.ConflictError):
         sdk.batches.cancel(finished.id)
+
+
+def test_a_leaving_pod_claims_no_line_and_another_pod_runs_the_batch(tmp_path):
+    """The preStop signal (SIGUSR1): the pod still answers the batch routes but its worker
+    claims nothing; a pod that stays runs the whole batch, each line once."""
+    import signal
+
+    import redis as redis_client
+
+    with RedisServer() as redis:
+        env = {
+            "DOCPARSER_DEFAULT_TIER": "0",
+            "DOCPARSER_REDIS_URL": redis.url,
+            "DOCPARSER_BATCH_STORAGE_URI": f"file://{tmp_path}/store",
+            "DOCPARSER_BATCH_POLL_S": "0.1",
+        }
+        with LiveServer(env=env) as leaving:
+            leaving.signal(signal.SIGUSR1)
+            deadline = time.monotonic() + 30
+            while "the pod is leaving" not in leaving.log():
+                assert time.monotonic() < deadline, leaving.log()
+                time.sleep(0.1)
+            sdk = client(leaving, "unused")
+            lines = [chat_line(f"c{i}", f"Page {i}") for i in range(3)]
+            uploaded = sdk.files.create(file=("in.jsonl", jsonl(lines)), purpose="batch")
+            batch = sdk.batches.create(
+                input_file_id=uploaded.id, endpoint=CHAT, completion_window="24h"
+            )
+            queue = redis_client.Redis.from_url(redis.url)
+            deadline = time.monotonic() + 30
+            while sdk.batches.retrieve(batch.id).status == "validating":
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+            time.sleep(2)  # 20 claim periods: every line is still queued, none held
+            assert queue.llen("docparser:batch:queue") == 3
+            assert sdk.batches.retrieve(batch.id).request_counts.completed == 0
+            with LiveServer(env=env) as staying:
+                done = wait_done(client(staying, "unused"), batch.id)
+            assert done.status == "completed" and done.request_counts.completed == 3
+            out = lines_of(sdk, done.output_file_id)
+            assert [o["custom_id"] for o in out] == ["c0", "c1", "c2"]
