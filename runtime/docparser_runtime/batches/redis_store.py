@@ -207,6 +207,9 @@ class RedisBatchStore:
         key = f"{self.p}lock:{batch_id}"
         return bool(await self.r.set(key, holder, nx=True, px=max(int(ttl_s * 1000), 1)))
 
+    async def extend_lock(self, batch_id: str, ttl_s: float) -> None:
+        await self.r.pexpire(f"{self.p}lock:{batch_id}", max(int(ttl_s * 1000), 1))
+
     async def unlock(self, batch_id: str) -> None:
         await self.r.delete(f"{self.p}lock:{batch_id}")
 

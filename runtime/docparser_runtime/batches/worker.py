@@ -266,6 +266,9 @@ class BatchWorker:
         err = _Assembly(self.storage, f"file-{tail}e")
         unrun: list[int] = []
         for start in range(0, batch.total, ASSEMBLE_CHUNK):
+            # a long assembly keeps its lock: a second replica writing the same objects
+            # at once could interleave them (a local file system has no atomic put)
+            await self.store.extend_lock(batch.id, self.lease_s * 2)
             stop = min(start + ASSEMBLE_CHUNK, batch.total)
             for i, result in enumerate(await self.store.results(batch.id, start, stop), start):
                 if result is None:
