@@ -55,6 +55,7 @@ RESOURCES: dict[str, tuple[str, bool]] = {
     "v1/configmaps": ("ConfigMap", True),
     "v1/secrets": ("Secret", True),
     "apps/v1/deployments": ("Deployment", True),
+    "apps/v1/replicasets": ("ReplicaSet", True),
     "autoscaling/v2/horizontalpodautoscalers": ("HorizontalPodAutoscaler", True),
     "policy/v1/poddisruptionbudgets": ("PodDisruptionBudget", True),
     "networking.k8s.io/v1/networkpolicies": ("NetworkPolicy", True),

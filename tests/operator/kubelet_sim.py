@@ -5,8 +5,9 @@ themselves. ``Kubelet`` plays that part for one namespace while a test drives a 
 every pod of a DocParser's revisions turns Ready ``ready_after`` seconds after it first
 appears, except pods of revisions in ``never_ready`` (a broken version). Where the cluster
 runs the real Deployment and ReplicaSet controllers it only writes pod statuses; on the
-emulator it also creates and deletes the pods a Deployment asks for (unready ones first) and
-writes the Deployment's status, as those controllers would.
+emulator it also creates the ReplicaSet of a Deployment's template, creates and deletes the
+pods it asks for (unready ones first; each controlled by that ReplicaSet, by uid) and writes
+the Deployment's status, as those controllers would.
 
 With ``nodes`` it also plays the scheduler for node drains: each unbound pod is placed on the
 schedulable node holding fewest of its Deployment's pods (a ``Binding``, as kube-scheduler
@@ -20,6 +21,8 @@ Everything goes through the cluster's public API (the test client), like the rea
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -28,7 +31,7 @@ from docparser_operator.api.kinds import KNOWN_KINDS
 from kube_cluster import Cluster, pod_status
 from ticker import Ticker
 
-DEPLOY, POD = KNOWN_KINDS["Deployment"], KNOWN_KINDS["Pod"]
+DEPLOY, POD, RS = KNOWN_KINDS["Deployment"], KNOWN_KINDS["Pod"], KNOWN_KINDS["ReplicaSet"]
 REVISION = "docparser.io/revision"
 
 
@@ -156,19 +159,66 @@ class Kubelet(Ticker):
         )
         return pod
 
+    def _replica_set(self, dep: dict[str, Any]) -> dict[str, Any]:
+        """The Deployment controller's part on the emulator: the ReplicaSet of its current
+        template (``<deployment>-<pod-template-hash>``), controlled by the Deployment's uid
+        (the operator reads the /metrics of such pods only: core/children.readable_pods)."""
+        template = dep["spec"]["template"]
+        digest = hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()[:10]
+        name = f"{dep['metadata']['name']}-{digest}"
+        found = self.cluster.get(RS, name)
+        if found is not None:
+            return found
+        labels = {**template["metadata"]["labels"], "pod-template-hash": digest}
+        owner = {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "name": dep["metadata"]["name"],
+            "uid": dep["metadata"]["uid"],
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+        rs = {
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "metadata": {
+                "name": name,
+                "namespace": self.cluster.namespace,
+                "labels": labels,
+                "ownerReferences": [owner],
+            },
+            "spec": {
+                "replicas": dep["spec"].get("replicas", 1),
+                "selector": {"matchLabels": labels},
+                "template": {**template, "metadata": {**template["metadata"], "labels": labels}},
+            },
+        }
+        return self.cluster.client.create(rs)
+
     def _reconcile_pods(self, dep: dict[str, Any], pods: list[dict[str, Any]]) -> list[dict]:
-        """The ReplicaSet controller's part on the emulator: as many pods as replicas."""
+        """The ReplicaSet controller's part on the emulator: as many pods as replicas, each
+        controlled by the ReplicaSet of the Deployment's template."""
         want = dep["spec"].get("replicas", 1)
         template = dep["spec"]["template"]
         while len(pods) < want:
+            rs = self._replica_set(dep)
             self._serial += 1
+            owner = {
+                "apiVersion": "apps/v1",
+                "kind": "ReplicaSet",
+                "name": rs["metadata"]["name"],
+                "uid": rs["metadata"]["uid"],
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
             pod = {
                 "apiVersion": "v1",
                 "kind": "Pod",
                 "metadata": {
                     "name": f"{dep['metadata']['name']}-{self._serial}",
                     "namespace": self.cluster.namespace,
-                    "labels": dict(template["metadata"]["labels"]),
+                    "labels": dict(rs["metadata"]["labels"]),
+                    "ownerReferences": [owner],
                 },
                 "spec": dict(template["spec"]),
             }

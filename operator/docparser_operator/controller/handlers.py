@@ -88,6 +88,7 @@ def run_reconcile(state: OperatorState, resource: dict[str, Any], *, strict: boo
                 analysis=state.analysis,
                 sources=state.analysis_sources(),
                 credentials=state.credentials,
+                skipped=state.skipped_pods,
                 **state.idle_args(),
             )
         except ApiError as exc:
@@ -139,6 +140,10 @@ def _by_owner(body: kopf.Body, **_: Any) -> dict[cache.IndexKey, dict[str, Any]]
     key = cache.index_key(obj)
     if obj.get("kind") == "Pod":
         obj["metadata"].pop("managedFields", None)  # never read for pods: keep the index small
+    elif obj.get("kind") == "ReplicaSet":  # only its owner chain is read (readable_pods)
+        meta = obj["metadata"]
+        kept = ("name", "namespace", "uid", "labels", "ownerReferences", "resourceVersion")
+        obj = {"kind": "ReplicaSet", "metadata": {k: meta[k] for k in kept if k in meta}}
     return {key: obj} if key is not None else {}
 
 

@@ -1,6 +1,6 @@
 """Prometheus metrics of the operator itself: reconcile time and errors per DocParser, API
-requests by verb, and each DocParser's rollout state, so an alert can fire on a rollout that
-is stuck or a DocParser that is not Ready.
+requests by verb, each DocParser's rollout state, so an alert can fire on a rollout that
+is stuck or a DocParser that is not Ready, and the pods whose /metrics a reading left out.
 
 WHY its own registry, held in the operator's state (kopf's memo): two operator runs in one
 process (tests) never share counters, and nothing is a mutable module global.
@@ -19,6 +19,7 @@ from prometheus_client.registry import Collector
 from docparser_operator.kube.client import KubeClient
 
 PREFIX = "docparser_operator"
+SKIP_REASONS = ("not_owned", "deadline", "error")  # docparser_operator_pod_metrics_skipped_total
 
 
 class _ApiRequests(Collector):
@@ -54,6 +55,7 @@ class OperatorMetrics:
     progressing: Gauge
     degraded: Gauge
     canary_weight: Gauge
+    pod_metrics_skipped: Counter
     server: Any = None  # the /metrics HTTP server while serving
     client: KubeClient | None = None
 
@@ -94,7 +96,17 @@ class OperatorMetrics:
                 per_dp,
                 registry=registry,
             ),
+            pod_metrics_skipped=Counter(
+                f"{PREFIX}_pod_metrics_skipped",
+                "Pods whose /metrics a reading left out: not_owned (labelled as a DocParser's "
+                "but not made by its ReplicaSets: never dialled), deadline (not read within the "
+                "reading's deadline), error (unreachable, refused, not an exposition)",
+                ["reason"],
+                registry=registry,
+            ),
         )
+        for reason in SKIP_REASONS:  # every reason exported from the start, at 0
+            metrics.pod_metrics_skipped.labels(reason)
         return metrics
 
     def attach(self, client: KubeClient) -> None:
@@ -110,6 +122,11 @@ class OperatorMetrics:
         self.degraded.labels(namespace, name).set(int(_condition(status, "Degraded")))
         weight = (status.get("canary") or {}).get("weight") or 0
         self.canary_weight.labels(namespace, name).set(weight)
+
+    def skipped_pods(self, reason: str, pods: int) -> None:
+        """A reading of pods' /metrics left ``pods`` out, for ``reason`` (analysis/sources/pods.py's
+        ``Skipped``)."""
+        self.pod_metrics_skipped.labels(reason).inc(pods)
 
     def failed(self, namespace: str, name: str, status_code: int, seconds: float) -> None:
         self.reconcile_seconds.labels(namespace, name).observe(seconds)

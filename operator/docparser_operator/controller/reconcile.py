@@ -36,12 +36,20 @@ from docparser_operator.analysis.run import AnalysisMemory
 from docparser_operator.analysis.sources import golden
 from docparser_operator.analysis.sources.activity import ActivitySource
 from docparser_operator.analysis.sources.base import Sources, SourceUnavailable
+from docparser_operator.analysis.sources.pods import Skipped
 from docparser_operator.api import labels, naming
 from docparser_operator.api.kinds import ref_for
 from docparser_operator.api.models import DocParser
 from docparser_operator.controller.credential import CredentialMemory, ensure_internal_secret
 from docparser_operator.controller.reporting import write_status
-from docparser_operator.core.children import Key, Observed, owned_by, revision_states
+from docparser_operator.core.children import (
+    Key,
+    Observed,
+    ReadablePods,
+    owned_by,
+    readable_pods,
+    revision_states,
+)
 from docparser_operator.core.decide import Decision, conflict_problem, decide
 from docparser_operator.core.diagnose import diagnose
 from docparser_operator.core.idle import IdleMemory, IdleStep, decide_idle, epoch
@@ -142,6 +150,7 @@ def reconcile(
     idle: IdleMemory | None = None,
     activity: ActivitySource | None = None,
     poll_s: float = 5.0,
+    skipped: Skipped | None = None,
 ) -> Outcome:
     """Move the children of ``resource`` one safe step towards the spec and write its status.
 
@@ -152,7 +161,9 @@ def reconcile(
     ``credentials``: the DocParsers whose internal token Secret this run created or found
     (default: none, so the pass creates it or learns that it exists); ``idle`` keeps what
     scale to zero read of each DocParser, ``activity`` reads it (the pods' and the front's
-    /metrics), at most every ``poll_s`` (core/idle.py)."""
+    /metrics), at most every ``poll_s`` (core/idle.py). Only the pods of the DocParser's own
+    ReplicaSets are read (``readable_pods``); ``skipped`` counts the others (the operator's
+    metric; default: not counted)."""
     now = now or now_rfc3339()
     meta = resource["metadata"]
     name, namespace = meta["name"], meta["namespace"]
@@ -162,7 +173,15 @@ def reconcile(
     observed = observer(namespace, name)
     previous_weight = (previous.get("canary") or {}).get("weight") or 0
     walk = _analysis_begin(resource, previous)
-    out.idle = idle_step(resource, observed, idle or IdleMemory(), activity, now=now, poll_s=poll_s)
+    out.idle = idle_step(
+        resource,
+        observed,
+        idle or IdleMemory(),
+        activity,
+        now=now,
+        poll_s=poll_s,
+        skipped=skipped,
+    )
     decision = decide(
         resource,
         observed,
@@ -180,13 +199,14 @@ def reconcile(
             Problem("SourceNotAllowed", reason)
             for reason in analysis_run.refusals(sources, decision.target.resource)
         )
+        readable = _readable(observed, meta["uid"], skipped)
         walk = analysis_run.finish(
             analysis or AnalysisMemory(),
             sources,
             decision.target.resource,
             walk,
             {str(t.role): t.revision for t in decision.target.roles},
-            observed.pods,
+            readable.pods,
             serving=step.canary_weight == step.target_weight and step.target_weight > 0,
             now=now,
             documents=lambda ns, config_map: golden_documents(client, ns, config_map),
@@ -288,10 +308,12 @@ def idle_step(
     *,
     now: str,
     poll_s: float,
+    skipped: Skipped | None = None,
 ) -> IdleStep | None:
     """Scale to zero's decision for this pass (None unless ``replicas.min: 0``): read the
-    front's and the pods' /metrics when a reading is due, then decide (core/idle.py). Also
-    what a reading between passes decides (controller/wakeups.py)."""
+    front's and the pods' /metrics when a reading is due (those of the DocParser's own
+    ReplicaSets only), then decide (core/idle.py). Also what a reading between passes decides
+    (controller/wakeups.py)."""
     try:
         model = DocParser.from_resource(resource)
     except pydantic.ValidationError:
@@ -304,8 +326,9 @@ def idle_step(
     at = epoch(now)
     if seen.due(at, poll_s):
         source = activity or analysis_sources.activity()
+        readable = _readable(observed, resource["metadata"]["uid"], skipped)
         try:
-            seen.record(source.read(observed.front, observed.pods), at)
+            seen.record(source.read(readable.front, readable.pods), at)
         except SourceUnavailable as exc:
             seen.failed(str(exc), at)
     uid = resource["metadata"]["uid"]
@@ -321,6 +344,15 @@ def idle_step(
         now=now,
         poll_s=poll_s,
     )
+
+
+def _readable(observed: Observed, uid: str, skipped: Skipped | None) -> ReadablePods:
+    """The pods a reading may dial (core/children.readable_pods); the labelled pods it may
+    not are counted as ``not_owned`` and never dialled."""
+    readable = readable_pods(observed, uid)
+    if readable.not_owned and skipped is not None:
+        skipped("not_owned", readable.not_owned)
+    return readable
 
 
 def golden_documents(client: KubeClient, namespace: str, name: str) -> golden.Documents:

@@ -43,6 +43,13 @@ class OperatorSettings(BaseSettings):
         description="with replicas.min 0: how often the front's and the pods' /metrics are read "
         "(one bounded HTTP request per Ready pod; no API request)",
     )
+    pod_metrics_deadline_s: float = Field(
+        5.0,
+        gt=0,
+        le=60.0,
+        description="one reading of a DocParser's pods' /metrics (scale to zero, canary "
+        "analysis): all of them in parallel, at most this long in all (analysis/sources/pods.py)",
+    )
     log_level: str = "INFO"
     leader_elect: bool = Field(
         False, description="hold a Lease before reconciling (the chart runs 2 replicas with it)"

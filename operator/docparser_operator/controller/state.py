@@ -15,6 +15,7 @@ from docparser_operator.analysis import sources as analysis_sources
 from docparser_operator.analysis.run import AnalysisMemory
 from docparser_operator.analysis.sources.activity import ActivitySource
 from docparser_operator.analysis.sources.base import Sources
+from docparser_operator.analysis.sources.pods import ReadLimits
 from docparser_operator.controller import events
 from docparser_operator.controller.credential import CredentialMemory
 from docparser_operator.controller.metrics import OperatorMetrics
@@ -63,7 +64,7 @@ class OperatorState:
         source (the front's and the pods' /metrics, through the guarded client, built once)
         and how often it is read."""
         if self.activity is None:
-            self.activity = analysis_sources.activity()
+            self.activity = analysis_sources.activity(limits=self.pod_reads())
         return {
             "idle": self.idle,
             "activity": self.activity,
@@ -74,9 +75,21 @@ class OperatorState:
         """The analysis' sources, built once from the settings' allow-lists."""
         if self.sources is None:
             self.sources = analysis_sources.guarded(
-                self.settings.prometheus_url_prefixes, self.settings.golden_source_prefixes
+                self.settings.prometheus_url_prefixes,
+                self.settings.golden_source_prefixes,
+                limits=self.pod_reads(),
             )
         return self.sources
+
+    def pod_reads(self) -> ReadLimits:
+        """How one reading of a DocParser's pods' /metrics is bounded (the settings' deadline)
+        and where its skips are counted (the operator's metric)."""
+        return ReadLimits(self.settings.pod_metrics_deadline_s, skipped=self.skipped_pods)
+
+    def skipped_pods(self, reason: str, pods: int) -> None:
+        """Count pods a reading left out (``Skipped`` of analysis/sources/pods.py)."""
+        if self.metrics is not None:
+            self.metrics.skipped_pods(reason, pods)
 
     def lock_for(self, uid: str) -> threading.Lock:
         with self.locks_guard:

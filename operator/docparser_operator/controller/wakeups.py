@@ -77,6 +77,7 @@ def idle_readings(state: OperatorState) -> list[str]:
                 args["activity"],
                 now=reconcile.now_rfc3339(),
                 poll_s=args["poll_s"],
+                skipped=state.skipped_pods,
             )
         if step is None or changed(body, step):
             state.idle_polls.pop(uid, None)

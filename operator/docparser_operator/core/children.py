@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,6 +118,61 @@ class Observed:
     forbidden: tuple[str, ...] = ()  # kinds the operator may not list (RBAC)
     cordoned: frozenset[str] | None = None  # cordoned nodes; None: nodes unreadable (drain.py)
     front: tuple[dict[str, Any], ...] = ()  # the front's pods (replicas.min 0)
+    # The ReplicaSets labelled as ours (their metadata is enough): which pods our Deployments
+    # made (``readable_pods``); none when the operator may not list them (then none is read).
+    replica_sets: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class ReadablePods:
+    """The pods whose ``/metrics`` the operator may read for one DocParser, and how many
+    labelled pods it leaves out (the ``not_owned`` count of the operator's skip metric)."""
+
+    pods: list[dict[str, Any]]  # runtime pods of our revisions' ReplicaSets
+    front: tuple[dict[str, Any], ...]  # the front's, of its ReplicaSet
+    not_owned: int
+
+
+def _controller(obj: dict[str, Any], kind: str) -> str | None:
+    """The uid of ``obj``'s controlling owner of this kind, or None."""
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return next(
+        (
+            str(r["uid"])
+            for r in refs
+            if r.get("controller") and r.get("kind") == kind and r.get("uid")
+        ),
+        None,
+    )
+
+
+def readable_pods(observed: Observed, uid: str) -> ReadablePods:
+    """The pods of ``observed`` that belong to the DocParser with ``uid``, by the uid chain
+    pod -> ReplicaSet (its controller) -> Deployment (the ReplicaSet's controller) -> this
+    DocParser (the Deployment's controller), never by labels or names.
+
+    Why: a pod's labels and its ``status.podIP`` are whatever its creator wrote, and anyone
+    who may create a pod in the namespace can label it as ours. Its figures would then feed
+    the DocParser's wake and its canary's verdict, and a pod that answers slowly would hold
+    every reading up. Only the Deployment and ReplicaSet controllers make our pods, and they
+    write the owner references with the uids of objects we own."""
+    deployments = {
+        obj["metadata"]["uid"]
+        for (kind, _), obj in observed.children.items()
+        if kind == "Deployment" and obj["metadata"].get("uid") and owned_by(obj, uid)
+    }
+    replica_sets = {
+        rs["metadata"]["uid"]
+        for rs in observed.replica_sets
+        if (rs.get("metadata") or {}).get("uid") and _controller(rs, "Deployment") in deployments
+    }
+
+    def ours(pods: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [p for p in pods if _controller(p, "ReplicaSet") in replica_sets]
+
+    pods, front = ours(observed.pods), ours(observed.front)
+    left = len(observed.pods) + len(observed.front) - len(pods) - len(front)
+    return ReadablePods(pods, tuple(front), left)
 
 
 def revision_states(observed: Observed, uid: str) -> list[rollout.RevisionState]:

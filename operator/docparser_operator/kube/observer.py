@@ -62,9 +62,9 @@ class Observer(Protocol):
 
 
 def observe(client: KubeClient, namespace: str, name: str) -> Observed:
-    """Every live object labelled as a child of this DocParser (owned or not), and its pods.
-    A kind the operator may not list (403) is reported, not fatal: the pass goes on with
-    what it can see and status says which permission is missing."""
+    """Every live object labelled as a child of this DocParser (owned or not), its pods and
+    their ReplicaSets. A kind the operator may not list (403) is reported, not fatal: the
+    pass goes on with what it can see and status says which permission is missing."""
     selector = labels.selector_string(labels.owned_selector(name))
     live: dict[Key, dict[str, Any]] = {}
     forbidden: list[str] = []
@@ -82,8 +82,20 @@ def observe(client: KubeClient, namespace: str, name: str) -> Observed:
     # One list for the runtime pods and the front's, told apart by their app name (as the
     # pods' index holds them: every pod of ours, keyed by its instance).
     pods = client.list(ref_for("Pod"), namespace, selector=selector)
+    try:  # which of those pods our Deployments made (core/children.readable_pods)
+        replica_sets = tuple(client.list(ref_for("ReplicaSet"), namespace, selector=selector))
+    except ApiError as exc:
+        if exc.status != 403:
+            raise
+        forbidden.append("ReplicaSet")
+        replica_sets = ()
     return Observed(
-        live, _runtime(pods), tuple(forbidden), cordoned_nodes(client), front=_front(pods)
+        live,
+        _runtime(pods),
+        tuple(forbidden),
+        cordoned_nodes(client),
+        front=_front(pods),
+        replica_sets=replica_sets,
     )
 
 
@@ -219,6 +231,7 @@ class IndexedObserver:
                 children[(kind, obj["metadata"]["name"])] = obj
         forbidden = self._read_named(key, children) if named else []
         pods = _snapshot((self.indexes.get("Pod") or {}).get(key))
+        replica_sets = _snapshot((self.indexes.get("ReplicaSet") or {}).get(key))
         self._overlay(key, children)
         return Observed(
             children,
@@ -226,6 +239,7 @@ class IndexedObserver:
             tuple(forbidden),
             cordoned=self.cordoned(),
             front=_front(pods),
+            replica_sets=tuple(replica_sets),
         )
 
     def _read_named(self, key: IndexKey, children: dict[Key, dict[str, Any]]) -> list[str]:

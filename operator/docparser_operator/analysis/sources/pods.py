@@ -8,18 +8,29 @@ histogram, pages parsed and the pages of each output-quality outcome (truncated,
 steered by the repetition guard). A pod that does not answer makes the whole sample unusable
 (None): a window is judged on every pod of both tracks or not at all.
 
-The address is the kubelet's ``status.podIP`` of a pod labelled with the revision, so whoever
-may create pods in the DocParser's namespace picks it: the request goes through the guarded
-client (fetch.py) with the pods' rule (an IP literal on the runtime's port, never a metadata
-or link-local address), is bounded in time and size, and nothing it returns reaches status.
+The address is the kubelet's ``status.podIP``, so whoever may create pods in the DocParser's
+namespace could pick it. Hence: only the pods of the DocParser's own ReplicaSets are handed
+here (core/children.readable_pods checks the ownerReferences uids), and every request goes
+through the guarded client (fetch.py) with the pods' rule (an IP literal on the runtime's
+port, never a metadata or link-local address), bounded in time and size; nothing it returns
+reaches status.
+
+One reading of many pods (``read_pods``, also scale to zero's, activity.py) dials them in
+parallel (at most ``READ_WORKERS`` at once) under one deadline for the whole reading
+(``ReadLimits.deadline_s``, the operator's ``DOCPARSER_OPERATOR_POD_METRICS_DEADLINE_S``):
+one after another, 2 s each, forty slow pods held a reading, and the scale-to-zero readings
+of every other DocParser queued behind it, for 80 s. A pod not read in time, or that fails,
+is counted by reason (``ReadLimits.skipped``: the operator's
+``docparser_operator_pod_metrics_skipped_total``).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -31,7 +42,10 @@ from docparser_operator.analysis.sources.fetch import Fetcher
 from docparser_operator.api import naming
 
 Fetch = Callable[[str], str]  # URL -> body; raises on any failure
-SCRAPE_TIMEOUT_S = 2.0
+Skipped = Callable[[str, int], None]  # (reason, pods): a reading left these pods out
+SCRAPE_TIMEOUT_S = 2.0  # one pod's exchange (the guarded client's wall-time bound)
+READ_DEADLINE_S = 5.0  # one reading of all of a DocParser's pods (the settings' default)
+READ_WORKERS = 16  # pods dialled at once
 SCRAPE_MAX_BYTES = 4 * 1024 * 1024  # a runtime's exposition is tens of KiB
 UNREADABLE = (
     f"cannot read every Ready pod's /metrics (port {naming.HTTP_PORT}); with "
@@ -156,38 +170,91 @@ def ready_address(pod: Mapping[str, Any]) -> str | None:
     return f"{pod['status']['podIP']}:{naming.HTTP_PORT}"
 
 
-def _expositions(pods: Iterable[Mapping[str, Any]], fetch: Fetch) -> list[str] | None:
-    """The ``/metrics`` text of every Ready pod; None when one cannot be read."""
-    texts = []
+def _uncounted(reason: str, pods: int) -> None:
+    """No metric to count skips in (tests, the CLI)."""
+
+
+@dataclass(frozen=True)
+class ReadLimits:
+    """How one reading of a DocParser's pods is bounded, and where its skips are counted."""
+
+    deadline_s: float = READ_DEADLINE_S
+    workers: int = READ_WORKERS
+    skipped: Skipped = field(default=_uncounted)
+
+
+T = TypeVar("T")
+
+
+def read_pods(
+    pods: Iterable[Mapping[str, Any]],
+    fetch: Fetch,
+    parse: Callable[[str], T],
+    limits: ReadLimits,
+) -> list[tuple[str, T | None]]:
+    """(pod name, parsed ``/metrics``) of every Ready pod, None for one not read: it failed
+    or was not parsed (``error``), or had not answered when the reading's deadline came
+    (``deadline``; such a request still ends within its own ``SCRAPE_TIMEOUT_S``, on a
+    thread nobody waits for). Returns within ``limits.deadline_s`` however the pods answer."""
+    targets: list[tuple[str, str]] = []
     for pod in pods:
         address = ready_address(pod)
-        if address is None:
-            continue
-        url = f"http://{address}/metrics"
-        try:
-            texts.append(fetch(url))
-        except Exception:  # unreachable, timed out, not our exposition: no sample this time
-            return None
-    return texts
+        if address is not None:
+            name = str((pod.get("metadata") or {}).get("name") or address)
+            targets.append((name, f"http://{address}/metrics"))
+    if not targets:
+        return []
+
+    def one(url: str) -> T:
+        return parse(fetch(url))
+
+    pool = ThreadPoolExecutor(min(limits.workers, len(targets)), "pod-metrics")
+    try:
+        futures = [pool.submit(one, url) for _, url in targets]
+        done, _late = wait(futures, timeout=limits.deadline_s)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    found: list[tuple[str, T | None]] = []
+    skips = {"deadline": 0, "error": 0}
+    for (name, _url), future in zip(targets, futures, strict=True):
+        if future not in done:
+            skips["deadline"] += 1
+            found.append((name, None))
+        elif future.exception() is not None:  # unreachable, timed out, not our exposition
+            skips["error"] += 1
+            found.append((name, None))
+        else:
+            found.append((name, future.result()))
+    for reason, count in skips.items():
+        if count:
+            limits.skipped(reason, count)
+    return found
 
 
-def scrape_track(pods: Iterable[Mapping[str, Any]], fetch: Fetch) -> TrackCounters | None:
+def _all(found: list[tuple[str, T | None]]) -> list[T] | None:
+    """Every pod's reading, or None when one is missing (a window is judged on every pod)."""
+    values = [value for _, value in found]
+    return None if any(v is None for v in values) else [v for v in values if v is not None]
+
+
+def scrape_track(
+    pods: Iterable[Mapping[str, Any]], fetch: Fetch, limits: ReadLimits | None = None
+) -> TrackCounters | None:
     """The summed counters of these pods' Ready ones; None when one cannot be read."""
-    texts = _expositions(pods, fetch)
-    try:
-        return None if texts is None else add(parse_counters(t) for t in texts)
-    except Exception:  # not our exposition
-        return None
+    counters = _all(read_pods(pods, fetch, parse_counters, limits or ReadLimits()))
+    return None if counters is None else add(counters)
 
 
-def scrape_shadow(query: ShadowQuery, fetch: Fetch) -> ShadowCounters | None:
+def scrape_shadow(
+    query: ShadowQuery, fetch: Fetch, limits: ReadLimits | None = None
+) -> ShadowCounters | None:
     """The stable pods' shadow counters, summed; None when one cannot be read."""
-    texts = _expositions(query.pods, fetch)
-    pair = (query.stable_revision, query.canary_revision)
-    try:
-        return None if texts is None else shadow.add(parse_shadow(t, *pair) for t in texts)
-    except Exception:  # not our exposition
-        return None
+
+    def parse(text: str) -> ShadowCounters:
+        return parse_shadow(text, query.stable_revision, query.canary_revision)
+
+    counters = _all(read_pods(query.pods, fetch, parse, limits or ReadLimits()))
+    return None if counters is None else shadow.add(counters)
 
 
 @dataclass(frozen=True)
@@ -195,6 +262,7 @@ class PodMetrics:
     """The ``MetricSource`` of the pods' own ``/metrics``: counters since each pod started."""
 
     fetch: Fetch
+    limits: ReadLimits = field(default_factory=ReadLimits)
 
     @property
     def cumulative(self) -> bool:
@@ -204,13 +272,13 @@ class PodMetrics:
         return None  # the operator builds these URLs; the client's pod rule guards each one
 
     def measure(self, query: TrackQuery) -> TrackCounters:
-        counters = scrape_track(query.pods, self.fetch)
+        counters = scrape_track(query.pods, self.fetch, self.limits)
         if counters is None:  # most often a NetworkPolicy keeps the operator out
             raise SourceUnavailable(UNREADABLE)
         return counters
 
     def measure_shadow(self, query: ShadowQuery) -> ShadowCounters:
-        counters = scrape_shadow(query, self.fetch)
+        counters = scrape_shadow(query, self.fetch, self.limits)
         if counters is None:
             raise SourceUnavailable(UNREADABLE)
         return counters
