@@ -41,6 +41,14 @@ LABELLED = {
     "small-700x990-14px": (0, True),
     "2col-150dpi-14px": (0, False),
     "formulas-150dpi-26px": (0, False),
+    # issue 36's fine print (labelled 2026-12-03): v2's first cut read the first three too low
+    "fine-sans-150dpi-8pt-lowcontrast": (2, False),
+    "fine-sans-300dpi-8pt-lowcontrast": (2, False),
+    "mixed-sans-150dpi-7pt": (2, False),
+    "fine-serif-150dpi-8pt-scan": (6, True),
+    "fine-mono-200dpi-6pt-scan": (6, True),
+    "mixed-serif-150dpi-6pt": (6, True),
+    "fine-sans-150dpi-8pt-black": (0, True),
 }
 
 
