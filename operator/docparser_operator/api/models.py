@@ -92,16 +92,9 @@ class Autoscaling(WireModel):
 
     metric: Literal["queue", "backlog", "inflight", "cpu", "latency"] = "queue"
     target: Annotated[int, Field(ge=1, le=10000)] = 4
+    target_seconds: Annotated[float, Field(ge=0.001, le=3600)] | None = None
     scale_down_stabilization_seconds: Annotated[int, Field(ge=0, le=3600)] = 600
 
-
-class Resources(WireModel):
-    gpu: Annotated[int, Field(ge=0, le=16)] | None = None
-    gpu_memory: Annotated[str, Field(max_length=32, pattern=QUANTITY_PATTERN)] | None = None
-    cpu: Annotated[str, Field(max_length=32, pattern=CPU_PATTERN)] | None = None
-    target_seconds: Annotated[float, Field(ge=0.001, le=3600)] | None = None
-    memory: Annotated[str, Field(max_length=32, pattern=QUANTITY_PATTERN)] | None = None
-    node_selector: Annotated[
     @model_validator(mode="after")
     def _cel_rules(self) -> Autoscaling:
         if self.metric == "latency" and self.target_seconds is None:
@@ -116,6 +109,13 @@ class Resources(WireModel):
             )
         return self
 
+
+class Resources(WireModel):
+    gpu: Annotated[int, Field(ge=0, le=16)] | None = None
+    gpu_memory: Annotated[str, Field(max_length=32, pattern=QUANTITY_PATTERN)] | None = None
+    cpu: Annotated[str, Field(max_length=32, pattern=CPU_PATTERN)] | None = None
+    memory: Annotated[str, Field(max_length=32, pattern=QUANTITY_PATTERN)] | None = None
+    node_selector: Annotated[
         dict[str, Annotated[str, Field(max_length=253)]], Field(max_length=32)
     ] = Field(default_factory=dict)
 
