@@ -294,10 +294,10 @@ class ContinuousBatcher(MicroBatcher):
         item.finished = now
         if item.started is not None:
             self._ewma_batch_s = 0.8 * self._ewma_batch_s + 0.2 * (now - item.started)
-        if item.future.done():
-            return
             if result is not None:
                 self.wait.observe(page_tier(item.page, item.options), now - item.started)
+        if item.future.done():
+            return
         if error is not None:
             item.future.set_exception(error)
         elif result is not None:
