@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -62,7 +63,28 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     manifest.add_argument("directory", type=Path, help="model directory")
     _add_advise(sub)
+    _add_batch(sub)
     return parser
+
+
+def _add_batch(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    batch = sub.add_parser("batch", help="parse a folder through a server's Batch API")
+    actions = batch.add_subparsers(dest="batch_command", required=True)
+    submit = actions.add_parser(
+        "submit", help="submit SRC's images and PDFs, wait, write results under --output"
+    )
+    submit.add_argument("src", help="folder or fsspec prefix (file://, s3://) of documents")
+    submit.add_argument("--output", required=True, help="folder or fsspec prefix for results")
+    submit.add_argument("--url", default=os.environ.get("DOCPARSER_URL", "http://127.0.0.1:8000"))
+    submit.add_argument("--api-key", default=os.environ.get("DOCPARSER_API_KEY"))
+    submit.add_argument("--endpoint", default="/v1/document/parse", choices=["/v1/document/parse"])
+    submit.add_argument("--tier", help="0..6 or auto (default: the server's)")
+    submit.add_argument("--mode", choices=["markdown", "text", "grounding"])
+    submit.add_argument("--pages", help="PDF page ranges, e.g. 1-3,7")
+    submit.add_argument("--poll", type=float, default=2.0, help="seconds between polls")
+    submit.add_argument(
+        "--no-wait", action="store_true", help="submit, record the batch and exit (rerun waits)"
+    )
 
 
 def _add_advise(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -228,8 +250,32 @@ def _parse_throughput(text: str | None) -> dict[int, float] | None:
     return out
 
 
+def batch_submit(args: argparse.Namespace) -> int:
+    """Parse a folder through the Batch API (``client/batch_submit.py``)."""
+    from docparser_runtime.client.batch_submit import SubmitOptions, submit
+
+    options: list[tuple[str, object]] = []
+    if args.tier is not None:
+        if args.tier != "auto" and not (args.tier.isdigit() and 0 <= int(args.tier) <= 6):
+            print(f"batch submit: --tier wants 0..6 or auto, got {args.tier!r}", file=sys.stderr)
+            return 2
+        options.append(("tier", args.tier if args.tier == "auto" else int(args.tier)))
+    options += [(k, getattr(args, k)) for k in ("mode", "pages") if getattr(args, k) is not None]
+    if not 0.05 <= args.poll <= 3600:
+        print("batch submit: --poll wants 0.05..3600 seconds", file=sys.stderr)
+        return 2
+    opts = SubmitOptions(
+        src=args.src, dst=args.output, url=args.url, api_key=args.api_key or None,
+        endpoint=args.endpoint, parse_options=tuple(options), wait=not args.no_wait,
+        poll_s=args.poll,
+    )  # fmt: skip
+    return submit(opts)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _build_parser().parse_args(argv)
+    if args.command == "batch":
+        return batch_submit(args)
     if args.command == "advise":
         return advise(args)
     if args.command == "serve":
