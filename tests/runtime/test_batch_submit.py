@@ -160,3 +160,19 @@ def test_refusals_are_reason_codes_not_tracebacks(server, folder, tmp_path, caps
     assert "invalid_api_key" in capsys.readouterr().err
     assert submit(server, KEY_C, folder, tmp_path / "o4", "--tier", "9") == 2
     assert batch_count(server, KEY_C) == 1
+
+
+def test_a_hostile_state_file_or_output_path_is_refused(server, folder, tmp_path, capsys):
+    """The state file's names are paths written under DST: one that climbs out is refused
+    before anything is written; a DST that is a file is a reason, not a traceback."""
+    dst = tmp_path / "out"
+    dst.mkdir()
+    state = {"src": str(folder), "url": server.url, "documents": ["../escaped.png"]}
+    (dst / ".docparser-batch.json").write_text(json.dumps({**state, "batch_id": "batch_x"}))
+    assert submit(server, KEY_C, folder, dst) == 2
+    assert "bad_state_file" in capsys.readouterr().err
+    assert not (tmp_path / "escaped.png.md").exists()
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    assert submit(server, KEY_C, folder, blocker, "--no-wait") == 2
+    assert "storage_error" in capsys.readouterr().err

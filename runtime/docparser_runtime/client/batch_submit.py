@@ -105,6 +105,7 @@ class Submission:
             )
             return int(state.get("exit_code", 1))
         if "batch_id" not in state:
+            self.dst_fs.makedirs(self.dst, exist_ok=True)  # DST unwritable: before any upload
             state = self._submit(state)
         else:
             self.err.write(f"resuming batch {state['batch_id']}\n")
@@ -121,8 +122,8 @@ class Submission:
         try:
             with self.dst_fs.open(path, "rb") as f:
                 state = json.load(f)
-            if not isinstance(state, dict) or not isinstance(state.get("documents"), list):
-                raise ValueError("not a state object")
+            if not isinstance(state, dict) or not _safe_names(state.get("documents")):
+                raise ValueError("not a state object with relative document names")
         except ValueError as exc:
             raise SubmitError("bad_state_file", f"{path}: {exc}; remove it to start over") from None
         if state.get("src") != self.opts.src or state.get("url") != self.opts.url:
@@ -202,6 +203,18 @@ class Submission:
         return code
 
 
+def _safe_names(docs: Any) -> bool:
+    """Document names are paths written under DST: relative, no ``..``, no empty segment."""
+    return isinstance(docs, list) and all(
+        isinstance(d, str)
+        and d
+        and not d.startswith("/")
+        and "\\" not in d
+        and all(part not in ("", ".", "..") for part in d.split("/"))
+        for d in docs
+    )
+
+
 def _batch_error(batch: dict[str, Any]) -> dict[str, str] | None:
     """Why a document has no line at all: the batch's own error (a failed input)."""
     data = (batch.get("errors") or {}).get("data") or []
@@ -240,6 +253,12 @@ def submit(opts: SubmitOptions, *, err: IO[str] | None = None) -> int:
         return Submission(opts, ApiClient(opts.url, opts.api_key), err=err).run()
     except (SubmitError, ApiError) as exc:
         err.write(f"batch submit: {exc.code}: {exc.message}\n")
+        return 2
+    except OSError as exc:  # SRC or DST unreadable / unwritable (a file where a folder goes)
+        err.write(f"batch submit: storage_error: {exc}\n")
+        return 2
+    except (KeyError, TypeError, ValueError) as exc:  # a reply without the batch API's fields
+        err.write(f"batch submit: invalid_reply: {exc!r}\n")
         return 2
     except KeyboardInterrupt:
         err.write(f"\ninterrupted: rerun the same command to resume ({opts.dst}/{STATE})\n")
