@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import httpx
 import pytest
 from docparser_runtime.cli import main
-from live_server import LiveServer
+from live_server import LiveServer, start_all
 from PIL import Image, ImageDraw, ImageFont
 from redis_server import RedisServer
 
@@ -41,20 +46,29 @@ def server(tmp_path_factory):
     keys = root / "keys"
     keys.write_text(f"{KEY_A}\n{KEY_B}\n{KEY_C}\n")
     with RedisServer() as redis:
-        live = LiveServer(
+        base = {
+            "DOCPARSER_DEFAULT_TIER": "0",
+            "DOCPARSER_API_KEYS_FILE": str(keys),
+            "DOCPARSER_REDIS_URL": redis.url,
+            "DOCPARSER_BATCH_POLL_S": "0.1",
+        }
+        live = LiveServer(env={**base, "DOCPARSER_BATCH_STORAGE_URI": f"file://{root}/store"})
+        # No batch worker: its batches stay in progress, so a Ctrl-C always finds the wait.
+        idle = LiveServer(
             env={
-                "DOCPARSER_DEFAULT_TIER": "0",
-                "DOCPARSER_API_KEYS_FILE": str(keys),
-                "DOCPARSER_REDIS_URL": redis.url,
-                "DOCPARSER_BATCH_POLL_S": "0.1",
-                "DOCPARSER_BATCH_STORAGE_URI": f"file://{root}/store",
+                **base,
+                "DOCPARSER_REDIS_PREFIX": "idle:",
+                "DOCPARSER_BATCH_STORAGE_URI": f"file://{root}/idle",
+                "DOCPARSER_BATCH_WORKERS": "0",
             }
         )
-        live.start().wait_ready()
+        start_all(live, idle)
+        live.idle = idle
         try:
             yield live
         finally:
             live.stop()
+            idle.stop()
 
 
 @pytest.fixture
@@ -176,3 +190,38 @@ def test_a_hostile_state_file_or_output_path_is_refused(server, folder, tmp_path
     blocker.write_text("x")
     assert submit(server, KEY_C, folder, blocker, "--no-wait") == 2
     assert "storage_error" in capsys.readouterr().err
+
+
+def test_ctrl_c_while_waiting_leaves_a_batch_the_same_command_resumes(
+    server, folder, tmp_path, monkeypatch
+):
+    """SIGINT (Ctrl-C) to the real CLI process while it waits: exit 130 with how to resume,
+    the state file names the batch, and the same command again resumes it (no new batch)."""
+    idle, dst = server.idle, tmp_path / "out"
+    args = ["batch", "submit", str(folder), "--output", str(dst), "--url", idle.url]
+    env = {**os.environ, "DOCPARSER_API_KEY": KEY_A}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "docparser_runtime", *args, "--poll", "0.2"],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    state_file = dst / ".docparser-batch.json"
+    try:
+        deadline = time.monotonic() + 60
+        while not (state_file.exists() and "batch_id" in state_file.read_text()):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+            time.sleep(0.1)
+        time.sleep(0.5)  # in the wait loop now: the batch never progresses on this server
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert "rerun the same command to resume" in err and "Traceback" not in err
+    batch_id = json.loads(state_file.read_text())["batch_id"]
+    assert batch_count(idle, KEY_A) == 1
+    monkeypatch.setenv("DOCPARSER_API_KEY", KEY_A)  # the same command: the key from the env
+    assert main([*args, "--no-wait"]) == 0
+    assert batch_count(idle, KEY_A) == 1  # resumed batch_id, submitted nothing
+    assert json.loads(state_file.read_text())["batch_id"] == batch_id
