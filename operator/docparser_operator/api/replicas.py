@@ -6,9 +6,12 @@ the front's hold), read by core/idle.py and core/render/front.py without the res
 
 from __future__ import annotations
 
+import datetime
+import zoneinfo
 from typing import Annotated
 
-from pydantic import Field, model_validator
+from cronsim import CronSim, CronSimError
+from pydantic import Field, field_validator, model_validator
 
 from docparser_operator.api.wire import WireModel
 
@@ -37,11 +40,76 @@ class ScaleToZero(WireModel):
         return duration_seconds(self.after)
 
 
+# Five fields (minute hour day-of-month month day-of-week), no seconds, no @-macros: the
+# CRD's pattern keeps the shape, the model (cronsim) each field's values.
+CRON_PATTERN = r"^\S+( \S+){4}$"
+
+
+def cron_error(expr: str) -> str | None:
+    """Why ``expr`` is not a five-field cron expression, or None."""
+    if len(expr.split()) != 5 or expr.startswith("@"):
+        return "a cron expression has five fields: minute hour day-of-month month day-of-week"
+    try:
+        CronSim(expr, datetime.datetime(2000, 1, 1))
+    except CronSimError as exc:
+        return str(exc) or "not a cron expression"
+    return None
+
+
+class ScheduleWindow(WireModel):
+    """One recurring window of ``spec.replicas.schedule`` (core/schedule.py): from each time
+    ``cron`` names (in ``replicas.timeZone``) for ``duration``, the autoscaler's floor is at
+    least ``min`` and its ceiling at least ``max`` (``min`` without it)."""
+
+    cron: Annotated[str, Field(max_length=100, pattern=CRON_PATTERN)]
+    duration: Annotated[str, Field(max_length=8, pattern=DURATION_PATTERN)]
+    min: Annotated[int, Field(ge=0, le=1000)]
+    max: Annotated[int, Field(ge=1, le=1000)] | None = None
+
+    @property
+    def duration_seconds(self) -> int:
+        return duration_seconds(self.duration)
+
+    @property
+    def ceiling(self) -> int:
+        return self.max if self.max is not None else max(1, self.min)
+
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, value: str) -> str:
+        error = cron_error(value)
+        if error is not None:
+            raise ValueError(f"cron {value!r}: {error}")
+        return value
+
+    @model_validator(mode="after")
+    def _bounds(self) -> ScheduleWindow:
+        if self.max is not None and self.min > self.max:
+            raise ValueError("schedule[].min must be less than or equal to schedule[].max")
+        return self
+
+
+def time_zone(name: str) -> zoneinfo.ZoneInfo:
+    """The IANA zone ``name`` (validated by the model: never raises on a valid spec)."""
+    return zoneinfo.ZoneInfo(name)
+
+
 class Replicas(WireModel):
     min: Annotated[int, Field(ge=0, le=1000)] = 1
     max: Annotated[int, Field(ge=1, le=1000)] = 1
     desired: Annotated[int, Field(ge=0, le=1000)] = 1  # the autoscaler's, through /scale
     scale_to_zero: ScaleToZero | None = None  # read only with min 0
+    schedule: Annotated[list[ScheduleWindow], Field(max_length=20)] | None = None
+    time_zone: Annotated[str, Field(max_length=64)] = "UTC"
+
+    @field_validator("time_zone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        try:
+            time_zone(value)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
+            raise ValueError(f"timeZone {value!r} is not an IANA time zone name") from exc
+        return value
 
     @property
     def floor(self) -> int:

@@ -125,6 +125,30 @@ class ScaleToZeroStatus(WireModel):
     wake_replicas: int | None = None
 
 
+class ScheduleActive(WireModel):
+    """The open window that sets the floor, when it closes, and the bounds in effect."""
+
+    cron: str | None = None
+    until: str | None = None
+    min: int | None = None
+    max: int | None = None
+
+
+class ScheduleNext(WireModel):
+    """The next window boundary and the bounds from then on."""
+
+    at: str | None = None
+    min: int | None = None
+    max: int | None = None
+
+
+class ScheduleStatus(WireModel):
+    """``spec.replicas.schedule`` now (core/schedule.py): the window in effect, the next change."""
+
+    active: ScheduleActive | None = None
+    next: ScheduleNext | None = None
+
+
 class DocParserStatus(WireModel):
     observed_generation: int | None = None
     conditions: list[Condition] = Field(default_factory=list)
@@ -135,6 +159,7 @@ class DocParserStatus(WireModel):
         None  # one per node: at most replicas.max
     )
     scale_to_zero: ScaleToZeroStatus | None = None
+    schedule: ScheduleStatus | None = None
     endpoint: str | None = None
     replicas: int | None = None
     selector: str | None = None
@@ -164,4 +189,7 @@ SECTIONS: tuple[StatusSection, ...] = (
     StatusSection(("rollout",), "rollout", "a valid spec (its rollout plan)"),
     StatusSection(("drains",), "drains", "a cordoned node holding pods of the spec's revisions"),
     StatusSection(("scaleToZero",), "scaleToZero", "spec.replicas.min: 0"),
+    StatusSection(("schedule",), "schedule", "spec.replicas.schedule"),
+    StatusSection(("schedule", "active"), "schedule", "an open spec.replicas.schedule window"),
+    StatusSection(("schedule", "next"), "schedule", "a spec.replicas.schedule window ahead"),
 )

@@ -56,10 +56,15 @@ from docparser_operator.core.idle import IdleMemory, IdleStep, decide_idle, epoc
 from docparser_operator.core.outcome import Outcome
 from docparser_operator.core.render import roles_of
 from docparser_operator.core.render.weights_cache import cached_weights
+from docparser_operator.core.schedule import raised, resource_schedule
 from docparser_operator.core.status import Problem
 from docparser_operator.core.weights_cache_status import CacheVerdict, weights_cache_verdict
 from docparser_operator.kube.client import ApiError, KubeClient
 from docparser_operator.kube.observer import ListObserver, Observer
+
+
+def _instant(now: str) -> datetime.datetime:
+    return datetime.datetime.fromisoformat(now.replace("Z", "+00:00"))
 
 
 def now_rfc3339() -> str:
@@ -169,6 +174,9 @@ def reconcile(
     name, namespace = meta["name"], meta["namespace"]
     previous = copy.deepcopy(resource.get("status") or {})
     out = Outcome(name=name, previous_status=previous)
+    # The schedule's open windows raise replicas.min/max for this pass only (core/schedule.py)
+    out.schedule = resource_schedule(resource, _instant(now))
+    resource = raised(resource, out.schedule)
     observer = observer or ListObserver(client)
     observed = observer(namespace, name)
     previous_weight = (previous.get("canary") or {}).get("weight") or 0
@@ -252,6 +260,9 @@ def reconcile(
         deadline = decision.target.drain.wake_in_s(now)  # a held drain's deadline: relax then
         if deadline is not None:
             out.wake_in_s = deadline if out.wake_in_s is None else min(out.wake_in_s, deadline)
+    if out.schedule is not None and out.schedule.next_at is not None:  # the next boundary
+        due = out.schedule.wake_in_s(_instant(now)) or 0.0
+        out.wake_in_s = due if out.wake_in_s is None else min(out.wake_in_s, due)
     out.conflicts.extend(decision.conflicts)
     if decision.target is not None:  # before the pods that mount it, on the first pass
         missing = ensure_internal_secret(
@@ -319,6 +330,9 @@ def idle_step(
     except pydantic.ValidationError:
         return None
     walk = _analysis_begin(resource, resource.get("status") or {})
+    schedule = resource_schedule(resource, _instant(now))
+    if schedule is not None and schedule.floor > model.spec.replicas.min:
+        return None  # an open window's floor keeps it awake: not one that sleeps meanwhile
     if model.spec.replicas.idle_policy is None:
         memory.seen.pop(resource["metadata"]["uid"], None)
         return None

@@ -14,6 +14,7 @@ from docparser_operator.analysis import walk as analysis_module
 from docparser_operator.core import rollout
 from docparser_operator.core.children import Key
 from docparser_operator.core.idle import IdleStep
+from docparser_operator.core.schedule import ScheduleStep
 from docparser_operator.core.status import Problem
 
 
@@ -35,6 +36,7 @@ class Outcome:
     body: dict[str, Any] | None = None  # the DocParser as the status write returned it
     analysis: analysis_module.AnalysisState | None = None  # the canary analysis after the pass
     idle: IdleStep | None = None  # scale to zero (replicas.min 0): core/idle.py
+    schedule: ScheduleStep | None = None  # spec.replicas.schedule now: core/schedule.py
     wake_in_s: float | None = None  # a pass is due then (the analysis window's end)
     written: dict[Key, dict[str, Any]] = field(default_factory=dict[Key, Any])  # as returned
     deleted: dict[Key, str] = field(default_factory=dict[Key, str])  # pruned: their uids

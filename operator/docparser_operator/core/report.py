@@ -131,6 +131,7 @@ def pass_status(
         shadow=shadow_status(plan, previous, out.analysis) if plan is not None else None,
         at_zero=_at_zero(name, live, out),
         scale_to_zero=out.idle.to_status() if out.idle is not None else None,
+        schedule=out.schedule.to_status() if out.schedule is not None else None,
     )
     return status
 

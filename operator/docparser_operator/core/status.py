@@ -34,6 +34,7 @@ from docparser_operator.api.status_models import (
     DrainStatus,
     RolloutStatus,
     ScaleToZeroStatus,
+    ScheduleStatus,
     ShadowStatus,
     StableStatus,
 )
@@ -257,6 +258,7 @@ def build_status(
     shadow: ShadowStatus | None = None,
     at_zero: tuple[bool, str, str] | None = None,
     scale_to_zero: dict[str, Any] | None = None,
+    schedule: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The whole ``status`` of a DocParser, built through its typed model (api/status_models.py,
     the one the reader uses: a field the writer adds and the reader lacks fails here, in the
@@ -375,6 +377,7 @@ def build_status(
         rollout=rollout,
         drains=[DrainStatus.model_validate(d) for d in drains] if drains else None,
         scale_to_zero=ScaleToZeroStatus.model_validate(scale_to_zero) if scale_to_zero else None,
+        schedule=ScheduleStatus.model_validate(schedule) if schedule is not None else None,
     )
     return status.to_wire()
 
