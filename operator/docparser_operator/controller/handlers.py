@@ -48,6 +48,7 @@ from docparser_operator.controller.state import OperatorState
 from docparser_operator.core import triggers
 from docparser_operator.core.events import Event, events_for
 from docparser_operator.core.outcome import Outcome
+from docparser_operator.core.refusals import RefusalMemory
 from docparser_operator.kube import observer as cache
 from docparser_operator.kube.client import ApiError, KubeClient, load_configuration
 from docparser_operator.kube.nodes import CordonedNodes
@@ -89,6 +90,7 @@ def run_reconcile(state: OperatorState, resource: dict[str, Any], *, strict: boo
                 sources=state.analysis_sources(),
                 credentials=state.credentials,
                 skipped=state.skipped_pods,
+                refusals=state.refusals,
                 **state.idle_args(),
             )
         except ApiError as exc:
@@ -177,6 +179,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -
             indexes, client=client, cordoned=nodes if aware else lambda: None
         ),
         nodes=nodes if aware else None,
+        refusals=RefusalMemory(ours.refusal_backoff_s, ours.refusal_backoff_max_s),
     )
     memo.state.analysis_sources()  # built once per run (the settings checked the entries)
     settings.posting.level = logging.WARNING
@@ -212,6 +215,7 @@ def track(event: Mapping[str, Any], body: kopf.Body, memo: kopf.Memo, **_: Any) 
         return
     if event.get("type") == "DELETED" or (body.get("metadata") or {}).get("deletionTimestamp"):
         state.known.pop(uid, None)
+        state.refusals.forget(uid)
     else:
         state.known[uid] = _plain(body)
 

@@ -54,6 +54,7 @@ from docparser_operator.core.decide import Decision, conflict_problem, decide
 from docparser_operator.core.diagnose import diagnose
 from docparser_operator.core.idle import IdleMemory, IdleStep, decide_idle, epoch
 from docparser_operator.core.outcome import Outcome
+from docparser_operator.core.refusals import RefusalMemory, Refused, refusal_code, refused_problem
 from docparser_operator.core.render import roles_of
 from docparser_operator.core.render.weights_cache import cached_weights
 from docparser_operator.core.schedule import raised, resource_schedule
@@ -71,21 +72,24 @@ def now_rfc3339() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _apply_problem(key: Key, exc: ApiError) -> Problem:
-    """A child the API server cannot take: its API is missing (the Gateway API CRDs are not
-    installed) or it rejects the object. Reported as Degraded; the other children proceed."""
+def _apply_problem(key: Key, exc: ApiError) -> Problem | None:
+    """A child the API server refuses (core/refusals.py): our RBAC lacks a verb, its API is
+    missing (the Gateway API CRDs are not installed), or a quota, an IP range or an admission
+    policy refuses it. Reported as Degraded; the other children proceed. None: not a refusal
+    (server trouble, throttling, a conflict), the caller retries."""
     kind, name = key
-    if exc.status == 403:
+    code = refusal_code(exc.status, exc.message)
+    if code == "Forbidden":
         return Problem(
             "Forbidden",
             f"{kind} {name}: the operator's service account may not write it ({exc.message}); "
             "grant the verbs the chart's ClusterRole lists",
         )
-    if exc.status == 404:
+    if code == "NotFound":
         return Problem(
             "MissingAPI", f"{kind} {name}: the cluster does not serve {kind} ({exc.message})"
         )
-    return Problem("ChildRejected", f"{kind} {name} rejected by the API server: {exc.message}")
+    return None if code is None else refused_problem(key, exc.status, code)
 
 
 def _taken(client: KubeClient, namespace: str, obj: dict[str, Any]) -> bool:
@@ -107,14 +111,25 @@ def _taken(client: KubeClient, namespace: str, obj: dict[str, Any]) -> bool:
 
 
 def execute(
-    client: KubeClient, namespace: str, decision: Decision, observed: Observed, out: Outcome
+    client: KubeClient,
+    namespace: str,
+    decision: Decision,
+    observed: Observed,
+    out: Outcome,
+    refused: Refused | None = None,
 ) -> dict[Key, dict[str, Any]]:
-    """Perform the actions in order; returns the live children after them."""
+    """Perform the actions in order; returns the live children after them. A child the API
+    server refused is not tried again (not even read) until its backoff is over: the pass
+    reports the refusal it remembers (``refused``; default: none remembered)."""
     live = dict(observed.children)
     for action in decision.actions:
         kind, name = action.key
         if action.verb == "apply":
             assert action.obj is not None
+            held = refused.held(action.key) if refused is not None else None
+            if held is not None:
+                out.problems.append(held)
+                continue
             if action.key not in observed.children and _taken(client, namespace, action.obj):
                 out.conflicts.append(action.key)
                 out.problems.append(conflict_problem(action.key))
@@ -122,10 +137,15 @@ def execute(
             try:
                 live[action.key] = out.written[action.key] = client.apply(action.obj, force=True)
             except ApiError as exc:
-                if exc.status not in (403, 404, 422):
+                problem = _apply_problem(action.key, exc)
+                if problem is None:
                     raise  # transient or unexpected: the caller retries with backoff
-                out.problems.append(_apply_problem(action.key, exc))
+                out.problems.append(problem)
+                if refused is not None:
+                    refused.refused(action.key, problem)
                 continue
+            if refused is not None:
+                refused.accepted(action.key)
             out.applied.append(action.key)
             if kind == "Deployment" and action.key not in observed.children:
                 revision = action.obj["metadata"]["labels"].get(labels.LABEL_REVISION, "")
@@ -156,6 +176,7 @@ def reconcile(
     activity: ActivitySource | None = None,
     poll_s: float = 5.0,
     skipped: Skipped | None = None,
+    refusals: RefusalMemory | None = None,
 ) -> Outcome:
     """Move the children of ``resource`` one safe step towards the spec and write its status.
 
@@ -168,7 +189,8 @@ def reconcile(
     scale to zero read of each DocParser, ``activity`` reads it (the pods' and the front's
     /metrics), at most every ``poll_s`` (core/idle.py). Only the pods of the DocParser's own
     ReplicaSets are read (``readable_pods``); ``skipped`` counts the others (the operator's
-    metric; default: not counted)."""
+    metric; default: not counted). ``refusals`` keeps the children the API server refused and
+    their backoff between passes (core/refusals.py; default: none, every pass tries them)."""
     now = now or now_rfc3339()
     meta = resource["metadata"]
     name, namespace = meta["name"], meta["namespace"]
@@ -270,10 +292,16 @@ def reconcile(
         )
         if missing is not None:
             out.problems.append(missing)
+    refused = Refused(
+        refusals or RefusalMemory(), meta["uid"], int(meta.get("generation") or 0), epoch(now)
+    )
     try:
-        live = execute(client, namespace, decision, observed, out)
+        live = execute(client, namespace, decision, observed, out, refused)
     finally:  # even when a write failed half-way: the ones before it happened
         observer.remember(namespace, name, out.written, out.deleted)
+    retry = refused.wake_in()  # nothing else wakes a refused child when its backoff is over
+    if retry is not None:
+        out.wake_in_s = retry if out.wake_in_s is None else min(out.wake_in_s, retry)
     cache: CacheVerdict | None = None
     if decision.target is not None:
         out.rollout = decision.target.rollout

@@ -21,6 +21,15 @@ class OperatorSettings(BaseSettings):
     resync_initial_delay_s: float = Field(5.0, ge=0, description="timer start after (re)start")
     request_timeout_s: float = Field(30.0, gt=0, description="one API request")
     retry_delay_s: float = Field(5.0, gt=0, description="backoff after a transient API error")
+    refusal_backoff_s: float = Field(
+        5.0,
+        gt=0,
+        description="a child the API server refuses (quota, IP range, admission, RBAC) is "
+        "tried again after this, then twice as long each time (core/refusals.py)",
+    )
+    refusal_backoff_max_s: float = Field(
+        300.0, gt=0, description="the longest wait before a refused child is tried again"
+    )
     liveness_endpoint: str | None = Field(
         None, description="e.g. http://0.0.0.0:8080/healthz for the operator pod's probe"
     )

@@ -21,6 +21,7 @@ from docparser_operator.controller.credential import CredentialMemory
 from docparser_operator.controller.metrics import OperatorMetrics
 from docparser_operator.controller.settings import OperatorSettings
 from docparser_operator.core.idle import IdleMemory
+from docparser_operator.core.refusals import RefusalMemory
 from docparser_operator.kube import observer as cache
 from docparser_operator.kube.client import KubeClient
 from docparser_operator.kube.nodes import CordonedNodes
@@ -58,6 +59,7 @@ class OperatorState:
     idle: IdleMemory = field(default_factory=IdleMemory)  # scale to zero's last readings
     idle_polls: dict[str, float] = field(default_factory=dict[str, float])  # uid -> next read
     activity: ActivitySource | None = None  # what scale to zero reads (built at start-up)
+    refusals: RefusalMemory = field(default_factory=RefusalMemory)  # refused children's backoff
 
     def idle_args(self) -> dict[str, Any]:
         """Scale to zero's part of ``reconcile``'s arguments: the memory of the readings, the

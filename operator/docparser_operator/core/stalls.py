@@ -46,7 +46,9 @@ REASONS: dict[str, ReasonClass] = {
     "SpecInvalid": ReasonClass("stalled", "the spec must change"),
     "InsufficientGPUMemory": ReasonClass("stalled", "the spec must change (batch, tier, GPU)"),
     "MissingAPI": ReasonClass("stalled", "a CRD (Gateway API) must be installed"),
-    "ChildRejected": ReasonClass("stalled", "an admission policy or quota refuses a child"),
+    "ChildRefused": ReasonClass(
+        "stalled", "a quota, an IP range, an admission policy or a 422 refuses a child"
+    ),
     "ChildConflict": ReasonClass("stalled", "someone else's object holds a child's name"),
     "Forbidden": ReasonClass("stalled", "the operator's RBAC must grant a verb"),
     "CredentialsSecretMissing": ReasonClass("stalled", "the weights credentials Secret is absent"),
