@@ -260,6 +260,7 @@ def test_a_missing_permission_is_degraded_forbidden_naming_it(
             "verbs": verbs,
         },
         {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": verbs},
+        {"apiGroups": ["apps"], "resources": ["replicasets"], "verbs": ["get", "list", "watch"]},
         {
             "apiGroups": [""],
             "resources": ["services", "pods", "events", "persistentvolumeclaims"],
