@@ -100,11 +100,21 @@ class Replicas(WireModel):
     desired: Annotated[int, Field(ge=0, le=1000)] = 1  # the autoscaler's, through /scale
     scale_to_zero: ScaleToZero | None = None  # read only with min 0
     schedule: Annotated[list[ScheduleWindow], Field(max_length=20)] | None = None
-    time_zone: Annotated[str, Field(max_length=64)] = "UTC"
+    # None reads as UTC. Not a CRD default: a default the API server wrote into every stored
+    # DocParser would be a field an operator of an earlier version refuses (its model forbids
+    # unknown fields), so a chart rollback would leave every DocParser SpecInvalid.
+    time_zone: Annotated[str, Field(max_length=64)] | None = None
+
+    @property
+    def zone(self) -> str:
+        """The IANA zone the schedule's cron expressions are read in."""
+        return self.time_zone or "UTC"
 
     @field_validator("time_zone")
     @classmethod
-    def _zone(cls, value: str) -> str:
+    def _zone(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
         try:
             time_zone(value)
         except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:

@@ -106,7 +106,7 @@ def _next_start(window: ScheduleWindow, local: datetime.datetime) -> datetime.da
 def _openings(replicas: Replicas, now: datetime.datetime) -> list[Opening]:
     """The windows open at ``now``: the latest start of each is the one that closes last
     (one window's openings all last the same), so only that one is looked at."""
-    local = now.astimezone(time_zone(replicas.time_zone))
+    local = now.astimezone(time_zone(replicas.zone))
     out = []
     for window in replicas.schedule or ():
         start = _latest_start(window, local)
@@ -128,7 +128,7 @@ def schedule_step(replicas: Replicas, now: datetime.datetime) -> ScheduleStep | 
     """The schedule at ``now`` (an aware datetime); None without ``replicas.schedule``."""
     if not replicas.schedule:
         return None
-    local = now.astimezone(time_zone(replicas.time_zone))
+    local = now.astimezone(time_zone(replicas.zone))
     opened = _openings(replicas, now)
     floor, ceiling = _bounds(replicas, opened)
     boundaries = [o.until for o in opened]
