@@ -83,8 +83,7 @@ class Pods:
             def log_message(self, format: str, *args: Any) -> None:
                 return
 
-        server = ThreadingHTTPServer((host, naming.HTTP_PORT), Handler)
-        server.daemon_threads = True
+        server = _Server((host, naming.HTTP_PORT), Handler)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         self.servers.append(server)
         self.requests[host] = 0
@@ -102,6 +101,14 @@ def pods() -> Iterator[Pods]:
     found = Pods()
     yield found
     found.close()
+
+
+class _Server(ThreadingHTTPServer):
+    """A pod's /metrics: a listen backlog for the 16 reads that come at once (the default 5
+    could reset a connection on a loaded machine, read as an error)."""
+
+    request_queue_size = 64
+    daemon_threads = True
 
 
 def _controller(obj: dict[str, Any], uid: str | None = None) -> dict[str, Any]:
@@ -267,9 +274,12 @@ def test_slow_pods_are_read_at_once_under_one_deadline_and_counted(
     def skipped(reason: str) -> float:
         return registry.get_sample_value(SKIPPED, {"reason": reason}) or 0.0
 
-    # each read takes 1.5 s or more and 16 run at once: 8 at least cannot end within 2 s
-    assert skipped("deadline") >= count - 16, skipped("deadline")
-    assert skipped("not_owned") == skipped("error") == 0
+    # each read takes 1.5 s or more and 16 run at once: 8 at least cannot end within 2 s. On a
+    # loaded machine a read of the first 16 can also pass its own 2 s limit: an error, counted
+    # all the same (a CI run beside the cluster session saw one)
+    left_out = skipped("deadline") + skipped("error")
+    assert left_out >= count - 16 and skipped("deadline") >= 1, (skipped("deadline"), left_out)
+    assert skipped("not_owned") == 0
     assert pods.requests[slow] >= 16  # dialled at once, not one after another
     seen = state.idle.of(live["metadata"]["uid"])
     assert seen.activity is None and "cannot read the /metrics" in seen.error
