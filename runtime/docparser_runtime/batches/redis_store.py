@@ -14,22 +14,17 @@ files and finished batches by the time they are deleted).
 
 from __future__ import annotations
 
-import functools
 import time
 import zlib
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 import redis.asyncio as aioredis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ..errors import NotFound, Overloaded, Unavailable
+from ..errors import NotFound, Overloaded
+from ..redis_calls import as_text, texts, unreachable_as_unavailable
 from . import redis_scripts as scripts
 from .models import STAMP, Batch, BatchStatus, FileRecord
 
-T = TypeVar("T")
-P = ParamSpec("P")
 ANONYMOUS = "-"  # the owner key of callers without an API key (auth off)
 CLAIM_SCAN = 200  # queued lines of stopped batches one claim may drop
 
@@ -42,31 +37,9 @@ def batch_not_found(batch_id: str) -> NotFound:
     return NotFound(f"batch {batch_id!r} not found (unknown id or expired)", code="batch_not_found")
 
 
-def unavailable_when_unreachable(
-    method: Callable[P, Awaitable[T]],
-) -> Callable[P, Coroutine[Any, Any, T]]:
-    """A client of the API gets a 503 when Redis is down, not a 500 (the job store's rule;
-    the two stores share no module: they are independent packages of one layer)."""
-
-    @functools.wraps(method)
-    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
-        try:
-            return await method(*args, **kwargs)
-        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-            raise Unavailable(
-                "the batch store (Redis) is unreachable; retry shortly",
-                code="batch_store_unavailable",
-            ) from exc
-
-    return wrapper
-
-
-def as_text(raw: bytes | str) -> str:
-    return raw.decode() if isinstance(raw, bytes) else raw
-
-
-def _texts(raw: dict[Any, Any]) -> dict[str, str]:
-    return {as_text(k): as_text(v) for k, v in raw.items()}
+unavailable_when_unreachable = unreachable_as_unavailable(
+    "the batch store", "batch_store_unavailable"
+)
 
 
 class RedisBatchStore:
@@ -99,7 +72,7 @@ class RedisBatchStore:
     @unavailable_when_unreachable
     async def get_file(self, file_id: str, owner: str) -> FileRecord:
         """The file, or 404 also when another API key owns it (no existence oracle)."""
-        raw = _texts(await self.r.hgetall(f"{self.p}file:{file_id}"))
+        raw = texts(await self.r.hgetall(f"{self.p}file:{file_id}"))
         if not raw or raw.get("owner", "") != owner:
             raise file_not_found(file_id)
         return FileRecord.from_redis(raw)
@@ -139,10 +112,10 @@ class RedisBatchStore:
             pipe.hgetall(f"{self.p}batch:{batch_id}")
             pipe.hgetall(f"{self.p}counts:{batch_id}")
             raw, counts = await pipe.execute()
-        record = _texts(raw)
+        record = texts(raw)
         if not record or (owner is not None and record.get("owner", "") != owner):
             raise batch_not_found(batch_id)
-        return Batch.from_redis(record, _texts(counts))
+        return Batch.from_redis(record, texts(counts))
 
     @unavailable_when_unreachable
     async def list_batches(

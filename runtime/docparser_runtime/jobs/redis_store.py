@@ -36,9 +36,9 @@ from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
 
+from ..redis_calls import TRANSIENT, ScriptArgs, as_text, unreachable_as_unavailable
 from . import redis_scripts as scripts
 from .models import Job, JobStatus, new_job_id
-from .redis_calls import TRANSIENT, ScriptArgs, as_text, unavailable_when_unreachable
 from .redis_keys import RedisKeys
 from .store import (
     Backlog,
@@ -52,6 +52,7 @@ from .store import (
 )
 
 log = logging.getLogger(__name__)
+unavailable_when_unreachable = unreachable_as_unavailable("the job store", "job_store_unavailable")
 
 T = TypeVar("T")
 
