@@ -172,3 +172,57 @@ def _mem_total(root: Path) -> int:
     except (OSError, ValueError, IndexError):
         pass
     return 8 * 2**30  # nothing readable: a conservative guess rather than no limit
+
+
+@dataclass(frozen=True)
+class MemoryUsage:
+    """What this process's cgroup uses now and its peak (bytes; the peak may be None on a
+    kernel without v2 ``memory.peak``: the caller keeps the highest it saw)."""
+
+    current: int
+    peak: int | None
+
+
+def cgroup_memory_usage(root: Path = Path("/")) -> MemoryUsage | None:
+    """Usage of this process's own cgroup (v2 ``memory.current`` / ``memory.peak``, v1
+    ``memory.usage_in_bytes`` / ``memory.max_usage_in_bytes``): what the pod's limit is
+    charged against, decoders included (``status.capacity``'s pod memory peak). None when
+    no cgroup file can be read."""
+    for hierarchy, names in (
+        ("cgroup2", ("memory.current", "memory.peak")),
+        ("cgroup", ("memory.usage_in_bytes", "memory.max_usage_in_bytes")),
+    ):
+        for directory in _own_directories(root, hierarchy):
+            current = _read_limit(directory / names[0])
+            if current is not None:
+                peak = _read_limit(directory / names[1])
+                return MemoryUsage(current.bytes, peak.bytes if peak is not None else None)
+    return None
+
+
+def _own_directories(root: Path, hierarchy: str) -> list[Path]:
+    """The process's own cgroup directory under each mount of ``hierarchy`` (as ``_walk``
+    finds it: relative to the mount's root, else the mount point itself)."""
+    v2 = hierarchy == "cgroup2"
+    paths = [
+        p for hid, ctrls, p in _cgroup_lines(root) if (hid == "0" if v2 else "memory" in ctrls)
+    ]
+    if not paths:
+        return []
+    mounts = [
+        m for fs, opts, m in _mounts(root) if fs == hierarchy and (v2 or "memory" in opts)
+    ] or (
+        [_Mount("/", root / p) for p in _DEFAULT_V2_MOUNTS]
+        if v2
+        else [_Mount("/", root / _DEFAULT_V1_MOUNT)]
+    )
+    found = []
+    for mount in mounts:
+        try:
+            relative = PurePosixPath(paths[0]).relative_to(PurePosixPath(mount.root))
+        except ValueError:
+            relative = PurePosixPath(".")
+        if ".." in relative.parts:
+            relative = PurePosixPath(".")
+        found.append(mount.point / relative)
+    return found

@@ -85,8 +85,12 @@ class MicroBatcher:
         self._busy_since: float | None = None
         self._closed = False
         self._ewma_batch_s = 1.0  # for Retry-After; refined by observed batches
-        self.wait = WaitEstimator(max_batch_size)  # seconds per page per tier, measured
+        # seconds per page per tier, measured (and exported: status.capacity's service time)
+        self.wait = WaitEstimator(
+            max_batch_size, record=metrics.observe_service if metrics else None
+        )
         if metrics:
+            metrics.decode_slots.set(max_batch_size)
             metrics.estimated_wait.set_function(self.estimated_wait_s)
 
     # -- public --------------------------------------------------------------------------

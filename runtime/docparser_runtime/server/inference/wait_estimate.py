@@ -21,7 +21,7 @@ makes a queue of pages read as waiting (a zero would scale nothing up at a cold 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 ALPHA = 0.2  # weight of the newest page in the mean
 PRIOR_PAGE_S = 2.0  # seconds a page holds a slot before any measurement (a GPU page's order)
@@ -30,8 +30,18 @@ PRIOR_PAGE_S = 2.0  # seconds a page holds a slot before any measurement (a GPU 
 class WaitEstimator:
     """Seconds per page per tier, measured, and the queue wait they add up to."""
 
-    def __init__(self, slots: int, *, prior_s: float = PRIOR_PAGE_S, alpha: float = ALPHA):
+    def __init__(
+        self,
+        slots: int,
+        *,
+        prior_s: float = PRIOR_PAGE_S,
+        alpha: float = ALPHA,
+        record: Callable[[int, float], None] | None = None,
+    ):
+        """``record``: also told every measurement (the runtime's service-time histogram,
+        which status.capacity reads)."""
         self.slots = max(1, slots)
+        self.record = record
         self.prior_s = prior_s
         self.alpha = alpha
         self._per_tier: dict[int, float] = {}
@@ -40,6 +50,8 @@ class WaitEstimator:
     def observe(self, tier: int, seconds: float) -> None:
         """A page of ``tier`` held a slot for ``seconds`` (negative clock steps count as 0)."""
         seconds = max(0.0, seconds)
+        if self.record is not None:
+            self.record(tier, seconds)
         before = self._per_tier.get(tier)
         self._per_tier[tier] = seconds if before is None else _mix(before, seconds, self.alpha)
         last = self._overall

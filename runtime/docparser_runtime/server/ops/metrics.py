@@ -26,6 +26,7 @@ from prometheus_client import (
 
 from docparser_runtime.server.guards.auth import UNAUTHORIZED_REASONS
 from docparser_runtime.server.ops.gpu_metrics import GpuCollector
+from docparser_runtime.server.ops.pod_memory_metrics import PodMemoryCollector
 
 # Seconds: 5 ms .. 10 min; covers a cached hit up to a long PDF on a busy replica.
 LATENCY_BUCKETS = (
@@ -134,6 +135,21 @@ class Metrics:
             registry=r,
         )
         r.register(GpuCollector())
+        r.register(PodMemoryCollector())
+        # What status.capacity (issue 36) sizes replicas from: how long a page of each tier
+        # holds a decode slot, and how many slots run side by side.
+        self.page_service_seconds = Histogram(
+            "docparser_page_service_seconds",
+            "Seconds a page held a decode slot, by the tier it was read at (its service time).",
+            ["tier"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.decode_slots = Gauge(
+            "docparser_decode_slots",
+            "Pages the scheduler runs side by side (maxBatchSize).",
+            registry=r,
+        )
         self.gpu_oom = Counter(
             "docparser_gpu_oom",
             "GPU out-of-memory errors of the engine (each splits its batch and retries).",
@@ -299,6 +315,9 @@ class Metrics:
         self._truncated_pages.labels(**self.identity).inc(truncated)
         self._empty_pages.labels(**self.identity).inc(empty)
         self._repetition_pages.labels(**self.identity).inc(repetition)
+
+    def observe_service(self, tier: int, seconds: float) -> None:
+        self.page_service_seconds.labels(tier=str(tier)).observe(max(0.0, seconds))
 
     def observe_first_token(self, seconds: float) -> None:
         self._time_to_first_token.labels(**self.identity).observe(max(0.0, seconds))
