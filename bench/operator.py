@@ -4,7 +4,11 @@ For 50 and 200 DocParsers it prints
 - the time from creating them all until every one is reconciled (status.observedGeneration
   matches and all children exist),
 - API requests per DocParser during that create phase (operator + kopf, test traffic excluded),
-- write requests during one full no-op resync of all DocParsers (target 0),
+  and what they were (verb and kind, per DocParser: where a change saves requests),
+- write requests during one full no-op resync of all DocParsers (target 0), and the
+  operator's CPU seconds for that resync (the CPU time of the threads the operator started:
+  kopf's event loop and its workers; not the recording proxy's, nor this script's own
+  polling),
 - non-watch requests per minute at rest (`--rest-window` seconds after everything settled;
   the issue's target: under 10 a minute at 100 DocParsers), and after a + the watches
   (re)opened in that window.
@@ -60,11 +64,20 @@ def main() -> int:
     print(
         "| DocParsers | time to all reconciled (s) | API requests / DocParser on create "
         "| writes / DocParser on create | writes in one no-op resync of all "
+        "| operator CPU s for one no-op resync of all "
         "| non-watch requests / min at rest (by verb) |"
     )
-    print("|---:|---:|---:|---:|---:|---|")
-    for n, secs, per_dp, writes_per_dp, noop, rest in rows:
-        print(f"| {n} | {secs:.1f} | {per_dp:.1f} | {writes_per_dp:.1f} | {noop} | {rest} |")
+    print("|---:|---:|---:|---:|---:|---:|---|")
+    for n, secs, per_dp, writes_per_dp, noop, cpu, rest in rows:
+        print(
+            f"| {n} | {secs:.1f} | {per_dp:.1f} | {writes_per_dp:.1f} | {noop} | {cpu:.2f} "
+            f"| {rest} |"
+        )
+    load = os.getloadavg()
+    print(
+        f"load average at the end: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} "
+        f"({os.cpu_count()} CPUs)"
+    )
     return 0
 
 
@@ -108,9 +121,53 @@ def at_rest(cluster: Any, window: float) -> str:
     return (f"{per_min:.0f} ({detail})" if seen else "0") + renewed
 
 
+def thread_cpu(exclude: set[int]) -> dict[int, float]:
+    """CPU seconds (user + system) of each thread of this process but ``exclude`` (native
+    ids), from /proc (Linux): the operator runs in this process (kopf's runner thread), beside
+    the recording proxy and the benchmark's own polling, which are left out."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[int, float] = {}
+    for task in Path("/proc/self/task").iterdir():
+        tid = int(task.name)
+        if tid in exclude:
+            continue
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the thread ended meanwhile
+            continue
+        out[tid] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return out
+
+
+def cpu_between(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds the threads spent between two ``thread_cpu`` readings (a thread started
+    meanwhile counts whole; one that ended meanwhile is lost: kopf's workers are long-lived)."""
+    return sum(t - before.get(tid, 0.0) for tid, t in after.items())
+
+
+def by_kind(records: list[Any], n: int) -> str:
+    """Requests per DocParser by verb and kind (``PATCH services``, ``PATCH docparsers/status``):
+    where the create phase's requests go."""
+
+    def what(r: Any) -> str:
+        parts = [p for p in r.path.split("?")[0].split("/") if p]
+        if "namespaces" in parts and len(parts) > parts.index("namespaces") + 2:
+            rest = parts[parts.index("namespaces") + 2 :]
+        else:
+            rest = parts[-2:] if len(parts) >= 2 else parts
+        kind = rest[0]
+        if rest[-1] == "status" and len(rest) == 3:
+            kind += "/status"
+        watch = " (watch)" if r.query.get("watch") in ("1", "true") else ""
+        return f"{r.method} {kind}{watch}"
+
+    counts = collections.Counter(what(r) for r in records)
+    return ", ".join(f"{k} {v / n:.2f}" for k, v in counts.most_common())
+
+
 def run_one(
     make_cluster: Callable[[Path, str], Iterator[Any]], n: int, timeout: float, window: float
-) -> tuple[int, float, float, float, int, str]:
+) -> tuple[int, float, float, float, int, float, str]:
     from docparser_operator.api.kinds import DOCPARSER, KNOWN_KINDS
     from dp_helpers import GATEWAY, docparser, quiet
     from kube_cluster import wait_for
@@ -119,6 +176,10 @@ def run_one(
     with tempfile.TemporaryDirectory() as tmp:
         gen = make_cluster(Path(tmp), f"bench-{n}")
         cluster = next(gen)
+        import threading
+
+        harness = {t.native_id for t in threading.enumerate() if t.native_id is not None}
+        notes: list[str] = []  # printed after the run: kopf's runner holds stdout meanwhile
         try:
             with running_operator(cluster) as run:  # returns once the operator started
                 start_mark = cluster.mark()
@@ -147,6 +208,7 @@ def run_one(
                 create_reqs = cluster.requests_since(start_mark)
                 per_dp = len(create_reqs) / n
                 writes_per_dp = sum(r.is_write for r in create_reqs) / n
+                notes.append(f"n={n}: create requests per DocParser: {by_kind(create_reqs, n)}")
 
                 # quiesce (the Deployment controllers done, nobody writing for 2 s), then
                 # watch one full resync round over every DocParser
@@ -161,12 +223,14 @@ def run_one(
                     }
 
                 before = passes()
+                cpu_before = thread_cpu(harness)
 
                 def full_round() -> bool:  # every DocParser reconciled again (the operator's
                     after = passes()  # /metrics: its reads no longer show as requests)
                     return sum(after.get(k, 0) > v for k, v in before.items()) >= n
 
                 wait_for("one resync of all", full_round, timeout=timeout, interval=0.5)
+                cpu = cpu_between(cpu_before, thread_cpu(harness))
                 noop = cluster.writes_since(mark)
                 noop_writes = len(noop)
                 if noop:  # say what they were: a no-op resync should write nothing
@@ -176,17 +240,19 @@ def run_one(
                         else f"{r.method} {r.path.split('/')[-2]}"
                         for r in noop
                     )
-                    print(f"n={n}: writes during the no-op resync: {dict(kinds)}", flush=True)
+                    notes.append(f"n={n}: writes during the no-op resync: {dict(kinds)}")
                 rest = at_rest(cluster, window)
         finally:
             for _ in gen:
                 pass
+    for note in notes:
+        print(note, flush=True)
     print(
         f"n={n}: {elapsed:.1f}s, {per_dp:.1f} req/DocParser, noop writes={noop_writes}, "
-        f"at rest {rest} req/min",
+        f"resync CPU {cpu:.2f}s, at rest {rest} req/min",
         flush=True,
     )
-    return n, elapsed, per_dp, writes_per_dp, noop_writes, rest
+    return n, elapsed, per_dp, writes_per_dp, noop_writes, cpu, rest
 
 
 if __name__ == "__main__":
