@@ -11,7 +11,12 @@ batch before it, and decode slots idle once short pages end (OCR outputs span ~1
    its ``max_new_tokens``: ``stepping.projected_peak_tokens``), so the scheduler stops
    admitting instead of running out of memory. Order: priority (``Priority``), then arrival;
    a page waiting ``priority_max_wait_s`` counts as interactive (no starvation). The head
-   of that order is never skipped for a smaller page behind it (a large page would starve);
+   of that order is never skipped for a smaller page behind it (a large page would starve).
+   Batch lines (``Priority.BATCH``) take only slots nobody else wants: a batch page joins
+   only while no other page runs or waits (its prefill, the vision encoder, holds every
+   running page's next token: ~40 decode steps of the tiny model on CPU), and a waiting
+   interactive or job page that finds no free slot (or no cache room) takes one from the
+   newest running batch page, which goes back to the queue with its tokens (``preempted``);
 3. on the engine thread: prefills the admitted pages into the batch, runs one decode step
    for all pages, finishes the pages that ended (EOS, their own ``max_new_tokens``, their
    stream's client gone) with the coverage audit.
@@ -98,6 +103,7 @@ class ContinuousBatcher(MicroBatcher):
         self._items: dict[int, _Item] = {}  # id(run) -> its queue item, while admitted
         self.steps = 0  # decode steps run, and pages summed over them (slot occupancy)
         self.slot_steps = 0
+        self.preempted = 0  # batch pages that gave their slot back to a waiting page
         if metrics:
             metrics.cache_budget_tokens.set(self.budget_tokens)
 
@@ -110,7 +116,7 @@ class ContinuousBatcher(MicroBatcher):
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
-            leaving = self._sweep()
+            leaving = self._sweep() + self._preempt()
             joining = self._admit()
             self._busy_since = time.monotonic()
             try:
@@ -147,16 +153,51 @@ class ContinuousBatcher(MicroBatcher):
             self._forget(item)
         return _runs(gone)
 
+    def _preempt(self) -> list[PageRun]:
+        """Running batch pages (newest first) that leave so the waiting interactive and
+        job pages this iteration can admit get a slot and cache room."""
+        now = time.monotonic()
+        waiting = sorted((it for it in self._queue if it.priority < Priority.BATCH),
+                         key=lambda it: self._rank(it, now))[:MAX_PREFILL_PAGES]  # fmt: skip
+        lines = [it for it in self._running if it.priority >= Priority.BATCH]
+        if not waiting or not lines:
+            return []
+        kept = [it for it in self._running if it.priority < Priority.BATCH]
+        victims: list[_Item] = []
+        while lines and not self._fits(kept + lines, waiting):
+            victims.append(lines.pop())
+        if not self._fits(kept + lines, waiting[:1]):
+            return []  # not even the head fits beside the other pages: nothing to gain
+        for item in victims:
+            self._forget(item)
+            self._queue.append(item)  # its rank (priority, arrival) is kept
+        self.preempted += len(victims)
+        return _runs(victims)
+
+    def _fits(self, running: list[_Item], joining: list[_Item]) -> bool:
+        if len(running) + len(joining) > self.max_batch_size:
+            return False
+        rows = [(run.length, run.remaining) for run in _runs(running)]
+        for item in joining:
+            run = item.run or self.stepper.new_run(item.page, item.options, item.on_delta)
+            item.run = run
+            rows.append((run.length + 1, run.remaining))
+        return len(rows) <= 1 or projected_peak_tokens(rows) <= self.budget_tokens
+
     def _admit(self) -> list[PageRun]:
         free = self.max_batch_size - len(self._running)
         if free <= 0 or not self._queue:
             return []
         now = time.monotonic()
         rows = [(run.length, run.remaining) for run in _runs(self._running)]
+        others = any(it.priority < Priority.BATCH for it in self._running)
         chosen: list[_Item] = []
         for item in sorted(self._queue, key=lambda it: self._rank(it, now)):
             if len(chosen) >= min(free, MAX_PREFILL_PAGES):
                 break
+            if item.priority >= Priority.BATCH and others:
+                break  # a batch prefill would hold the running pages' next token
+            others = others or item.priority < Priority.BATCH
             if item.run is None:
                 item.run = self.stepper.new_run(item.page, item.options, item.on_delta)
             run: PageRun = item.run
