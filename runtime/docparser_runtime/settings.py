@@ -33,7 +33,7 @@ class Settings(BaseSettings):
         "server",
         description="server: load the engine and serve (a GPU pod); front: the CPU front of a "
         "DocParser scaled to zero: no engine, jobs into Redis, synchronous parses held until a "
-        "backend is ready, then proxied (server/inference/front_proxy.py)",
+        "backend is ready, then proxied (server/front/proxy.py)",
     )
 
     # Engine

@@ -36,6 +36,8 @@ from docparser_runtime.server.endpoints.parse.serving import ParseService
 from docparser_runtime.server.endpoints.parse.streaming import install_streaming
 from docparser_runtime.server.endpoints.shadow import api_router as shadow_api
 from docparser_runtime.server.error_mapping import install_error_handlers
+from docparser_runtime.server.front.proxy import Front
+from docparser_runtime.server.front.wire import ForwardHeaders
 from docparser_runtime.server.guards.auth import PASSED, auth_outcome, create_key_store
 from docparser_runtime.server.guards.body_memory import BodyMemory
 from docparser_runtime.server.guards.internal_auth import SecretFile
@@ -47,8 +49,6 @@ from docparser_runtime.server.guards.ratelimit import (
 from docparser_runtime.server.guards.slow_clients import BodyDeadline
 from docparser_runtime.server.inference.continuous import make_batcher
 from docparser_runtime.server.inference.document_loader import DocumentLoader
-from docparser_runtime.server.inference.front_proxy import Front
-from docparser_runtime.server.inference.front_wire import ForwardHeaders
 from docparser_runtime.server.ops.lifecycle import Lifecycle
 from docparser_runtime.server.ops.metrics import Metrics
 from docparser_runtime.server.ops.request_log import RequestLogMiddleware
@@ -151,7 +151,7 @@ async def _bring_up(app: FastAPI, engine: Engine | None, engine_loaded: bool) ->
 
 async def _bring_up_front(app: FastAPI) -> None:
     """The CPU front (role front) has nothing to load: it opens for traffic at once. Its
-    parse service holds and forwards (server/inference/front_proxy.py); jobs go to Redis."""
+    parse service holds and forwards (server/front/proxy.py); jobs go to Redis."""
     state = runtime_state(app)
     settings: Settings = state.settings
     front = Front(settings, state.metrics, lambda: state.drain_deadline)

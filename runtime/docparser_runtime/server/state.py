@@ -30,12 +30,12 @@ if TYPE_CHECKING:
     from docparser_runtime.jobs import JobStore, JobWorker
     from docparser_runtime.result_cache import Parser
     from docparser_runtime.server.endpoints.parse.request_input import ParseRequest
+    from docparser_runtime.server.front.proxy import Front
     from docparser_runtime.server.guards.auth import ApiKeyStore
     from docparser_runtime.server.guards.internal_auth import SecretFile
     from docparser_runtime.server.guards.ratelimit import RateLimiter
     from docparser_runtime.server.inference.batcher import MicroBatcher
     from docparser_runtime.server.inference.document_loader import DocumentLoader
-    from docparser_runtime.server.inference.front_proxy import Front
     from docparser_runtime.server.ops.lifecycle import Lifecycle
     from docparser_runtime.server.ops.metrics import Metrics
     from docparser_runtime.server.ops.tracing import Tracing

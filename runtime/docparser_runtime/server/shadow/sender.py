@@ -42,8 +42,8 @@ from prometheus_client import CollectorRegistry
 
 from docparser_runtime.host_memory import MemoryBudget
 from docparser_runtime.result_cache import DocumentRequest
+from docparser_runtime.server.front.wire import options_query
 from docparser_runtime.server.guards.internal_auth import INTERNAL_TOKEN_HEADER, SecretFile
-from docparser_runtime.server.inference.front_wire import options_query
 from docparser_runtime.server.shadow.compare import (
     PageComparison,
     PageDigest,

@@ -26,7 +26,7 @@ streaming, the OpenAI route and the result cache run unchanged on top of it.
    refuses the connection, does not take it within ``FORWARD_CONNECT_S`` (a Service whose pods
    went away), closes it before answering or answers ``503 starting/draining`` did no work:
    the parse waits again within its hold time. Replies are bounded in bytes; streamed parses
-   relay the pod's events to the caller's callbacks as they arrive (front_wire.py: the
+   relay the pod's events to the caller's callbacks as they arrive (wire.py: the
    headers, query and events of a forward).
 """
 
@@ -57,8 +57,8 @@ from docparser_runtime.result_cache import (
     TotalCallback,
 )
 from docparser_runtime.server.error_mapping import error_from_reply
-from docparser_runtime.server.inference.backend_watch import PROBE_TIMEOUT_S, BackendWatch
-from docparser_runtime.server.inference.front_wire import (
+from docparser_runtime.server.front.backend_watch import PROBE_TIMEOUT_S, BackendWatch
+from docparser_runtime.server.front.wire import (
     forward_query,
     forwarded_headers,
     sse_event,

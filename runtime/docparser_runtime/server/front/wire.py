@@ -1,4 +1,4 @@
-"""What crosses the wire between the CPU front and a GPU pod (front_proxy.py forwards a parse).
+"""What crosses the wire between the CPU front and a GPU pod (proxy.py forwards a parse).
 
 The caller's ``Authorization`` and request id go with the forward (the pod authenticates the
 same key and scopes its result cache to the same tenant), the resolved options go as the query
