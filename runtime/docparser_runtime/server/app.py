@@ -41,11 +41,7 @@ from docparser_runtime.server.front.wire import ForwardHeaders
 from docparser_runtime.server.guards.auth import PASSED, auth_outcome, create_key_store
 from docparser_runtime.server.guards.body_memory import BodyMemory
 from docparser_runtime.server.guards.internal_auth import SecretFile
-from docparser_runtime.server.guards.ratelimit import (
-    RateLimiter,
-    enforce_limits,
-    is_protected_path,
-)
+from docparser_runtime.server.guards.ratelimit import RateLimiter, admission, is_protected_path
 from docparser_runtime.server.guards.slow_clients import BodyDeadline
 from docparser_runtime.server.inference.continuous import make_batcher
 from docparser_runtime.server.inference.document_loader import DocumentLoader
@@ -230,20 +226,21 @@ def create_app(
         finally:
             await _shut_down(app, task)
 
+    metrics = Metrics(model=settings.engine, version=settings.model_version or "", front=front)
+    api_keys = create_key_store(settings.api_keys_file)
+    rate_limiter = RateLimiter.from_settings(settings)
     app = FastAPI(
         title="docparser runtime",
         version="0.1.0",
         summary="Document parsing with DeepSeek-OCR-2-class models",
         lifespan=lifespan,
         # API keys and per-key limits on every /v1 route; probes and /metrics stay open.
-        dependencies=[Depends(enforce_limits)],
+        dependencies=[Depends(admission(api_keys, rate_limiter, metrics))],
     )
     state = RuntimeState(
         settings=settings,
-        metrics=Metrics(model=settings.engine, version=settings.model_version or "", front=front),
+        metrics=metrics,
         lifecycle=Lifecycle(),
-        api_keys=create_key_store(settings.api_keys_file),
-        rate_limiter=RateLimiter.from_settings(settings),
         tracing=install_tracing(
             app,
             enabled=settings.tracing,

@@ -31,9 +31,7 @@ if TYPE_CHECKING:
     from docparser_runtime.result_cache import Parser
     from docparser_runtime.server.endpoints.parse.request_input import ParseRequest
     from docparser_runtime.server.front.proxy import Front
-    from docparser_runtime.server.guards.auth import ApiKeyStore
     from docparser_runtime.server.guards.internal_auth import SecretFile
-    from docparser_runtime.server.guards.ratelimit import RateLimiter
     from docparser_runtime.server.inference.batcher import MicroBatcher
     from docparser_runtime.server.inference.document_loader import DocumentLoader
     from docparser_runtime.server.ops.lifecycle import Lifecycle
@@ -48,8 +46,6 @@ class RuntimeState:
     settings: Settings
     metrics: Metrics
     lifecycle: Lifecycle
-    api_keys: ApiKeyStore | None
-    rate_limiter: RateLimiter | None
     tracing: Tracing
     internal_token: SecretFile  # the shadow mirror's credential (guards/internal_auth.py)
     admin_key: SecretFile  # /admin/v1/ routes

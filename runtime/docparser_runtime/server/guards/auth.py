@@ -31,7 +31,6 @@ from fastapi import Request
 from starlette.types import Scope
 
 from docparser_runtime.errors import DocParserError, PermissionDenied, Unauthenticated
-from docparser_runtime.server.state import runtime_state
 
 log = logging.getLogger("docparser.auth")
 
@@ -178,9 +177,12 @@ def create_key_store(api_keys_file: Path | None) -> ApiKeyStore | None:
     return None if api_keys_file is None else ApiKeyStore(api_keys_file)
 
 
-async def require_api_key(request: Request) -> Principal:
-    """FastAPI dependency for ``/v1`` routers; stores the principal on ``request.state``."""
-    store = runtime_state(request.app).api_keys
+def require_api_key(request: Request, store: ApiKeyStore | None) -> Principal:
+    """The API-key check of a ``/v1`` request (``ratelimit.admission`` runs it first): the
+    principal goes on ``request.state``, the outcome into the scope (``AUTH_OUTCOME``).
+
+    WHY the store is an argument: the guards sit below the app's state (server/state.py
+    names their types), so they are handed what they check against instead of reading it."""
     try:
         principal = authenticate(store, request.headers.get("authorization"))
     except DocParserError as exc:

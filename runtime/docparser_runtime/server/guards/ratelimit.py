@@ -17,12 +17,17 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from fastapi import Request
 
 from docparser_runtime.errors import Overloaded
-from docparser_runtime.server.guards.auth import Principal, client_identity, require_api_key
-from docparser_runtime.server.state import runtime_state
+from docparser_runtime.server.guards.auth import (
+    ApiKeyStore,
+    Principal,
+    client_identity,
+    require_api_key,
+)
 from docparser_runtime.settings import Settings
 
 # Idle, full buckets are forgotten beyond this many tracked keys (bounded memory under
@@ -128,48 +133,59 @@ class RateLimiter:
             del self._buckets[oldest]
 
 
-def _count_rejection(request: Request, code: str) -> None:
-    metrics = runtime_state(request.app).metrics
-    if metrics is not None:
-        metrics.reject(code)
-
-
 def is_protected_path(path: str) -> bool:
     """API keys and limits guard the ``/v1`` API; probes, metrics and docs stay open."""
     return path == "/v1" or path.startswith("/v1/")
 
 
-async def enforce_limits(request: Request) -> AsyncIterator[Principal | None]:
-    """App-wide FastAPI dependency: auth, then concurrency cap, then rate, on ``/v1``.
+class AdmissionCounts(Protocol):
+    """What admission reports (``ops.metrics.Metrics`` meets it): a request that passed
+    the key check is client activity; a refusal is counted by its code."""
+
+    def client_request(self) -> None: ...
+    def reject(self, code: str) -> None: ...
+
+
+Admission = Callable[[Request], AsyncIterator[Principal | None]]
+
+
+def admission(
+    api_keys: ApiKeyStore | None, limiter: RateLimiter | None, counts: AdmissionCounts
+) -> Admission:
+    """The app-wide FastAPI dependency: auth, then concurrency cap, then rate, on ``/v1``.
     A request that passed auth restarts the idleness clock here, on arrival.
 
     Installed once on the app (not per router) so a new ``/v1`` route cannot forget it.
     The slot is held until the response has been sent (FastAPI's default ``request``
     scope for ``yield`` dependencies), so streamed replies count while they stream.
+    WHY a closure over its parts: the guards sit below the app's state and the metrics
+    (server/state.py names the guards' types), so the app hands them what they use.
     """
-    if not is_protected_path(request.scope.get("path", "")):
-        yield None
-        return
-    principal = await require_api_key(request)
-    state = runtime_state(request.app)
-    state.metrics.client_request()  # authenticated and routed: activity (scale to zero)
-    limiter = state.rate_limiter
-    if limiter is None or not limiter.enabled:
-        yield principal
-        return
-    identity = client_identity(request, principal)
-    try:
-        limiter.acquire(identity)
-    except Overloaded as exc:
-        _count_rejection(request, exc.code)
-        raise
-    try:
-        limiter.take(identity)
-    except Overloaded as exc:
-        limiter.release(identity)
-        _count_rejection(request, exc.code)
-        raise
-    try:
-        yield principal
-    finally:
-        limiter.release(identity)
+
+    async def enforce_limits(request: Request) -> AsyncIterator[Principal | None]:
+        if not is_protected_path(request.scope.get("path", "")):
+            yield None
+            return
+        principal = require_api_key(request, api_keys)
+        counts.client_request()  # authenticated and routed: activity (scale to zero)
+        if limiter is None or not limiter.enabled:
+            yield principal
+            return
+        identity = client_identity(request, principal)
+        try:
+            limiter.acquire(identity)
+        except Overloaded as exc:
+            counts.reject(exc.code)
+            raise
+        try:
+            limiter.take(identity)
+        except Overloaded as exc:
+            limiter.release(identity)
+            counts.reject(exc.code)
+            raise
+        try:
+            yield principal
+        finally:
+            limiter.release(identity)
+
+    return enforce_limits
