@@ -30,8 +30,8 @@ from docparser_runtime.preprocess.tier_select import SELECTOR_VERSION, choose_ti
 from docparser_runtime.preprocess.tiling import MAX_TIER, plan_tiles
 
 EXTENSIONS = {".png", ".jpg", ".jpeg", ".webp", ".tif", ".tiff", ".bmp", ".gif", ".pdf"}
-TOO_LOW_BUDGET = 0.02  # share of pages a fixed tier may read too coarsely
-FIXED_OVER_AUTO = 1.10  # a fixed tier within this factor of auto's tokens is recommended
+TOO_LOW_BUDGET = capacity.TOO_LOW_BUDGET  # share of pages a fixed tier may read too coarsely
+FIXED_OVER_AUTO = capacity.FIXED_OVER_AUTO  # a fixed tier within this factor of auto's tokens
 
 
 @dataclass(frozen=True)

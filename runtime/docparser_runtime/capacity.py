@@ -142,3 +142,70 @@ def estimated_pages_per_s(vision_tokens: float) -> float:
 def replicas_for(pages_per_hour: float, pages_per_s: float) -> int:
     """Replicas that carry ``pages_per_hour`` at ``pages_per_s`` each (at least one)."""
     return max(1, math.ceil(pages_per_hour / 3600 / pages_per_s))
+
+
+# --- Live capacity (issue 36): the equations status.capacity and `advise --from-metrics`
+# recommend with. The operator keeps a copy (docparser_operator.core.capacity_sizing);
+# tests/operator/test_capacity_parity.py holds the two equal.
+TARGET_WAIT_S = 5.0  # the p95 queue wait sized for when autoscaling.metric is not latency
+MAX_UTILISATION = 0.8  # never plan pods busier than this, whatever the target allows
+MEMORY_HEADROOM = 0.25  # pod memory recommended above the observed peak
+TOO_LOW_BUDGET = 0.02  # share of pages a fixed tier may read too coarsely
+FIXED_OVER_AUTO = 1.10  # a fixed tier within this factor of auto's tokens is recommended
+BATCH_CEILING = 256  # runtime.maxBatchSize's largest value
+
+
+def utilisation_for_wait(target_wait_s: float, seconds_per_page: float, slots: int) -> float:
+    """How busy a pod's decode slots may be for queue waits near ``target_wait_s``.
+
+    Kingman's approximation of a queue in front of one server (the pod: ``slots`` pages side
+    by side, one finishing every ``seconds_per_page / slots`` on average), with Poisson
+    arrivals and near-constant service: wait = rho / (1 - rho) * seconds_per_page / (2 slots).
+    Solved for rho, capped at ``MAX_UTILISATION``."""
+    x = 2 * target_wait_s * max(1, slots) / max(seconds_per_page, 1e-9)
+    return min(MAX_UTILISATION, x / (1 + x))
+
+
+def replicas_at_peak(
+    peak_pages_per_s: float, seconds_per_page: float, slots: int, target_wait_s: float
+) -> int:
+    """Pods that serve ``peak_pages_per_s`` with waits near ``target_wait_s`` (at least one):
+    the busy slots the peak needs, over the slots a pod may keep busy."""
+    busy_pods = peak_pages_per_s * seconds_per_page / max(1, slots)
+    rho = utilisation_for_wait(target_wait_s, seconds_per_page, slots)
+    return max(1, math.ceil(busy_pods / rho - 1e-9))
+
+
+def tier_for_mix(auto_pages: dict[int, float], cap: int = MAX_TIER) -> int | str:
+    """The default tier for pages ``auto`` read at these tiers (tier -> pages): the lowest
+    fixed tier that reads at most ``TOO_LOW_BUDGET`` of them below auto's choice, when its
+    worst-case tokens are within ``FIXED_OVER_AUTO`` of auto's mean; else ``auto``."""
+    total = sum(auto_pages.values())
+    if total <= 0:
+        return "auto"
+    mean = sum(n * worst_case_vision_tokens(t) for t, n in auto_pages.items()) / total
+    for tier in range(cap + 1):
+        above = sum(n for t, n in auto_pages.items() if t > tier) / total
+        if above <= TOO_LOW_BUDGET:
+            fits = worst_case_vision_tokens(tier) <= FIXED_OVER_AUTO * mean
+            return tier if fits else "auto"
+    return "auto"
+
+
+def memory_for_peak(peak_bytes: float) -> int:
+    """Pod memory for an observed peak: ``MEMORY_HEADROOM`` above it, in whole GiB."""
+    return max(1, math.ceil(peak_bytes * (1 + MEMORY_HEADROOM) / GIB)) * GIB
+
+
+def batch_for_gpu(engine: str, tier: int, max_new_tokens: int, gpu_bytes: int) -> int:
+    """The largest maxBatchSize (up to ``BATCH_CEILING``) whose worst case at ``tier`` fits
+    ``gpu_bytes`` (0: not one page)."""
+    best = 0
+    for batch in range(1, BATCH_CEILING + 1):
+        need = estimate_gpu_memory(
+            engine, tier=tier, max_batch_size=batch, max_new_tokens=max_new_tokens
+        )
+        if need.total > gpu_bytes:
+            break
+        best = batch
+    return best

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from docparser_operator.api import uri as uris
 from docparser_operator.api.analysis_spec import CanaryAnalysis
+from docparser_operator.api.capacity_spec import CapacitySpec
 from docparser_operator.api.pod import EnvVar, PodSettings, check_env
 from docparser_operator.api.replicas import Replicas
 from docparser_operator.api.status_models import DocParserStatus
@@ -242,6 +243,7 @@ class DocParserSpec(WireModel):
     canary: Canary | None = None
     auth: Auth | None = None
     pod: PodSettings = Field(default_factory=PodSettings)
+    capacity: CapacitySpec | None = None  # status.capacity: live figures and advice
 
     @property
     def canary_weights(self) -> Weights | None:

@@ -1,0 +1,229 @@
+"""``status.capacity`` and the ``CapacityAdvice`` condition (pure).
+
+The report is the last whole window's figures, each rounded to two significant digits, and
+what the spec should say for them (core/capacity_sizing.py, the equations ``advise`` shares).
+It is replaced at most once per window, and only when a rounded figure moved: at rest the
+status stays byte for byte what it was, so the operator writes nothing.
+
+``CapacityAdvice`` is advisory: it never touches Ready, Degraded, Reconciling or Stalled, so
+Flux (kstatus) reads Current and Argo CD (the chart's health Lua) Healthy while it is True. It
+is True while a recommendation differs from the spec by more than ``ADVICE_RATIO`` over the
+window the report covers; its message says what to change, to what, and why, in numbers. It
+is compared with the spec on every pass, so it goes on the pass after the spec is fixed, and
+it is absent when there is nothing to advise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from docparser_operator.api.capacity_spec import CapacityStatus
+from docparser_operator.api.models import DocParserSpec
+from docparser_operator.core import capacity_sizing as eq
+from docparser_operator.core.capacity import Figures, significant
+from docparser_operator.core.sizing import GIB, host_memory_request, parse_quantity, vision_tokens
+
+CONDITION = "CapacityAdvice"
+ADVICE_RATIO = 1.25  # a recommendation this far from the spec (either way) is advice
+
+
+@dataclass(frozen=True)
+class CapacityStep:
+    """This pass's capacity report (new, or the one in status) and when to read next."""
+
+    report: dict[str, Any] | None
+    next_read_s: float | None = None
+
+
+def gib(n_bytes: float) -> str:
+    """Bytes as GiB with two significant digits (``5.3Gi``; whole numbers bare: ``8Gi``)."""
+    value = significant(n_bytes / GIB)
+    return f"{value:g}Gi"
+
+
+def target_wait(spec: DocParserSpec) -> float:
+    """The p95 queue wait replicas are sized for: the latency autoscaler's, else the default."""
+    promised = spec.autoscaling.target_seconds
+    return promised if spec.autoscaling.metric == "latency" and promised else eq.TARGET_WAIT_S
+
+
+def recommended(fig: Figures, spec: DocParserSpec) -> dict[str, Any]:
+    """What the spec should say for these figures (each only where the figures support it)."""
+    out: dict[str, Any] = {}
+    slots = int(fig.counters.slots) or spec.runtime.max_batch_size
+    wait = target_wait(spec)
+    if fig.seconds_per_page > 0:
+        out["replicas"] = eq.replicas_at_peak(
+            fig.peak_pages_per_s, fig.seconds_per_page, slots, wait
+        )
+        out["targetWaitSeconds"] = wait
+    auto = dict(fig.counters.auto_pages)
+    tier: int | str | None = None
+    if spec.tier == "auto" and sum(auto.values()) > 0:
+        tier = eq.tier_for_mix(auto)
+        out["tier"] = str(tier)
+    if fig.counters.memory_peak > 0:
+        out["memory"] = gib(eq.memory_for_peak(fig.counters.memory_peak))
+    if spec.resources.gpu_memory and spec.gpus > 0:
+        sized = tier if isinstance(tier, int) else spec.max_tier
+        out["maxBatchSize"] = eq.batch_for_gpu(
+            spec.engine,
+            sized,
+            spec.runtime.max_new_tokens,
+            parse_quantity(spec.resources.gpu_memory),
+        )
+    return out
+
+
+def report(
+    fig: Figures, spec: DocParserSpec, *, window: str, since: str, source: str
+) -> dict[str, Any]:
+    """``status.capacity`` for these figures (rounded, camelCase, validated by its model)."""
+    c = fig.counters
+    seconds = fig.tier_seconds()
+    auto = dict(c.auto_pages)
+    chosen = sum(auto.values())
+    tiers = [
+        {
+            "tier": t,
+            **({"autoShare": significant(auto.get(t, 0.0) / chosen)} if chosen else {}),
+            **({"secondsPerPage": significant(seconds[t])} if t in seconds else {}),
+        }
+        for t in sorted(set(seconds) | {t for t, n in auto.items() if n > 0})
+    ]
+    out: dict[str, Any] = {
+        "window": window,
+        "since": since,
+        "source": source,
+        "pods": fig.pods,
+        "pagesPerSecond": significant(fig.pages_per_s),
+        "peakPagesPerSecond": significant(fig.peak_pages_per_s),
+        "visionTokensPerPage": significant(fig.per_page(c.vision_tokens)),
+        "outputTokensPerPage": significant(fig.per_page(c.output_tokens)),
+        "secondsPerPage": significant(fig.seconds_per_page),
+        "queueWaitP95Seconds": significant(fig.queue_wait_p95),
+        "recommended": recommended(fig, spec),
+    }
+    if c.slots:
+        out["slots"] = int(c.slots)
+    if c.memory_peak:
+        out["memoryPeak"] = gib(c.memory_peak)
+    if c.memory_limit:
+        out["memoryLimit"] = gib(c.memory_limit)
+    if tiers:
+        out["tiers"] = tiers
+    return CapacityStatus.model_validate(out).to_wire()
+
+
+def same_figures(a: dict[str, Any] | None, b: dict[str, Any]) -> bool:
+    """Whether two reports say the same but for when they were taken."""
+    if a is None:
+        return False
+    return {k: v for k, v in a.items() if k != "since"} == {
+        k: v for k, v in b.items() if k != "since"
+    }
+
+
+def _differs(a: float, b: float) -> bool:
+    low, high = sorted((a, b))
+    return high > ADVICE_RATIO * low
+
+
+def advice(capacity: dict[str, Any], spec: DocParserSpec) -> tuple[str, str] | None:
+    """(reason, message) when a recommendation differs from ``spec`` by more than
+    ``ADVICE_RATIO``; None when the spec fits the window's traffic."""
+    rec = capacity.get("recommended") or {}
+    found: list[tuple[str, str]] = []
+    n = rec.get("replicas")
+    if isinstance(n, int):
+        why = (
+            f"the peak minute brought {capacity.get('peakPagesPerSecond')} pages/s at "
+            f"{capacity.get('secondsPerPage')} s a page on {capacity.get('slots') or '?'} "
+            f"slots a pod; {n} pod(s) keep the p95 queue wait near {rec.get('targetWaitSeconds')}"
+            " s"
+        )
+        if n > ADVICE_RATIO * spec.replicas.max:
+            found.append(
+                ("RaiseReplicas", f"raise replicas.max from {spec.replicas.max} to {n}: {why}")
+            )
+        elif spec.replicas.min > 0 and n * ADVICE_RATIO < spec.replicas.min:
+            found.append(
+                ("LowerReplicas", f"lower replicas.min from {spec.replicas.min} to {n}: {why}")
+            )
+    tier = rec.get("tier")
+    if spec.tier == "auto" and isinstance(tier, str) and tier.isdigit():
+        worst, fixed = vision_tokens(spec.max_tier), vision_tokens(int(tier))
+        if _differs(worst, fixed):
+            share = next(
+                (
+                    t.get("autoShare")
+                    for t in capacity.get("tiers") or []
+                    if t.get("tier") == int(tier)
+                ),
+                None,
+            )
+            found.append(
+                (
+                    "SetTier",
+                    f"set tier: {tier}: auto read at most {eq.TOO_LOW_BUDGET:.0%} of pages above "
+                    f"tier {tier} (tier {tier}: {share} of pages), and tier {tier}'s worst case is "
+                    f"{fixed} visual tokens a page against {worst} that auto is sized for",
+                )
+            )
+    memory, limit = rec.get("memory"), capacity.get("memoryLimit")
+    if (
+        isinstance(memory, str)
+        and isinstance(limit, str)
+        and _differs(parse_quantity(memory), parse_quantity(limit))
+    ):
+        found.append(
+            (
+                "SetMemory",
+                f"set resources.memory to {memory}: the pods peaked at "
+                f"{capacity.get('memoryPeak')} of their {limit} limit (now "
+                f"{spec.resources.memory or host_memory_request(spec)})",
+            )
+        )
+    batch = rec.get("maxBatchSize")
+    if isinstance(batch, int) and _differs(batch, spec.runtime.max_batch_size):
+        found.append(
+            (
+                "SetMaxBatchSize",
+                f"set runtime.maxBatchSize from {spec.runtime.max_batch_size} to {batch}: the "
+                f"largest batch whose worst case fits gpuMemory {spec.resources.gpu_memory}",
+            )
+        )
+    if not found:
+        return None
+    return found[0][0], "; ".join(message for _, message in found)
+
+
+def with_capacity(
+    status: dict[str, Any],
+    step: CapacityStep,
+    spec: DocParserSpec | None,
+    previous: dict[str, Any],
+    generation: int,
+    now: str,
+) -> dict[str, Any]:
+    """``status`` with the capacity report and, while there is advice, its condition."""
+    if step.report is None:
+        return status
+    out = {**status, "capacity": step.report}
+    found = advice(step.report, spec) if spec is not None else None
+    if found is None:
+        return out
+    reason, message = found
+    before = next((c for c in previous.get("conditions") or [] if c.get("type") == CONDITION), None)
+    since = before["lastTransitionTime"] if before and before.get("status") == "True" else now
+    condition = {
+        "type": CONDITION,
+        "status": "True",
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": since,
+        "observedGeneration": generation,
+    }
+    out["conditions"] = [*status.get("conditions", []), condition]
+    return out
