@@ -125,7 +125,7 @@ def test_a_job_at_zero_is_accepted_wakes_a_pod_completes_and_it_sleeps_again(
 
     # Posted at once: the pod scaled away is most likely still in its 10 s preStop sleep. It
     # may even answer the POST, but its preStop hook told it to claim no job (the runtime's
-    # server/ops/drain.py), so the job stays queued, the backlog wakes a pod, and the state
+    # server/drain.py), so the job stays queued, the backlog wakes a pod, and the state
     # below is Waking or Awake (a leaving pod that took the job left it Idle: it did once).
     leaving = sum(
         1

@@ -126,7 +126,7 @@ def _settings_from_args(args: argparse.Namespace) -> Settings:
 
 def serve(args: argparse.Namespace) -> int:
     from docparser_runtime.server.app import create_app
-    from docparser_runtime.server.ops.drain import run_server, write_termination_message
+    from docparser_runtime.server.drain import run_server, write_termination_message
 
     settings = _settings_from_args(args)
     logs.configure(settings.log_level, settings.log_format)

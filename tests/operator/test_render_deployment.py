@@ -16,7 +16,7 @@ from docparser_operator.core.render.deployment import (
     RUNTIME_ENTRYPOINT,
     drain_seconds,
 )
-from docparser_runtime.server.ops.drain import LEAVING_SIGNAL
+from docparser_runtime.server.drain import LEAVING_SIGNAL
 from golden import CASES, Case, check_golden, of_kind
 
 GATEWAY = Case("deepseek-gateway-canary")

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from docparser_runtime import logs
 from docparser_runtime.server.app import create_app
-from docparser_runtime.server.ops.drain import run_server
+from docparser_runtime.server.drain import run_server
 from docparser_runtime.settings import Settings
 from engines_for_tests import GatedEngine
 

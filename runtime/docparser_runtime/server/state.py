@@ -60,8 +60,8 @@ class RuntimeState:
     shadow: ShadowMirror | None = None  # the shadow canary's sampler and sender
     # set by install_streaming (endpoints/parse/streaming.py)
     stream_responder: Callable[[Request, ParseRequest], Awaitable[Response]] | None = None
-    drain_deadline: float | None = None  # monotonic; set by server/ops/drain.py on SIGTERM
-    leaving: bool = False  # the pod's preStop hook signalled (server/ops/drain.py): no new jobs
+    drain_deadline: float | None = None  # monotonic; set by server/drain.py on SIGTERM
+    leaving: bool = False  # the pod's preStop hook signalled (server/drain.py): no new jobs
     stop_on_load_failure: Callable[[], None] | None = None  # set by run_server
     job_store: JobStore | None = None
     job_worker: JobWorker | None = None  # once the engine is ready and the store answers

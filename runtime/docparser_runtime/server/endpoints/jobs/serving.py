@@ -187,7 +187,7 @@ async def start_jobs(app: FastAPI) -> None:
                 await asyncio.sleep(2.0)
         state.job_worker = worker
         log.info("job worker %s started (%d slots)", worker.worker_id, settings.job_workers)
-        if state.leaving:  # the pod was deleted while it loaded (server/ops/drain.py)
+        if state.leaving:  # the pod was deleted while it loaded (server/drain.py)
             worker.stop_claiming()
 
     state.job_starter = asyncio.create_task(start_when_ready(), name="jobs-start")
