@@ -57,7 +57,7 @@ import asyncio  # noqa: E402
 import httpx  # noqa: E402
 from docparser_runtime.engines.base import ParseOptions  # noqa: E402
 from docparser_runtime.host_memory import MemoryBudget, settings_budget  # noqa: E402
-from docparser_runtime.server.endpoints.parse.request_input import ParseRequest  # noqa: E402
+from docparser_runtime.server.protocol import ParseRequest  # noqa: E402
 from docparser_runtime.server.shadow.sender import ShadowMirror  # noqa: E402
 from docparser_runtime.settings import Settings  # noqa: E402
 from documents import font  # noqa: E402

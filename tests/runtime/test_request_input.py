@@ -8,11 +8,11 @@ import re
 import pytest
 from docparser_runtime.engines.base import ParseOptions
 from docparser_runtime.errors import InvalidInput
-from docparser_runtime.server.endpoints.parse.protocol import options_from_form, options_schema
 from docparser_runtime.server.endpoints.parse.request_input import (
     build_parse_request,
     decode_base64_document,
 )
+from docparser_runtime.server.protocol import options_from_form, options_schema
 from docparser_runtime.settings import Settings
 
 SETTINGS = Settings(default_tier=4, default_max_new_tokens=1000, max_new_tokens_limit=2000)

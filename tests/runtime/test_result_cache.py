@@ -11,7 +11,7 @@ import redis
 from app_for_tests import make_settings, scrape, serving, value
 from docparser_runtime.engines.base import ParseOptions
 from docparser_runtime.result_cache import CachedParseService, MemoryCache, cache_key
-from docparser_runtime.server.endpoints.parse.request_input import ParseRequest
+from docparser_runtime.server.protocol import ParseRequest
 from engines_for_tests import png_bytes
 
 PARSE = "/v1/document/parse"

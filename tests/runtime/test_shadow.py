@@ -19,8 +19,8 @@ from docparser_runtime.cgroup_memory import MemoryLimit
 from docparser_runtime.engines.base import ParseOptions
 from docparser_runtime.errors import NotFound, PermissionDenied, Unauthenticated
 from docparser_runtime.host_memory import MIB, MemoryBudget, plan_budget
-from docparser_runtime.server.endpoints.parse.request_input import ParseRequest
 from docparser_runtime.server.guards.internal_auth import SecretFile, bearer
+from docparser_runtime.server.protocol import ParseRequest
 from docparser_runtime.server.shadow.compare import (
     PageDigest,
     cer,

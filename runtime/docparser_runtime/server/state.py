@@ -6,6 +6,10 @@ module reads it through ``runtime_state(app)``. Attributes that appear later in 
 life (the batcher once the engine is warm, the job worker once it starts) are declared
 here with ``None`` until then, so a reader sees every field, its type and what "not yet"
 looks like in one place, and a typo is an AttributeError, not a silent ``None``.
+
+It sits just below the endpoints and ``drain``, its only readers (import-linter's server
+layers): it holds the parts below it and the parse's types from ``protocol``, and nothing
+below it reads it (the guards are handed what they check by ``create_app``).
 """
 
 from __future__ import annotations
@@ -29,7 +33,6 @@ if TYPE_CHECKING:
     from docparser_runtime.host_memory import MemoryBudget
     from docparser_runtime.jobs import JobStore, JobWorker
     from docparser_runtime.result_cache import Parser
-    from docparser_runtime.server.endpoints.parse.request_input import ParseRequest
     from docparser_runtime.server.front.proxy import Front
     from docparser_runtime.server.guards.internal_auth import SecretFile
     from docparser_runtime.server.inference.batcher import MicroBatcher
@@ -37,6 +40,7 @@ if TYPE_CHECKING:
     from docparser_runtime.server.ops.lifecycle import Lifecycle
     from docparser_runtime.server.ops.metrics import Metrics
     from docparser_runtime.server.ops.tracing import Tracing
+    from docparser_runtime.server.protocol import ParseRequest
     from docparser_runtime.server.shadow.sender import ShadowMirror
     from docparser_runtime.settings import Settings
 

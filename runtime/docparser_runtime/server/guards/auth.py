@@ -181,8 +181,8 @@ def require_api_key(request: Request, store: ApiKeyStore | None) -> Principal:
     """The API-key check of a ``/v1`` request (``ratelimit.admission`` runs it first): the
     principal goes on ``request.state``, the outcome into the scope (``AUTH_OUTCOME``).
 
-    WHY the store is an argument: the guards sit below the app's state (server/state.py
-    names their types), so they are handed what they check against instead of reading it."""
+    WHY the store is an argument: the guards sit at the server's bottom, below the app's
+    state, so they are handed what they check against instead of reading it."""
     try:
         principal = authenticate(store, request.headers.get("authorization"))
     except DocParserError as exc:

@@ -158,8 +158,8 @@ def admission(
     Installed once on the app (not per router) so a new ``/v1`` route cannot forget it.
     The slot is held until the response has been sent (FastAPI's default ``request``
     scope for ``yield`` dependencies), so streamed replies count while they stream.
-    WHY a closure over its parts: the guards sit below the app's state and the metrics
-    (server/state.py names the guards' types), so the app hands them what they use.
+    WHY a closure over its parts: the guards sit at the server's bottom, below the app's
+    state and the metrics (ops), so the app hands them what they use.
     """
 
     async def enforce_limits(request: Request) -> AsyncIterator[Principal | None]:

@@ -38,12 +38,12 @@ from docparser_runtime.server.endpoints.openai.api_router import (
 )
 from docparser_runtime.server.endpoints.openai.protocol import ChatCompletionRequest
 from docparser_runtime.server.endpoints.parse.request_input import (
-    ParseRequest,
     build_parse_request,
     decode_base64_document,
 )
 from docparser_runtime.server.inference.priorities import Priority
 from docparser_runtime.server.ops.lifecycle import State
+from docparser_runtime.server.protocol import ParseRequest
 from docparser_runtime.server.state import RuntimeState, runtime_state
 from docparser_runtime.settings import Settings
 

@@ -35,7 +35,6 @@ from docparser_runtime.server.endpoints.parse.api_router import (
     run_until_disconnect,
 )
 from docparser_runtime.server.endpoints.parse.request_input import (
-    ParseRequest,
     build_parse_request,
     decode_base64_document,
     read_body,
@@ -45,6 +44,7 @@ from docparser_runtime.server.endpoints.parse.serving import PAGE_SEPARATOR
 from docparser_runtime.server.endpoints.parse.streaming import ParseEvents, streaming_response
 from docparser_runtime.server.error_mapping import CLIENT_CLOSED_STATUS
 from docparser_runtime.server.guards.url_allowlist import check_url_allowed
+from docparser_runtime.server.protocol import ParseRequest
 from docparser_runtime.server.state import RuntimeState, runtime_state
 from docparser_runtime.settings import Settings
 

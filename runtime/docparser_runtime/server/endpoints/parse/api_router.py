@@ -19,10 +19,10 @@ from fastapi.responses import JSONResponse, Response
 from starlette.background import BackgroundTask
 
 from docparser_runtime.errors import InvalidInput
-from docparser_runtime.server.endpoints.parse.protocol import options_schema
 from docparser_runtime.server.endpoints.parse.request_input import read_parse_request
 from docparser_runtime.server.error_mapping import CLIENT_CLOSED_STATUS
 from docparser_runtime.server.ops.request_log import report_result
+from docparser_runtime.server.protocol import options_schema
 from docparser_runtime.server.state import runtime_state
 
 router = APIRouter(tags=["parse"])

@@ -16,7 +16,7 @@ import base64
 import binascii
 import json
 from collections.abc import AsyncGenerator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from starlette.datastructures import UploadFile
@@ -25,31 +25,18 @@ from starlette.requests import Request
 
 from docparser_runtime.engines.base import ParseOptions
 from docparser_runtime.errors import InvalidInput, PayloadTooLarge, UnsupportedMediaType
-from docparser_runtime.server.endpoints.parse.protocol import (
+from docparser_runtime.server.guards.body_memory import body_charge
+from docparser_runtime.server.protocol import (
+    ParseRequest,
     RequestOptions,
     options_from_form,
     options_from_json,
 )
-from docparser_runtime.server.guards.body_memory import body_charge
 from docparser_runtime.settings import Settings
 
 _RAW_TYPES = ("image/", "application/pdf", "application/octet-stream")
 _FORM_OVERHEAD = 1024 * 1024  # multipart boundaries + option fields
 _INLINE_DECODE_BYTES = 1024 * 1024
-
-
-@dataclass(frozen=True)
-class ParseRequest:
-    """A validated parse request: document bytes plus options."""
-
-    data: bytes
-    options: ParseOptions
-    pages: str | None = None
-    stream: bool = False
-    filename: str | None = None
-    tenant: str = ""  # the caller's API key id ("" without auth): scopes the result cache
-    cache: bool = True  # False: the request opted out of the result cache
-    priority: int = 0  # server.inference.priorities.Priority: jobs set JOB (not a request option)
 
 
 # -- options ---------------------------------------------------------------------------

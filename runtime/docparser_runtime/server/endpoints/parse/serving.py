@@ -24,7 +24,6 @@ from docparser_runtime.errors import InvalidInput, Overloaded
 from docparser_runtime.host_memory import HostBudget, MemoryBudget, engine_page, settings_budget
 from docparser_runtime.preprocess.sandbox import release_memory
 from docparser_runtime.result_cache import PageCallback, PageDeltaCallback, Reply, TotalCallback
-from docparser_runtime.server.endpoints.parse.request_input import ParseRequest
 from docparser_runtime.server.endpoints.parse.timings import ParseTimings
 from docparser_runtime.server.inference.batcher import MicroBatcher
 from docparser_runtime.server.inference.document_loader import (
@@ -36,6 +35,7 @@ from docparser_runtime.server.inference.queued import SubmitTimings
 from docparser_runtime.server.inference.tiers import resolved, submit_by_tier, tag
 from docparser_runtime.server.ops.metrics import Metrics
 from docparser_runtime.server.ops.tracing import Tracing
+from docparser_runtime.server.protocol import ParseRequest
 from docparser_runtime.settings import Settings
 
 log = logging.getLogger("docparser.parse")

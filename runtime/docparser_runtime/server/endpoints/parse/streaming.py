@@ -34,8 +34,8 @@ from docparser_runtime.server.endpoints.parse.api_router import (
     ClientDisconnected,
     run_until_disconnect,
 )
-from docparser_runtime.server.endpoints.parse.request_input import ParseRequest
 from docparser_runtime.server.error_mapping import CLIENT_CLOSED_STATUS, error_body
+from docparser_runtime.server.protocol import ParseRequest
 from docparser_runtime.server.state import runtime_state
 
 log = logging.getLogger("docparser.stream")

@@ -16,8 +16,9 @@ from starlette.requests import Request
 
 from docparser_runtime.errors import InvalidInput, Unavailable
 from docparser_runtime.result_cache import Reply
-from docparser_runtime.server.endpoints.parse.request_input import ParseRequest, read_parse_request
+from docparser_runtime.server.endpoints.parse.request_input import read_parse_request
 from docparser_runtime.server.inference.priorities import Priority
+from docparser_runtime.server.protocol import ParseRequest
 from docparser_runtime.server.state import runtime_state
 
 

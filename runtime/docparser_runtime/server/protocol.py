@@ -1,4 +1,10 @@
-"""The options of every parse-like request, as ONE pydantic model.
+"""What a parse takes and gives, shared by every endpoint, the front, the shadow and the state.
+
+It sits at the server's floor (the other endpoints keep their own ``protocol.py``, as vLLM's
+``entrypoints/openai/<endpoint>/`` do) because everything that holds or forwards a parse names
+these types: ``ParseRequest`` (a document and its resolved options) and the reply body.
+
+The options of every parse-like request are ONE pydantic model.
 
 WHY one model: multipart fields, JSON keys, the query string of a raw upload, stored job
 parameters and the OpenAI route's mapped fields used to be checked by hand-written
@@ -19,11 +25,13 @@ Messages never echo the offending value (it could be megabytes, or nested 100,00
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import ErrorDetails, PydanticCustomError
 
+from docparser_runtime.engines.base import ParseOptions
 from docparser_runtime.errors import InvalidInput
 from docparser_runtime.preprocess.page_ranges import (
     MAX_SPEC_CHARS,
@@ -93,6 +101,21 @@ class RequestOptions(BaseModel):
         except InvalidInput as exc:
             raise PydanticCustomError("invalid_pages", exc.message) from None
         return value
+
+
+@dataclass(frozen=True)
+class ParseRequest:
+    """A validated parse request: document bytes plus options (built by
+    ``endpoints/parse/request_input.py``)."""
+
+    data: bytes
+    options: ParseOptions
+    pages: str | None = None
+    stream: bool = False
+    filename: str | None = None
+    tenant: str = ""  # the caller's API key id ("" without auth): scopes the result cache
+    cache: bool = True  # False: the request opted out of the result cache
+    priority: int = 0  # server.inference.priorities.Priority: jobs set JOB (not a request option)
 
 
 def _error_code(errors: Sequence[ErrorDetails]) -> str:
