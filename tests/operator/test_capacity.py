@@ -98,8 +98,26 @@ def test_window_figures_are_within_a_tenth_of_the_traffic_truth() -> None:
     assert fig.queue_wait_p95 == pytest.approx(0.95, rel=0.1)  # waits spread over 0.05..1 s
     assert fig.tier_seconds() == pytest.approx({0: 1.2, 2: 1.2, 6: 1.2})
     restarted = EmulatedPod(rate=3.0, service_s=1.2, clock=clock)  # counters from zero again
-    seen.record({"a": parse(restarted.text()), "b": parse(pods["b"].text())}, clock.t + 5, 60)
-    assert seen.intervals[-1].counters.pages <= 1 * 5 + 1  # only b's growth counts
+    clock.t += 5
+    seen.record({"a": parse(restarted.text()), "b": parse(pods["b"].text())}, clock.t, 60)
+    assert seen.intervals[-1].counters.pages == 3 * 5 + 1 * 5  # a since its restart, and b
+
+
+def test_a_pod_first_seen_counts_what_it_served_and_a_missing_one_is_kept() -> None:
+    clock = Clock()
+    a, b = EmulatedPod(rate=2.0, service_s=1.0, clock=clock), EmulatedPod(rate=0, service_s=1)
+    seen = CapacitySeen()
+    seen.record({"a": parse(a.text())}, clock.t, 60)
+    b.clock = clock
+    b.set_rate(1.0)  # b starts (and becomes Ready) within the next interval
+    clock.t += 10
+    seen.record({"a": parse(a.text()), "b": parse(b.text())}, clock.t, 60)
+    assert seen.intervals[-1].counters.pages == 2 * 10 + 1 * 10
+    clock.t += 10
+    seen.record({"a": parse(a.text())}, clock.t, 60)  # b not Ready a moment: not read
+    clock.t += 10
+    seen.record({"a": parse(a.text()), "b": parse(b.text())}, clock.t, 60)
+    assert seen.intervals[-1].counters.pages == 2 * 10 + 1 * 20  # b since its last reading
 
 
 def test_the_peak_minute_is_the_busiest_interval() -> None:

@@ -91,6 +91,7 @@ def run_reconcile(state: OperatorState, resource: dict[str, Any], *, strict: boo
                 credentials=state.credentials,
                 skipped=state.skipped_pods,
                 refusals=state.refusals,
+                capacity=state.capacity_args(),
                 **state.idle_args(),
             )
         except ApiError as exc:

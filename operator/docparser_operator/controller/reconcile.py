@@ -40,6 +40,7 @@ from docparser_operator.analysis.sources.pods import Skipped
 from docparser_operator.api import labels, naming
 from docparser_operator.api.kinds import ref_for
 from docparser_operator.api.models import DocParser
+from docparser_operator.controller.capacity import CapacityArgs, capacity_pass
 from docparser_operator.controller.credential import CredentialMemory, ensure_internal_secret
 from docparser_operator.controller.reporting import write_status
 from docparser_operator.core.children import (
@@ -177,6 +178,7 @@ def reconcile(
     poll_s: float = 5.0,
     skipped: Skipped | None = None,
     refusals: RefusalMemory | None = None,
+    capacity: CapacityArgs | None = None,
 ) -> Outcome:
     """Move the children of ``resource`` one safe step towards the spec and write its status.
 
@@ -282,6 +284,8 @@ def reconcile(
         deadline = decision.target.drain.wake_in_s(now)  # a held drain's deadline: relax then
         if deadline is not None:
             out.wake_in_s = deadline if out.wake_in_s is None else min(out.wake_in_s, deadline)
+    if capacity is not None:  # spec.capacity's readings and report (controller/capacity.py)
+        capacity_pass(out, resource, observed, capacity, now=now, skipped=skipped)
     if out.schedule is not None and out.schedule.next_at is not None:  # the next boundary
         due = out.schedule.wake_in_s(_instant(now)) or 0.0
         out.wake_in_s = due if out.wake_in_s is None else min(out.wake_in_s, due)

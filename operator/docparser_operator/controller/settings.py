@@ -52,6 +52,13 @@ class OperatorSettings(BaseSettings):
         description="with replicas.min 0: how often the front's and the pods' /metrics are read "
         "(one bounded HTTP request per Ready pod; no API request)",
     )
+    capacity_poll_interval_s: float = Field(
+        60.0,
+        ge=1.0,
+        le=3600.0,
+        description="with spec.capacity: how often the runtime pods' /metrics are read (the "
+        "report's peak is the busiest of these intervals; no API request)",
+    )
     pod_metrics_deadline_s: float = Field(
         5.0,
         gt=0,

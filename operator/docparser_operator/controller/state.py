@@ -13,13 +13,16 @@ from typing import Any
 
 from docparser_operator.analysis import sources as analysis_sources
 from docparser_operator.analysis.run import AnalysisMemory
+from docparser_operator.analysis.sources import capacity as capacity_source
 from docparser_operator.analysis.sources.activity import ActivitySource
 from docparser_operator.analysis.sources.base import Sources
 from docparser_operator.analysis.sources.pods import ReadLimits
 from docparser_operator.controller import events
+from docparser_operator.controller.capacity import CapacityArgs
 from docparser_operator.controller.credential import CredentialMemory
 from docparser_operator.controller.metrics import OperatorMetrics
 from docparser_operator.controller.settings import OperatorSettings
+from docparser_operator.core.capacity import CapacityMemory
 from docparser_operator.core.idle import IdleMemory
 from docparser_operator.core.refusals import RefusalMemory
 from docparser_operator.kube import observer as cache
@@ -60,6 +63,7 @@ class OperatorState:
     idle_polls: dict[str, float] = field(default_factory=dict[str, float])  # uid -> next read
     activity: ActivitySource | None = None  # what scale to zero reads (built at start-up)
     refusals: RefusalMemory = field(default_factory=RefusalMemory)  # refused children's backoff
+    capacity: CapacityArgs | None = None  # spec.capacity's readings and source (built once)
 
     def idle_args(self) -> dict[str, Any]:
         """Scale to zero's part of ``reconcile``'s arguments: the memory of the readings, the
@@ -72,6 +76,19 @@ class OperatorState:
             "activity": self.activity,
             "poll_s": self.settings.idle_poll_interval_s,
         }
+
+    def capacity_args(self) -> CapacityArgs:
+        """``spec.capacity``'s part of ``reconcile``'s arguments: the readings kept between
+        passes, the source (the pods through the guarded client, PromQL under the allow-list)
+        and how often the pods are read; built once."""
+        if self.capacity is None:
+            source = capacity_source.guarded(
+                self.settings.prometheus_url_prefixes, limits=self.pod_reads()
+            )
+            self.capacity = CapacityArgs(
+                CapacityMemory(), source, self.settings.capacity_poll_interval_s
+            )
+        return self.capacity
 
     def analysis_sources(self) -> Sources:
         """The analysis' sources, built once from the settings' allow-lists."""

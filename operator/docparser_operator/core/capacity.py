@@ -4,11 +4,11 @@ passes, and the figures they add up to over the window (pure: the readings are h
 Why readings every ``poll_s`` and not one per window: the pods' counters say what happened
 since each pod started, so one reading cannot tell the peak minute from the average, nor a
 pod that restarted from one that was idle. Each reading is differenced per pod against the
-one before (a pod first seen, or one whose counter went down, contributes from its next
-reading on), and the interval's growth is kept with its length, so the window's figures are
-sums over the intervals inside it and its peak is the busiest interval (a minute apart at
-the default ``DOCPARSER_OPERATOR_CAPACITY_POLL_S``). Only the last window of intervals is
-kept: memory is bounded by window / poll per DocParser.
+one before (a pod first seen, or one whose counter went down, started within the interval:
+all it counts is its growth), and the interval's growth is kept with its length, so the
+window's figures are sums over the intervals inside it and its peak is the busiest interval
+(a minute apart at the default ``DOCPARSER_OPERATOR_CAPACITY_POLL_INTERVAL_S``). Only the
+last window of intervals is kept: memory is bounded by window / poll per DocParser.
 
 A Prometheus source (``spec.capacity.prometheus``) keeps the history itself: one query per
 window gives the same ``Figures`` (analysis/sources/capacity.py).
@@ -44,9 +44,12 @@ class Interval:
 
 @dataclass
 class CapacitySeen:
-    """One DocParser's readings: each pod's last, and the intervals of the last window."""
+    """One DocParser's readings: each pod's last (and when it was read), and the intervals
+    of the last window."""
 
-    pods: dict[str, CapacityCounters] = field(default_factory=dict[str, CapacityCounters])
+    pods: dict[str, tuple[CapacityCounters, float]] = field(
+        default_factory=dict[str, tuple[CapacityCounters, float]]
+    )
     at: float | None = None  # unix time of the last reading
     began: float | None = None  # of the first reading the intervals continue from
     intervals: list[Interval] = field(default_factory=list[Interval])
@@ -58,16 +61,18 @@ class CapacitySeen:
         return 0.0 if self.at is None else max(0.0, self.at + poll_s - at)
 
     def record(self, readings: Mapping[str, CapacityCounters], at: float, window_s: float) -> None:
-        """A reading of every Ready pod at ``at``."""
+        """A reading of every Ready pod at ``at``. A pod read before grew by the difference;
+        one first seen since the last reading (it became Ready, or restarted: a counter went
+        down) grew by all it counts, which it served since it started, within the interval
+        at the poll's pace. The first reading is the baseline."""
         if self.at is None or at <= self.at:
             self.began = at if self.at is None else self.began
         else:
             grown = []
             for pod, now in readings.items():
                 before = self.pods.get(pod)
-                delta = now.minus(before) if before is not None else None
-                if delta is not None:
-                    grown.append(delta)
+                delta = now.minus(before[0]) if before is not None else None
+                grown.append(delta if delta is not None else now)
             gauges = add(readings.values())
             summed = replace(
                 add(grown),
@@ -76,7 +81,10 @@ class CapacitySeen:
                 memory_limit=gauges.memory_limit,
             )
             self.intervals.append(Interval(at, at - self.at, summed, len(readings)))
-        self.pods, self.at = dict(readings), at
+        # pods not read now (not Ready a moment) are kept for a window: differenced on return
+        kept = {p: seen for p, seen in self.pods.items() if seen[1] > at - window_s}
+        self.pods = {**kept, **{p: (c, at) for p, c in readings.items()}}
+        self.at = at
         self.intervals = [i for i in self.intervals if i.end > at - window_s][-MAX_INTERVALS:]
 
     def lost(self) -> None:
@@ -84,9 +92,9 @@ class CapacitySeen:
         self.pods, self.at = {}, None
 
     def covered(self, at: float, window_s: float) -> bool:
-        """Whether the intervals span a whole window (tolerating one poll's rounding)."""
-        span = sum(i.seconds for i in self.intervals)
-        return bool(self.intervals) and span >= window_s * 0.95
+        """Whether unbroken readings have gone on for a whole window (a failed reading starts
+        them again), so the intervals kept span it."""
+        return bool(self.intervals) and self.began is not None and at - self.began >= window_s
 
 
 @dataclass

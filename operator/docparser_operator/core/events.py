@@ -76,6 +76,9 @@ def events_for(outcome: Outcome) -> list[Event]:
     ready_old, ready_new = _condition(old, "Ready"), _condition(new, "Ready")
     if ready_new.get("status") == "True" and ready_old.get("status") != "True":
         events.append(Event("Normal", "Ready", ready_new.get("message", "ready")))
+    advice_old, advice_new = _condition(old, "CapacityAdvice"), _condition(new, "CapacityAdvice")
+    if advice_new and advice_new.get("message") != advice_old.get("message"):
+        events.append(Event("Normal", "CapacityAdvice", advice_new.get("message", "")))
     deg_old, deg_new = _condition(old, "Degraded"), _condition(new, "Degraded")
     if deg_new.get("status") == "True" and (
         deg_old.get("status") != "True" or deg_old.get("reason") != deg_new.get("reason")

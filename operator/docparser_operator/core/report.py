@@ -12,6 +12,7 @@ from docparser_operator.analysis.walk import AnalysisState
 from docparser_operator.api import labels, naming
 from docparser_operator.api.status_models import RolloutStatus, ShadowStatus
 from docparser_operator.core import rollout
+from docparser_operator.core.capacity_status import with_capacity
 from docparser_operator.core.children import Key, owned_by
 from docparser_operator.core.outcome import Outcome
 from docparser_operator.core.render import Target
@@ -133,6 +134,10 @@ def pass_status(
         scale_to_zero=out.idle.to_status() if out.idle is not None else None,
         schedule=out.schedule.to_status() if out.schedule is not None else None,
     )
+    if out.capacity is not None:  # status.capacity and CapacityAdvice: core/capacity_status.py
+        spec = plan.resource.spec if plan is not None else None
+        generation = int(status.get("observedGeneration") or 1)
+        status = with_capacity(status, out.capacity, spec, previous, generation, now)
     return status
 
 

@@ -1,0 +1,144 @@
+"""One pass's part of the live capacity report (``spec.capacity``, issue 36): read the runtime
+pods when a reading is due, and publish a new ``status.capacity`` when a whole window has
+passed since the last one and a rounded figure moved.
+
+A reading is due every ``poll_s`` (``DOCPARSER_OPERATOR_CAPACITY_POLL_INTERVAL_S``, a minute
+by default), and the pass asks to be woken for the next one (``CapacityStep.next_read_s``).
+Reading costs one bounded HTTP request per Ready runtime pod and no API request; a pass that
+publishes nothing writes nothing.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pydantic
+
+from docparser_operator.analysis.sources.base import SourceUnavailable
+from docparser_operator.analysis.sources.capacity import CapacitySource
+from docparser_operator.analysis.sources.pods import Skipped
+from docparser_operator.api.models import DocParser
+from docparser_operator.core.capacity import CapacityMemory, Figures, figures, window_seconds
+from docparser_operator.core.capacity_status import CapacityStep, report, same_figures
+from docparser_operator.core.children import Observed, readable_pods
+from docparser_operator.core.outcome import Outcome
+from docparser_operator.core.render import roles_of
+from docparser_operator.core.status import Problem
+
+
+def _published(previous: dict[str, Any] | None, window: str) -> float | None:
+    """When the report in status was taken (None: none, or one of another window)."""
+    if not previous or previous.get("window") != window or not previous.get("since"):
+        return None
+    when = datetime.datetime.fromisoformat(str(previous["since"]).replace("Z", "+00:00"))
+    return when.timestamp()
+
+
+def capacity_step(
+    resource: dict[str, Any],
+    observed: Observed,
+    memory: CapacityMemory,
+    source: CapacitySource,
+    *,
+    now: str,
+    poll_s: float,
+    skipped: Skipped | None = None,
+    clock: Callable[[], float] = time.time,
+) -> tuple[CapacityStep | None, list[Problem]]:
+    """This pass's report (None without ``spec.capacity``) and the problems reading found
+    (a Prometheus URL outside the allow-list). Pods that cannot be read leave the report in
+    status as it is (the next reading starts a new interval). Readings are timed by
+    ``clock`` (unix seconds, finer than ``now``'s whole seconds: a 3 s interval measured to
+    the second would be off by a third)."""
+    try:
+        model = DocParser.from_resource(resource)
+    except pydantic.ValidationError:
+        return None, []
+    uid = resource["metadata"]["uid"]
+    config = model.spec.capacity
+    if config is None:
+        memory.forget(uid)
+        return None, []
+    previous = (resource.get("status") or {}).get("capacity")
+    span = window_seconds(config.window)
+    at = clock()
+    published = _published(previous, config.window)
+    due = published is None or at - published >= span
+    kept = previous if published is not None else None
+    found: Figures | None = None
+    problems: list[Problem] = []
+    if config.prometheus is None:
+        seen = memory.of(uid)
+        if seen.due(at, poll_s):
+            readable = readable_pods(observed, uid)
+            if readable.not_owned and skipped is not None:
+                skipped("not_owned", readable.not_owned)
+            try:
+                seen.record(source.read_pods(readable.pods), at, span)
+            except SourceUnavailable:
+                seen.lost()
+        if due and seen.covered(at, span):
+            found = figures(seen)
+        next_read = seen.next_in(at, poll_s)
+        origin = "pods"
+    else:
+        memory.forget(uid)
+        namespace = model.metadata.namespace
+        refused = source.refusal(config.prometheus, namespace)
+        if refused is not None:
+            problems.append(Problem("SourceNotAllowed", refused))
+        elif due:
+            revisions = [t.revision for t in roles_of(model)]
+            try:
+                got = source.query(config.prometheus, namespace, revisions, span)
+                found = Figures(float(span), got.counters, got.peak_pages_per_s, got.pods)
+            except SourceUnavailable:
+                found = None  # asked again on the next pass; status keeps the last report
+        next_read = poll_s if due else max(0.0, (published or at) + span - at)
+        origin = "prometheus"
+    if found is None:
+        return CapacityStep(kept, next_read), problems
+    fresh = report(found, model.spec, window=config.window, since=now, source=origin)
+    return CapacityStep(kept if same_figures(kept, fresh) else fresh, next_read), problems
+
+
+@dataclass(frozen=True)
+class CapacityArgs:
+    """What the operator run hands each pass for ``spec.capacity``: the readings kept between
+    passes, what may be read, and how often the pods are read."""
+
+    memory: CapacityMemory
+    source: CapacitySource
+    poll_s: float = 60.0
+    clock: Callable[[], float] = field(default=time.time)
+
+
+def capacity_pass(
+    out: Outcome,
+    resource: dict[str, Any],
+    observed: Observed,
+    args: CapacityArgs,
+    *,
+    now: str,
+    skipped: Skipped | None = None,
+) -> None:
+    """Record this pass's capacity step in ``out``: the report, the problems, and a wake-up
+    for the next reading."""
+    out.capacity, problems = capacity_step(
+        resource,
+        observed,
+        args.memory,
+        args.source,
+        now=now,
+        poll_s=args.poll_s,
+        skipped=skipped,
+        clock=args.clock,
+    )
+    out.problems.extend(problems)
+    if out.capacity is not None and out.capacity.next_read_s is not None:
+        due = out.capacity.next_read_s
+        out.wake_in_s = due if out.wake_in_s is None else min(out.wake_in_s, due)
