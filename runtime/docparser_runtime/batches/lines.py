@@ -106,22 +106,35 @@ def line_ids(batch_id: str, index: int) -> tuple[str, str]:
     return f"batch_req_{tail}", f"req_{tail}"
 
 
-def output_line(batch_id: str, index: int, custom_id: str, body: dict[str, Any]) -> str:
+def _with_revision(line: dict[str, Any], revision: str) -> dict[str, Any]:
+    """``revision``: the pod revision that ran the line (``DOCPARSER_REVISION``, set by the
+    operator), so a batch that spanned a rollout says which lines each revision wrote (the
+    ``batch submit`` manifest copies it); an extra key OpenAI's clients ignore."""
+    return {**line, "revision": revision} if revision else line
+
+
+def output_line(
+    batch_id: str, index: int, custom_id: str, body: dict[str, Any], *, revision: str = ""
+) -> str:
     line_id, request_id = line_ids(batch_id, index)
     response = {"status_code": 200, "request_id": request_id, "body": body}
-    return json.dumps(
-        {"id": line_id, "custom_id": custom_id, "response": response, "error": None},
-        ensure_ascii=False,
-    )
+    line = {"id": line_id, "custom_id": custom_id, "response": response, "error": None}
+    return json.dumps(_with_revision(line, revision), ensure_ascii=False)
 
 
-def error_line(batch_id: str, index: int, custom_id: str | None, code: str, message: str) -> str:
+def error_line(
+    batch_id: str,
+    index: int,
+    custom_id: str | None,
+    code: str,
+    message: str,
+    *,
+    revision: str = "",
+) -> str:
     line_id, _ = line_ids(batch_id, index)
     error = {"code": code, "message": message}
-    return json.dumps(
-        {"id": line_id, "custom_id": custom_id, "response": None, "error": error},
-        ensure_ascii=False,
-    )
+    line = {"id": line_id, "custom_id": custom_id, "response": None, "error": error}
+    return json.dumps(_with_revision(line, revision), ensure_ascii=False)
 
 
 def uri_allowed(uri: str, prefixes: list[str], key_id: str) -> bool:

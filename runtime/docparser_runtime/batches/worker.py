@@ -7,6 +7,12 @@ line's index, so a line run twice (a re-queue, two replicas) is written once. Th
 error files are assembled at ``finalizing`` from those records, in line order. A pod that is
 leaving (``accepting()`` False: the preStop signal or a drain) claims no new line; the lines
 it holds finish or go back to the queue when it stops.
+
+``stop`` lets the claimed lines finish until the pod's drain deadline (the heartbeat keeps
+their lease); only what is left then goes back to the queue head, so a rollout mid-batch loses
+no begun work, and each output line names the revision that ran it (``DOCPARSER_REVISION``).
+A pod killed without that chance (a preempted spot node) stops heartbeating: its lines
+requeue once their lease (``DOCPARSER_JOB_LEASE_S``) expires, by another worker's reaper.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import DocParserError, NotFound, public_message
+from .backlog import count_pages, pages_of
 from .lines import LineError, RequestLine, error_line, output_line, parse_line
 from .models import Batch, BatchStatus, FileRecord
 from .redis_store import RedisBatchStore
@@ -54,12 +61,15 @@ class BatchWorker:
         concurrency: int = 1,
         lease_s: float = 15.0,
         poll_s: float = 1.0,
+        revision: str = "",
     ) -> None:
         self.store, self.storage, self.runner, self.limits = store, storage, runner, limits
         self.worker_id = worker_id
         self.accepting = accepting
         self.concurrency, self.lease_s, self.poll_s = concurrency, lease_s, poll_s
+        self.revision = revision
         self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False  # stop(): claim loops end after their line
         self._ranges: dict[str, list[tuple[int, int]]] = {}
 
     async def start(self) -> None:
@@ -73,8 +83,14 @@ class BatchWorker:
         loops += [(f"lines-{i}", self._claim_loop) for i in range(self.concurrency)]
         self._tasks = [asyncio.create_task(fn(), name=f"batch-{n}") for n, fn in loops]
 
-    async def stop(self) -> None:
-        """Stop every loop; lines this worker still held go back to the queue head."""
+    async def stop(self, deadline: float | None = None) -> None:
+        """Stop every loop; lines this worker still held go back to the queue head.
+        ``deadline`` (``time.monotonic()``): first let the lines already claimed finish
+        until then, the heartbeat keeping their lease (the pod's drain)."""
+        self._stopping = True
+        lines = [t for t in self._tasks if t.get_name().startswith("batch-lines-")]
+        if deadline is not None and lines:
+            await asyncio.wait(lines, timeout=max(0.0, deadline - time.monotonic()))
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -109,7 +125,7 @@ class BatchWorker:
         await self._every("collector", max(self.poll_s * 30, 1.0), self.collect)
 
     async def _claim_loop(self) -> None:
-        while True:
+        while not self._stopping:
             claimed = None
             if self.accepting():
                 try:
@@ -141,11 +157,13 @@ class BatchWorker:
             except NotFound:
                 batch = None
             if batch is not None:
-                ok, text = await self._result(batch, index)
-                await self.store.record(batch_id, index, ok=ok, line=text)
+                ok, text, pages = await self._result(batch, index)
+                if await self.store.record(batch_id, index, ok=ok, line=text) and ok:
+                    await count_pages(self.store.r, self.store.p, batch_id, pages)
         await self.store.ack(self.worker_id, batch_id, index)
 
-    async def _result(self, batch: Batch, index: int) -> tuple[bool, str]:
+    async def _result(self, batch: Batch, index: int) -> tuple[bool, str, int]:
+        """(ok, the output or error line, the pages it parsed)."""
         custom_id: str | None = None
         try:
             ranges = await self._line_ranges(batch)
@@ -159,7 +177,8 @@ class BatchWorker:
             line = parse_line(raw, batch.endpoint)
             custom_id = line.custom_id
             body = await self.runner(batch, line)
-            return True, output_line(batch.id, index, custom_id, body)
+            text = output_line(batch.id, index, custom_id, body, revision=self.revision)
+            return True, text, pages_of(body)
         except LineError as exc:
             code, message, custom_id = exc.code, exc.message, exc.custom_id or custom_id
         except DocParserError as exc:
@@ -171,7 +190,11 @@ class BatchWorker:
         except Exception as exc:
             log.exception("batch %s line %d failed", batch.id, index)
             code, message = "internal_error", f"internal error ({type(exc).__name__})"
-        return False, error_line(batch.id, index, custom_id, code, message)
+        return (
+            False,
+            error_line(batch.id, index, custom_id, code, message, revision=self.revision),
+            0,
+        )
 
     async def _line_ranges(self, batch: Batch) -> list[tuple[int, int]]:
         ranges = self._ranges.get(batch.id)

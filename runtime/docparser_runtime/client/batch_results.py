@@ -5,7 +5,7 @@ WHY the document list comes from the state file, not from the server's lines: a 
 ``custom_id`` is a path we write to, so only the names we submitted are trusted; a line
 naming anything else (``../x``, a name given twice) is ignored. Each submitted document gets
 exactly one manifest line: its result, its error, or ``missing_result`` when neither file
-has it (a batch that failed before running any line).
+has it (a batch that failed before running any line), with the pod revision that ran it.
 """
 
 from __future__ import annotations
@@ -65,13 +65,15 @@ def write_results(
         _write(fs, f"{dst}/{doc}.json", json.dumps(body, ensure_ascii=False).encode())
         pages = [p for p in body.get("pages") or [] if isinstance(p, dict)]
         tiers = [p["tier"] for p in pages if isinstance(p.get("tier"), int)]
-        rows[str(doc)] = _row(str(doc), len(pages), max(tiers, default=None), None)
+        tier = max(tiers, default=None)
+        rows[str(doc)] = _row(str(doc), len(pages), tier, None, _revision(line))
     for line in read_lines(errors) if errors is not None else iter(()):
         doc = line.get("custom_id")
         if doc not in wanted or doc in rows:
             continue
         error = line.get("error")
-        rows[str(doc)] = _row(str(doc), 0, None, _error(error if isinstance(error, dict) else {}))
+        failure = _error(error if isinstance(error, dict) else {})
+        rows[str(doc)] = _row(str(doc), 0, None, failure, _revision(line))
     fallback = batch_error or {"code": "missing_result", "message": "the batch has no result"}
     outcome = Outcome()
     with fs.open(f"{dst}/{MANIFEST}", "wb") as manifest:
@@ -94,9 +96,29 @@ def _error(error: dict[str, Any]) -> dict[str, str]:
     }
 
 
-def _row(doc: str, pages: int, tier: int | None, error: dict[str, str] | None) -> dict[str, Any]:
+def _revision(line: dict[str, Any]) -> str | None:
+    """The pod revision that ran the line (the runtime adds it; None for a line that never
+    ran, or from a server that does not say): a batch that spanned a rollout is auditable."""
+    revision = line.get("revision")
+    return revision if isinstance(revision, str) and revision else None
+
+
+def _row(
+    doc: str,
+    pages: int,
+    tier: int | None,
+    error: dict[str, str] | None,
+    revision: str | None = None,
+) -> dict[str, Any]:
     status = "completed" if error is None else "failed"
-    return {"document": doc, "pages": pages, "tier": tier, "status": status, "error": error}
+    return {
+        "document": doc,
+        "pages": pages,
+        "tier": tier,
+        "status": status,
+        "error": error,
+        "revision": revision,
+    }
 
 
 def _write(fs: AbstractFileSystem, path: str, data: bytes) -> None:

@@ -6,7 +6,8 @@ and runs through the same parse service, at ``Priority.BATCH``: below interactiv
 jobs, and never aged above them; a batch within ``DOCPARSER_BATCH_URGENT_S`` of the end of its
 window runs at job priority instead. A ``uri`` line reads only under a prefix the admin allowed
 (``DOCPARSER_BATCH_URI_PREFIXES``), bounded in size. The worker starts with the engine, and a
-leaving or draining pod claims no new line (its held lines go back to the queue at stop).
+leaving or draining pod claims no new line; the lines it holds finish within its drain
+deadline, and only those left then go back to the queue.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from docparser_runtime.batches.worker import BatchLimits, BatchWorker, LineRunne
 from docparser_runtime.errors import Overloaded, PayloadTooLarge
 from docparser_runtime.jobs.worker import default_worker_id
 from docparser_runtime.result_cache import Reply
+from docparser_runtime.server.endpoints.batches.metrics import BatchMetrics
 from docparser_runtime.server.endpoints.openai.api_router import (
     completion_reply,
     model_ids,
@@ -152,6 +154,7 @@ async def _start_when_ready(app: FastAPI, backend: BatchBackend) -> None:
         concurrency=settings.batch_workers,
         lease_s=settings.job_lease_s,
         poll_s=settings.batch_poll_s,
+        revision=settings.revision,
     )
     while True:  # Redis may not be up yet (pods start in any order)
         try:
@@ -172,18 +175,27 @@ async def batch_lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings = state.settings
     backend = create_batch_backend(settings)
     state.batch_backend = backend
-    starter = None
+    starter = gauges = None
     if backend is not None and settings.role != "front" and settings.batch_workers > 0:
         starter = asyncio.create_task(_start_when_ready(app, backend), name="batch-start")
+    if settings.redis_url:  # the backlog, on every pod that shares the batches' Redis
+        refresh = BatchMetrics(state.metrics.registry).refresh
+        gauges = asyncio.create_task(
+            refresh(settings.redis_url, settings.redis_prefix), name="batch-metrics"
+        )
     try:
         yield
     finally:
-        if starter is not None:
-            starter.cancel()
-            with contextlib.suppress(BaseException):
-                await starter
+        for task in (starter, gauges):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
         if state.batch_worker is not None:
-            await state.batch_worker.stop()
+            # The lines claimed finish within the pod's drain (one deadline, set at SIGTERM:
+            # the grace period is sized from it); what is left then goes back to the queue.
+            deadline = state.drain_deadline or time.monotonic() + settings.drain_timeout_s
+            await state.batch_worker.stop(deadline)
             state.batch_worker = None
         if backend is not None:
             with contextlib.suppress(Exception):
