@@ -91,7 +91,22 @@ def _add_advise(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     advise = sub.add_parser(
         "advise", help="tier and capacity advice from a folder of sample documents"
     )
-    advise.add_argument("directory", type=Path, help="folder of images and PDFs (recursive)")
+    advise.add_argument(
+        "directory", type=Path, nargs="?", help="folder of images and PDFs (recursive)"
+    )
+    advise.add_argument(
+        "--from-metrics",
+        metavar="URL",
+        help="instead of a folder: the live figures of a pod's /metrics URL (read twice, "
+        "--interval apart) or a Prometheus base URL (over --window), as status.capacity",
+    )
+    advise.add_argument("--interval", type=float, default=60.0, help="pod: seconds between reads")
+    advise.add_argument("--window", default="1h", help="Prometheus: the window (10s..24h)")
+    advise.add_argument("--selector", default="", help='Prometheus: matchers, e.g. namespace="ocr"')
+    advise.add_argument("--tier", default="auto", help="spec.tier the pods serve (auto or 0..6)")
+    advise.add_argument(
+        "--target-wait-seconds", type=float, default=5.0, help="the p95 queue wait to size for"
+    )
     advise.add_argument("--max-tier", type=int, default=6, choices=range(7), help="tier cap")
     advise.add_argument("--engine", default="deepseek-ocr2", help="sizing engine")
     advise.add_argument("--max-batch-size", type=int, default=8, help="runtime.maxBatchSize")
@@ -197,6 +212,12 @@ def advise(args: argparse.Namespace) -> int:
     """Print tier and capacity advice for a folder of sample documents (see ``advise``)."""
     import json
 
+    if args.from_metrics:
+        return _advise_live(args)
+    if args.directory is None:
+        print("advise: a folder of samples, or --from-metrics URL", file=sys.stderr)
+        return 2
+
     from docparser_runtime import advise as adv
     from docparser_runtime.advise_table import render
     from docparser_runtime.preprocess.pipeline import DecodeLimits
@@ -233,6 +254,44 @@ def advise(args: argparse.Namespace) -> int:
     else:
         print(render(advice))
     return 0 if pages else 1
+
+
+def _advise_live(args: argparse.Namespace) -> int:
+    """``advise --from-metrics URL``: the live figures and recommendations (live_advise)."""
+    import json
+    import re
+    import urllib.parse
+
+    from docparser_runtime import live_advise
+
+    tier: int | str = int(args.tier) if args.tier.isdigit() else args.tier
+    if tier != "auto" and not (isinstance(tier, int) and 0 <= tier <= 6):
+        print(f"advise: --tier is auto or 0..6, got {args.tier!r}", file=sys.stderr)
+        return 2
+    if not re.fullmatch(r"[1-9][0-9]*[smh]", args.window):
+        print(f"advise: --window is a number and s, m or h, got {args.window!r}", file=sys.stderr)
+        return 2
+    opts = live_advise.LiveOptions(
+        tier=tier, engine=args.engine, max_batch_size=args.max_batch_size,
+        max_new_tokens=args.max_new_tokens, gpu_memory=args.gpu_memory,
+        target_wait_s=args.target_wait_seconds,
+    )  # fmt: skip
+    pod = urllib.parse.urlsplit(args.from_metrics).path.rstrip("/").endswith("/metrics")
+    try:
+        if pod:
+            got = live_advise.from_pod(args.from_metrics, opts, interval_s=args.interval)
+        else:
+            got = live_advise.from_prometheus(
+                args.from_metrics, opts, window=args.window, selector=args.selector
+            )
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"advise: cannot read {args.from_metrics}: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(got, indent=1))
+    else:
+        print(live_advise.render_report(got, f"{args.from_metrics}: capacity over"), end="")
+    return 0
 
 
 def _parse_throughput(text: str | None) -> dict[int, float] | None:

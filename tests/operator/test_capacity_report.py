@@ -12,6 +12,7 @@ operator writes nothing over more than a window.
 
 from __future__ import annotations
 
+import io
 import random
 import threading
 import time
@@ -23,6 +24,8 @@ import pytest
 from capacity_pods import EmulatedPod
 from docparser_operator.api import naming
 from docparser_operator.api.kinds import DOCPARSER
+from docparser_operator.cli import capacity as kubectl_capacity
+from docparser_operator.cli.connection import connect
 from dp_helpers import condition, create, docparser, event_reasons, revision, set_spec
 from gitopscheck.checker import GitOpsCheck
 from kube_cluster import Cluster, wait_for
@@ -124,6 +127,12 @@ def test_figures_advice_and_rest(
         assert condition(cluster, NAME, "Degraded")["status"] == "False"
         assert gitops_check.verdict(cluster.get(DOCPARSER, NAME)) == ("Current", "Healthy")
         wait_for("the event", lambda: "CapacityAdvice" in event_reasons(cluster, NAME))
+        # kubectl docparser capacity: the same report and advice as a table
+        shown = io.StringIO()
+        where = connect(kubeconfig=str(cluster.kubeconfig), namespace=cluster.namespace)
+        assert kubectl_capacity.run(NAME, where, shown) == 0
+        assert "pages/s, busiest minute" in shown.getvalue()
+        assert "CapacityAdvice (RaiseReplicas): raise replicas.max from 2 to 4" in shown.getvalue()
         # the spec fixed: the advice goes on the next pass
         set_spec(cluster, NAME, {**spec["spec"], "replicas": {"min": 1, "max": 4}})
         wait_for("advice gone", lambda: not condition(cluster, NAME, "CapacityAdvice"))

@@ -112,6 +112,20 @@ def _cmd_rollout(args: argparse.Namespace) -> int:
         return EXIT_INVALID
 
 
+def _cmd_capacity(args: argparse.Namespace) -> int:
+    from docparser_operator.cli import capacity
+    from docparser_operator.cli.connection import NoConnection, connect
+
+    try:
+        connection = connect(
+            kubeconfig=args.kubeconfig, context=args.context, namespace=args.namespace
+        )
+    except (OSError, NoConnection, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    return capacity.run(args.name, connection)
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from docparser_operator.controller import runner
 
@@ -171,6 +185,12 @@ def build_parser(prog: str = "docparser-operator") -> argparse.ArgumentParser:
                 "-f", "--file", help="rewrite this manifest file instead of the cluster"
             )
         cmd.set_defaults(func=_cmd_rollout)
+    capacity = sub.add_parser("capacity", help="show status.capacity and its advice as a table")
+    capacity.add_argument("name", help="DocParser name")
+    capacity.add_argument("-n", "--namespace", help="namespace (default: the context's)")
+    capacity.add_argument("--context", help="kubeconfig context (default: the current one)")
+    capacity.add_argument("--kubeconfig", help="kubeconfig file (default: KUBECONFIG)")
+    capacity.set_defaults(func=_cmd_capacity)
     return parser
 
 
