@@ -51,6 +51,7 @@ CASES = [
     Case("deepseek-weights-cache"),
     Case("deepseek-scale-to-zero"),
     Case("deepseek-scale-to-zero", idle=True),
+    Case("deepseek-batch-pool"),  # spec.batch: the pool is the last Deployment
 ]
 
 

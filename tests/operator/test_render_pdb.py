@@ -26,14 +26,15 @@ def test_one_budget_selecting_every_runtime_pod(case: Case) -> None:
     selector = pdb["spec"]["selector"]["matchLabels"]
     for dep in of_kind(objects, "Deployment"):
         pod_labels = dep["spec"]["template"]["metadata"]["labels"]
-        # every runtime pod, never the front (replicas.min 0): it is no GPU capacity
-        front = dep["metadata"]["name"].endswith("-front")
-        assert (selector.items() <= pod_labels.items()) != front
+        # every runtime pod, never the front (replicas.min 0): it is no GPU capacity, nor the
+        # batch pool (spec.batch: spot pods, evicted at will; their lines requeue)
+        outside = dep["metadata"]["name"].endswith(("-front", "-batch"))
+        assert (selector.items() <= pod_labels.items()) != outside
     # At rest it keeps the size Ready: an eviction waits for a replacement (core/drain.py).
     size = sum(
         d["spec"]["replicas"]
         for d in of_kind(objects, "Deployment")
-        if not d["metadata"]["name"].endswith("-front")
+        if not d["metadata"]["name"].endswith(("-front", "-batch"))
     )
     assert pdb["spec"]["minAvailable"] == size and "maxUnavailable" not in pdb["spec"]
     assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"

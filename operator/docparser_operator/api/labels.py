@@ -17,6 +17,10 @@ APP_NAME = "docparser"
 # (the endpoint Service at rest, the PDB, status.selector for the HPA) ever counts them.
 FRONT_APP_NAME = "docparser-front"
 MANAGED_BY = "docparser-operator"
+# The batch pool's pods (spec.batch): another name too, so that no Service, HTTPRoute backend,
+# PDB or status.selector of the serving pods counts them (they take batch lines only).
+BATCH_APP_NAME = "docparser-batch"
+BATCH_COMPONENT = "batch"
 
 LABEL_NAME = "app.kubernetes.io/name"
 LABEL_INSTANCE = "app.kubernetes.io/instance"
@@ -71,6 +75,18 @@ def front_selector(name: str) -> dict[str, str]:
 
 def front_pod_labels(name: str) -> dict[str, str]:
     return {**front_selector(name), LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: "front"}
+
+
+def batch_selector(name: str) -> dict[str, str]:
+    """The batch pool's pods of one DocParser (spec.batch): every revision of the pool."""
+    return {LABEL_NAME: BATCH_APP_NAME, LABEL_INSTANCE: name}
+
+
+def batch_pod_labels(name: str, revision: str, version: str | None) -> dict[str, str]:
+    """A pool pod: the stable revision it runs (its output lines name it), never selected by
+    the serving pods' selectors (``LABEL_NAME`` differs)."""
+    pod = {**_labels(name, LABEL_REVISION, revision, version), **batch_selector(name)}
+    return {**pod, LABEL_COMPONENT: BATCH_COMPONENT}
 
 
 def pod_labels(name: str, revision: str, version: str | None) -> dict[str, str]:

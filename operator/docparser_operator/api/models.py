@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from docparser_operator.api import uri as uris
 from docparser_operator.api.analysis_spec import CanaryAnalysis
+from docparser_operator.api.batch_spec import BatchSpec
 from docparser_operator.api.capacity_spec import CapacitySpec
 from docparser_operator.api.pod import EnvVar, PodSettings, check_env
 from docparser_operator.api.replicas import Replicas
@@ -244,6 +245,7 @@ class DocParserSpec(WireModel):
     auth: Auth | None = None
     pod: PodSettings = Field(default_factory=PodSettings)
     capacity: CapacitySpec | None = None  # status.capacity: live figures and advice
+    batch: BatchSpec | None = None  # a pool of the stable revision for batch lines only
 
     @property
     def canary_weights(self) -> Weights | None:
@@ -287,6 +289,11 @@ class DocParserSpec(WireModel):
             raise ValueError(
                 "replicas.min 0 needs runtime.redisUrlSecretRef: while no pod runs, the front "
                 "queues jobs in the DocParser's Redis"
+            )
+        if self.batch is not None and self.runtime.redis_url_secret_ref is None:
+            raise ValueError(
+                "batch needs runtime.redisUrlSecretRef: the batches and their backlog live in "
+                "the DocParser's Redis"
             )
         if self.canary is not None:
             theirs = self.canary.weights

@@ -110,6 +110,12 @@ def front(name: str) -> str:
     return f"{name}-front"
 
 
+def batch_pool(name: str) -> str:
+    """``<name>-batch``: the Deployment of the batch pool (``spec.batch``), the stable
+    revision's pods that take batch lines only."""
+    return f"{name}-batch"
+
+
 def serving_service(name: str) -> str:
     """``<name>-serving``: every runtime (GPU) pod of the DocParser, never the front: where the
     front hands held requests over (DOCPARSER_FRONT_BACKEND_URL). Its name is one character

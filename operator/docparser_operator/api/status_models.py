@@ -17,6 +17,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
+from docparser_operator.api.batch_spec import BatchPoolStatus
 from docparser_operator.api.capacity_spec import CapacityStatus
 from docparser_operator.api.wire import WireModel
 
@@ -162,6 +163,7 @@ class DocParserStatus(WireModel):
     scale_to_zero: ScaleToZeroStatus | None = None
     schedule: ScheduleStatus | None = None
     capacity: CapacityStatus | None = None
+    batch: BatchPoolStatus | None = None
     endpoint: str | None = None
     replicas: int | None = None
     selector: str | None = None
@@ -195,5 +197,6 @@ SECTIONS: tuple[StatusSection, ...] = (
     StatusSection(("schedule", "active"), "schedule", "an open spec.replicas.schedule window"),
     StatusSection(("schedule", "next"), "schedule", "a spec.replicas.schedule window ahead"),
     StatusSection(("capacity",), "capacity", "spec.capacity"),
+    StatusSection(("batch",), "batch", "spec.batch"),
     StatusSection(("capacity", "recommended"), "capacity", "spec.capacity, a window measured"),
 )

@@ -59,6 +59,14 @@ class OperatorSettings(BaseSettings):
         description="with spec.capacity: how often the runtime pods' /metrics are read (the "
         "report's peak is the busiest of these intervals; no API request)",
     )
+    batch_cooldown_s: float = Field(
+        120.0,
+        ge=0.0,
+        le=86400.0,
+        description="with spec.batch: how long every reading must ask for fewer pool pods "
+        "before the pool shrinks (it grows at once); pods that take minutes to load are not "
+        "stopped by a backlog that dips between two lines",
+    )
     pod_metrics_deadline_s: float = Field(
         5.0,
         gt=0,

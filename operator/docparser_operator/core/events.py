@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from docparser_operator.core.batch_pool import batch_events
 from docparser_operator.core.outcome import Outcome
 
 
@@ -71,6 +72,7 @@ def events_for(outcome: Outcome) -> list[Event]:
     events += _analysis_events(old, new)
     events += _drain_events(outcome)
     events += _idle_events(old, new)
+    events += [Event("Normal", reason, message) for reason, message in batch_events(old, new)]
     for kind, child in outcome.pruned:
         events.append(Event("Normal", "Pruned", f"deleted {kind} {child}: no longer desired"))
     ready_old, ready_new = _condition(old, "Ready"), _condition(new, "Ready")

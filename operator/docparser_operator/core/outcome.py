@@ -12,6 +12,7 @@ from typing import Any
 
 from docparser_operator.analysis import walk as analysis_module
 from docparser_operator.core import rollout
+from docparser_operator.core.batch_pool import PoolStep
 from docparser_operator.core.capacity_status import CapacityStep
 from docparser_operator.core.children import Key
 from docparser_operator.core.idle import IdleStep
@@ -39,6 +40,7 @@ class Outcome:
     idle: IdleStep | None = None  # scale to zero (replicas.min 0): core/idle.py
     schedule: ScheduleStep | None = None  # spec.replicas.schedule now: core/schedule.py
     capacity: CapacityStep | None = None  # spec.capacity's report: core/capacity_status.py
+    batch: PoolStep | None = None  # spec.batch's pool and status.batch: core/batch_pool.py
     wake_in_s: float | None = None  # a pass is due then (the analysis window's end)
     written: dict[Key, dict[str, Any]] = field(default_factory=dict[Key, Any])  # as returned
     deleted: dict[Key, str] = field(default_factory=dict[Key, str])  # pruned: their uids

@@ -138,6 +138,8 @@ def pass_status(
         spec = plan.resource.spec if plan is not None else None
         generation = int(status.get("observedGeneration") or 1)
         status = with_capacity(status, out.capacity, spec, previous, generation, now)
+    if out.batch is not None:  # status.batch: core/batch_pool.py (no condition changes)
+        status = {**status, "batch": out.batch.status}
     return status
 
 

@@ -4,7 +4,8 @@
 renders ``render_target`` of the step its rollout planner chose. The order is stable (the weights
 cache claims and fill Jobs; the shadow ConfigMap; per spec revision: Deployment, revision
 Service; then the canary Service, the endpoint Service, the front's Deployment and Services
-with ``replicas.min: 0``, the HPA, the PDB, the HTTPRoute and the NetworkPolicy) so golden
+with ``replicas.min: 0``, the HPA, the PDB, the HTTPRoute, the NetworkPolicy and the batch
+pool of ``spec.batch``) so golden
 files and apply batches never reorder. The shadow's internal token Secret is not rendered here:
 the controller creates it once with random bytes (controller/credential.py).
 """
@@ -15,6 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from docparser_operator.api.models import DocParser
+from docparser_operator.core.render.batch_pool import render_batch_pool
 from docparser_operator.core.render.deployment import pod_template, render_deployment
 from docparser_operator.core.render.front import render_front
 from docparser_operator.core.render.hpa import render_hpa
@@ -71,6 +73,8 @@ def render_target(plan: Target) -> list[dict[str, Any]]:
         children.append(render_httproute(plan))
     if plan.resource.spec.traffic.allow_from is not None:
         children.append(render_network_policy(plan))
+    if plan.resource.spec.batch is not None:  # last: DocParsers without it render as before
+        children.append(render_batch_pool(plan))
     return children
 
 

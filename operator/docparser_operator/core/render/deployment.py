@@ -100,6 +100,8 @@ def runtime_env(spec: DocParserSpec, tp: RoleRevision, meta: ObjectMeta) -> list
         # share one Redis never run or read each other's jobs or cached results.
         prefix = naming.redis_prefix(meta.namespace, meta.name)
         rendered.append({"name": "DOCPARSER_REDIS_PREFIX", "value": prefix})
+    if spec.batch is not None and not spec.batch.backfill:  # only the batch pool runs lines
+        rendered.append({"name": "DOCPARSER_BATCH_WORKERS", "value": "0"})
     return rendered
 
 

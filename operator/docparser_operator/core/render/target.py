@@ -57,6 +57,8 @@ class Target:
     # The live serving Service's ClusterIP (render/front.py sends held parses to it; "" before
     # the Service exists: its DNS name then, so the front needs no cluster DNS once it is known).
     serving_address: str = ""
+    # The batch pool's size (spec.batch: core/batch_pool.py); None: batch.replicas.min.
+    batch_replicas: int | None = None
 
     @property
     def name(self) -> str:
