@@ -53,8 +53,17 @@ async def test_a_waiting_interactive_page_takes_a_running_batch_pages_place(engi
 
 async def test_a_batch_page_does_not_join_beside_a_running_interactive_page(engine):
     """Free slots, but an interactive page is decoding: the short batch line waits for it
-    (joining would prefill beside it) and then runs; alone, batch lines fill the slots."""
+    (joining would prefill beside it) and then runs; alone, batch lines fill the slots, one
+    prefill per iteration (a page arriving waits for one batch prefill at most)."""
     batcher = await make(engine, max_batch_size=4)
+    joins: list[int] = []
+    iterate = batcher._iterate
+
+    def counting(joining, leaving):  # what each iteration on the engine thread prefills
+        joins.append(len(joining))
+        return iterate(joining, leaving)
+
+    batcher._iterate = counting
     order: list[int] = []
     report = {"on_result": lambda r: order.append(r.index)}
     try:
@@ -64,9 +73,11 @@ async def test_a_batch_page_does_not_join_beside_a_running_interactive_page(engi
         await asyncio.gather(sync, line)
         assert order == [0, 1]
         steps, slot_steps = batcher.steps, batcher.slot_steps
+        joins.clear()
         pages = [make_page(3 + i, 500, 400, 0) for i in range(4)]
         await asyncio.gather(*(batcher.submit([p], MID, priority=Priority.BATCH) for p in pages))
     finally:
         await batcher.close()
     assert batcher.slot_steps - slot_steps > batcher.steps - steps  # shared decode steps
+    assert max(joins) == 1 and sum(joins) == 4
     assert batcher.preempted == 0

@@ -13,10 +13,11 @@ batch before it, and decode slots idle once short pages end (OCR outputs span ~1
    a page waiting ``priority_max_wait_s`` counts as interactive (no starvation). The head
    of that order is never skipped for a smaller page behind it (a large page would starve).
    Batch lines (``Priority.BATCH``) take only slots nobody else wants: a batch page joins
-   only while no other page runs or waits (its prefill, the vision encoder, holds every
-   running page's next token: ~40 decode steps of the tiny model on CPU), and a waiting
-   interactive or job page that finds no free slot (or no cache room) takes one from the
-   newest running batch page, which goes back to the queue with its tokens (``preempted``);
+   only while no other page runs or waits, one per iteration (its prefill, the vision
+   encoder, holds every running page's next token and a page arriving meanwhile: ~40
+   decode steps of the tiny model on CPU), and a waiting interactive or job page that finds
+   no free slot (or no cache room) takes one from the newest running batch page, which goes
+   back to the queue with its tokens (``preempted``);
 3. on the engine thread: prefills the admitted pages into the batch, runs one decode step
    for all pages, finishes the pages that ended (EOS, their own ``max_new_tokens``, their
    stream's client gone) with the coverage audit.
@@ -195,8 +196,8 @@ class ContinuousBatcher(MicroBatcher):
         for item in sorted(self._queue, key=lambda it: self._rank(it, now)):
             if len(chosen) >= min(free, MAX_PREFILL_PAGES):
                 break
-            if item.priority >= Priority.BATCH and others:
-                break  # a batch prefill would hold the running pages' next token
+            if item.priority >= Priority.BATCH and (others or chosen):
+                break  # a batch prefill would hold the others' next token; one at a time
             others = others or item.priority < Priority.BATCH
             if item.run is None:
                 item.run = self.stepper.new_run(item.page, item.options, item.on_delta)
