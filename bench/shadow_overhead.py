@@ -56,10 +56,10 @@ import asyncio  # noqa: E402
 
 import httpx  # noqa: E402
 from docparser_runtime.engines.base import ParseOptions  # noqa: E402
-from docparser_runtime.host_memory import MemoryBudget, settings_budget  # noqa: E402
 from docparser_runtime.server.protocol import ParseRequest  # noqa: E402
 from docparser_runtime.server.shadow.sender import ShadowMirror  # noqa: E402
 from docparser_runtime.settings import Settings  # noqa: E402
+from docparser_runtime.sizing.host_memory import MemoryBudget, settings_budget  # noqa: E402
 from documents import font  # noqa: E402
 from live_server import LiveServer  # noqa: E402
 from page_corpus import sentence  # noqa: E402

@@ -218,10 +218,10 @@ def advise(args: argparse.Namespace) -> int:
         print("advise: a folder of samples, or --from-metrics URL", file=sys.stderr)
         return 2
 
-    from docparser_runtime import advise as adv
-    from docparser_runtime.advise_table import render
     from docparser_runtime.preprocess.pipeline import DecodeLimits
     from docparser_runtime.settings import Settings
+    from docparser_runtime.sizing import advise as adv
+    from docparser_runtime.sizing.advise_table import render
 
     try:
         throughput = _parse_throughput(args.throughput)
@@ -231,7 +231,7 @@ def advise(args: argparse.Namespace) -> int:
             pages_per_hour=args.pages_per_hour, throughput=throughput,
         )  # fmt: skip
         if args.gpu_memory:
-            from docparser_runtime.capacity import parse_quantity
+            from docparser_runtime.sizing.capacity import parse_quantity
 
             parse_quantity(args.gpu_memory)
         if args.engine not in ("deepseek-ocr2", "rapidocr"):
@@ -262,7 +262,7 @@ def _advise_live(args: argparse.Namespace) -> int:
     import re
     import urllib.parse
 
-    from docparser_runtime import live_advise
+    from docparser_runtime.sizing import live_advise
 
     tier: int | str = int(args.tier) if args.tier.isdigit() else args.tier
     if tier != "auto" and not (isinstance(tier, int) and 0 <= tier <= 6):

@@ -17,8 +17,8 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from docparser_runtime.capacity import worst_case_vision_tokens
 from docparser_runtime.server.ops.metrics import Metrics
+from docparser_runtime.sizing.capacity import worst_case_vision_tokens
 
 GIB = 1024**3
 

@@ -29,7 +29,8 @@ from docparser_operator.api.models import DocParser
 from docparser_operator.cli import capacity as kubectl_capacity
 from docparser_operator.core.capacity import CapacitySeen, figures
 from docparser_operator.core.capacity_status import report
-from docparser_runtime import cli, live_advise
+from docparser_runtime import cli
+from docparser_runtime.sizing import live_advise
 from dp_helpers import docparser
 
 WHEN = ("since", "window", "source")

@@ -1,4 +1,4 @@
-"""The runtime's GPU sizing (``docparser_runtime.capacity``, used by ``advise``) equals the
+"""The runtime's GPU sizing (``docparser_runtime.sizing.capacity``, used by ``advise``) equals the
 operator's, so the advisor's "fits gpuMemory" is the verdict the operator will reach."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from docparser_operator.core import sizing
 
-capacity = pytest.importorskip("docparser_runtime.capacity")
+capacity = pytest.importorskip("docparser_runtime.sizing.capacity")
 
 
 @pytest.mark.parametrize("engine", ["deepseek-ocr2", "rapidocr"])

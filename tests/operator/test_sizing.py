@@ -110,8 +110,8 @@ def test_host_memory_numbers_are_the_runtimes() -> None:
     """The operator sizes a pod with the runtime's own equation and numbers, and the
     runtime, under the limit the operator sets, gives admission at least the work the pod
     was sized for."""
-    host_memory = pytest.importorskip("docparser_runtime.host_memory")
-    cgroup_memory = pytest.importorskip("docparser_runtime.cgroup_memory")
+    host_memory = pytest.importorskip("docparser_runtime.sizing.host_memory")
+    cgroup_memory = pytest.importorskip("docparser_runtime.sizing.cgroup_memory")
     settings = pytest.importorskip("docparser_runtime.settings")
     assert settings.Settings().decode_workers == sizing.HOST_DECODERS
     assert sizing.HOST_DECODER_BYTES == host_memory.DECODER_BYTES

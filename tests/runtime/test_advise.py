@@ -10,7 +10,8 @@ from pathlib import Path
 import documents
 import pytest
 import tier_pages
-from docparser_runtime import capacity, cli
+from docparser_runtime import cli
+from docparser_runtime.sizing import capacity
 
 PYTHON = sys.executable
 

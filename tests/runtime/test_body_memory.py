@@ -14,17 +14,17 @@ from __future__ import annotations
 from typing import Any
 
 from app_for_tests import make_settings, serving
-from docparser_runtime.cgroup_memory import MemoryLimit
 from docparser_runtime.errors import PayloadTooLarge, Unavailable
-from docparser_runtime.host_memory import (
+from docparser_runtime.server.endpoints.parse.request_input import read_body
+from docparser_runtime.server.guards.body_memory import BodyMemory
+from docparser_runtime.server.state import runtime_state
+from docparser_runtime.sizing.cgroup_memory import MemoryLimit
+from docparser_runtime.sizing.host_memory import (
     JSON_BODY_BYTES_PER_BYTE,
     RAW_BODY_BYTES_PER_BYTE,
     HostBudget,
     MemoryBudget,
 )
-from docparser_runtime.server.endpoints.parse.request_input import read_body
-from docparser_runtime.server.guards.body_memory import BodyMemory
-from docparser_runtime.server.state import runtime_state
 from engines_for_tests import png_bytes
 from starlette.requests import ClientDisconnect, Request
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from docparser_runtime.cgroup_memory import MemoryUsage, cgroup_memory_usage
 from docparser_runtime.engines.base import ParseOptions
 from docparser_runtime.server.inference.batcher import MicroBatcher
 from docparser_runtime.server.ops.metrics import Metrics
 from docparser_runtime.server.ops.pod_memory_metrics import PodMemoryCollector
+from docparser_runtime.sizing.cgroup_memory import MemoryUsage, cgroup_memory_usage
 from engines_for_tests import GatedEngine, page
 from prometheus_client import CollectorRegistry
 from test_cgroup_memory import V2_MOUNT, _tree

@@ -11,7 +11,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from docparser_runtime.cgroup_memory import cgroup_memory_limit, host_memory_limit
+from docparser_runtime.sizing.cgroup_memory import cgroup_memory_limit, host_memory_limit
 
 GIB = 1024**3
 V1_UNLIMITED = "9223372036854771712"
@@ -158,7 +158,7 @@ def test_a_real_v1_memory_cgroup_made_here_is_found_by_a_process_inside_it() -> 
         code = (
             "import os,sys\n"
             "open(sys.argv[1] + '/cgroup.procs', 'w').write(str(os.getpid()))\n"
-            "from docparser_runtime.cgroup_memory import cgroup_memory_limit\n"
+            "from docparser_runtime.sizing.cgroup_memory import cgroup_memory_limit\n"
             "print(cgroup_memory_limit().bytes)\n"
         )
         out = subprocess.run(

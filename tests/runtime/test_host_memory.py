@@ -12,10 +12,10 @@ import zlib
 
 import pytest
 from app_for_tests import make_settings, serving
-from docparser_runtime import host_memory
-from docparser_runtime.cgroup_memory import MemoryLimit
 from docparser_runtime.errors import DeadlineExceeded, Overloaded, PayloadTooLarge
-from docparser_runtime.host_memory import MemoryBudget, plan_budget
+from docparser_runtime.sizing import host_memory
+from docparser_runtime.sizing.cgroup_memory import MemoryLimit
+from docparser_runtime.sizing.host_memory import MemoryBudget, plan_budget
 from engines_for_tests import png_bytes
 from hostile_docs import huge_pages_pdf
 from PIL import Image

@@ -15,10 +15,8 @@ from pathlib import Path
 
 import pytest
 from app_for_tests import make_settings, scrape, serving, value
-from docparser_runtime.cgroup_memory import MemoryLimit
 from docparser_runtime.engines.base import ParseOptions
 from docparser_runtime.errors import NotFound, PermissionDenied, Unauthenticated
-from docparser_runtime.host_memory import MIB, MemoryBudget, plan_budget
 from docparser_runtime.server.guards.internal_auth import SecretFile, bearer
 from docparser_runtime.server.protocol import ParseRequest
 from docparser_runtime.server.shadow.compare import (
@@ -33,6 +31,8 @@ from docparser_runtime.server.shadow.metrics import ShadowMetrics
 from docparser_runtime.server.shadow.sampler import PageBudget, sampled
 from docparser_runtime.server.shadow.sender import ShadowMirror
 from docparser_runtime.server.shadow.worst import MAX_ENTRIES, MAX_EXCERPT_CHARS, WorstStore
+from docparser_runtime.sizing.cgroup_memory import MemoryLimit
+from docparser_runtime.sizing.host_memory import MIB, MemoryBudget, plan_budget
 from engines_for_tests import GatedEngine
 from live_server import LiveServer
 from prometheus_client import CollectorRegistry

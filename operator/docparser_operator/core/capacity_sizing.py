@@ -1,6 +1,6 @@
 """The sizing equations of ``status.capacity``'s recommendations (pure arithmetic).
 
-A copy of ``docparser_runtime.capacity``'s, because the operator may not import the runtime
+A copy of ``docparser_runtime.sizing.capacity``'s, because the operator may not import the runtime
 (separate distributions; an import-linter contract): ``docparser-runtime advise
 --from-metrics`` and the operator must recommend the same replicas, tier, memory and batch
 from the same figures. tests/operator/test_capacity_parity.py holds the two equal over grids

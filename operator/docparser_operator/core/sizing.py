@@ -49,7 +49,7 @@ CUDA_OVERHEAD = int(1.5 * GIB)  # CUDA context, cuBLAS/cuDNN workspaces
 FRAGMENTATION = 0.10  # caching allocator slack
 
 # Host memory of a runtime pod: the runtime's own equation and numbers
-# (docparser_runtime.host_memory, which sizes the pod's admission from the limit set here;
+# (docparser_runtime.sizing.host_memory, which sizes the pod's admission from the limit set here;
 # tests/operator/test_sizing.py checks the copies are equal and that a pod sized here gives
 # admission at least HOST_WORK_BYTES):
 #
@@ -194,7 +194,7 @@ def host_memory_request(spec: DocParserSpec) -> str:
 
 def host_serving_bytes(engine: str, work_bytes: int = HOST_WORK_BYTES) -> int:
     """The runtime's side of the equation: the limit under which its admission gets
-    ``work_bytes`` (``docparser_runtime.host_memory.pod_memory_bytes``)."""
+    ``work_bytes`` (``docparser_runtime.sizing.host_memory.pod_memory_bytes``)."""
     engine_work = HOST_ENGINE_PAGE_PIXELS[engine] * HOST_ENGINE_BYTES_PER_PIXEL[engine]
     need = HOST_SERVER_BYTES[engine] + HOST_DECODERS * HOST_DECODER_BYTES + engine_work
     return math.ceil((need + work_bytes) / (1 - HOST_HEADROOM))

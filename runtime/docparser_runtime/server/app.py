@@ -23,7 +23,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from docparser_runtime.engines.base import Engine
 from docparser_runtime.engines.registry import create_engine
-from docparser_runtime.host_memory import MemoryBudget, front_budget, settings_budget
 from docparser_runtime.result_cache import with_result_cache
 from docparser_runtime.server.endpoints.batches import api_router as batches_api
 from docparser_runtime.server.endpoints.files import api_router as files_api
@@ -52,6 +51,7 @@ from docparser_runtime.server.ops.tracing import install_tracing
 from docparser_runtime.server.shadow.sender import ShadowMirror
 from docparser_runtime.server.state import RuntimeState, runtime_state
 from docparser_runtime.settings import Settings
+from docparser_runtime.sizing.host_memory import MemoryBudget, front_budget, settings_budget
 
 log = logging.getLogger("docparser.server")
 

@@ -30,7 +30,6 @@ if TYPE_CHECKING:
     from docparser_runtime.batches.backend import BatchBackend
     from docparser_runtime.batches.worker import BatchWorker
     from docparser_runtime.engines.base import Engine
-    from docparser_runtime.host_memory import MemoryBudget
     from docparser_runtime.jobs import JobStore, JobWorker
     from docparser_runtime.result_cache import Parser
     from docparser_runtime.server.front.proxy import Front
@@ -43,6 +42,7 @@ if TYPE_CHECKING:
     from docparser_runtime.server.protocol import ParseRequest
     from docparser_runtime.server.shadow.sender import ShadowMirror
     from docparser_runtime.settings import Settings
+    from docparser_runtime.sizing.host_memory import MemoryBudget
 
 
 @dataclass

@@ -26,7 +26,7 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from docparser_runtime.errors import Unavailable
-from docparser_runtime.host_memory import MIB, MemoryBudget, body_bytes_per_byte
+from docparser_runtime.sizing.host_memory import MIB, MemoryBudget, body_bytes_per_byte
 
 SCOPE_KEY = "docparser.body_charge"
 RETRY_AFTER_S = 2.0  # bodies read elsewhere end within seconds (the body deadline bounds them)

@@ -22,7 +22,6 @@ from PIL import Image
 
 from docparser_runtime.engines.base import PageImage
 from docparser_runtime.errors import DeadlineExceeded, DocParserError, InvalidInput
-from docparser_runtime.host_memory import HostBudget
 from docparser_runtime.preprocess.page_size import PageSize
 from docparser_runtime.preprocess.pipeline import (
     DecodeLimits,
@@ -34,6 +33,7 @@ from docparser_runtime.preprocess.pipeline import (
 )
 from docparser_runtime.preprocess.sandbox import DecodePool, SandboxLimits
 from docparser_runtime.settings import Settings
+from docparser_runtime.sizing.host_memory import HostBudget
 
 # (data, tier, pages) -> decoded pages; blocking. The test hook that replaces decoding.
 DocumentLoader = Callable[[bytes, int, str | None], list[PageImage]]

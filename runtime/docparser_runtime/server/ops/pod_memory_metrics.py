@@ -17,7 +17,11 @@ from pathlib import Path
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from docparser_runtime.cgroup_memory import MemoryUsage, cgroup_memory_usage, host_memory_limit
+from docparser_runtime.sizing.cgroup_memory import (
+    MemoryUsage,
+    cgroup_memory_usage,
+    host_memory_limit,
+)
 
 
 class PodMemoryCollector(Collector):

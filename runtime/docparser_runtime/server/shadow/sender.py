@@ -40,7 +40,6 @@ from typing import Any
 import aiohttp
 from prometheus_client import CollectorRegistry
 
-from docparser_runtime.host_memory import MemoryBudget
 from docparser_runtime.result_cache import DocumentRequest
 from docparser_runtime.server.front.wire import options_query
 from docparser_runtime.server.guards.internal_auth import INTERNAL_TOKEN_HEADER, SecretFile
@@ -56,6 +55,7 @@ from docparser_runtime.server.shadow.metrics import ShadowMetrics
 from docparser_runtime.server.shadow.sampler import PageBudget, sampled
 from docparser_runtime.server.shadow.worst import WorstStore
 from docparser_runtime.settings import Settings
+from docparser_runtime.sizing.host_memory import MemoryBudget
 
 log = logging.getLogger("docparser.shadow")
 

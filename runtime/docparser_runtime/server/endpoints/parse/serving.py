@@ -21,7 +21,6 @@ from functools import partial
 
 from docparser_runtime.engines.base import Engine, PageImage, PageResult, ParseOptions
 from docparser_runtime.errors import InvalidInput, Overloaded
-from docparser_runtime.host_memory import HostBudget, MemoryBudget, engine_page, settings_budget
 from docparser_runtime.preprocess.sandbox import release_memory
 from docparser_runtime.result_cache import PageCallback, PageDeltaCallback, Reply, TotalCallback
 from docparser_runtime.server.endpoints.parse.timings import ParseTimings
@@ -37,6 +36,12 @@ from docparser_runtime.server.ops.metrics import Metrics
 from docparser_runtime.server.ops.tracing import Tracing
 from docparser_runtime.server.protocol import ParseRequest
 from docparser_runtime.settings import Settings
+from docparser_runtime.sizing.host_memory import (
+    HostBudget,
+    MemoryBudget,
+    engine_page,
+    settings_budget,
+)
 
 log = logging.getLogger("docparser.parse")
 

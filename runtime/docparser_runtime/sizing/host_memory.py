@@ -27,11 +27,11 @@ import math
 import time
 from dataclasses import dataclass
 
-from docparser_runtime.cgroup_memory import MemoryLimit, host_memory_limit
 from docparser_runtime.errors import DeadlineExceeded, Overloaded, PayloadTooLarge
 from docparser_runtime.preprocess.page_size import PAGE_BYTES_PER_PIXEL, PageSize
 from docparser_runtime.preprocess.pipeline import DocumentPlan
 from docparser_runtime.settings import Settings
+from docparser_runtime.sizing.cgroup_memory import MemoryLimit, host_memory_limit
 
 MIB = 2**20
 GIB = 2**30

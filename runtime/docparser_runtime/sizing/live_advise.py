@@ -31,7 +31,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from docparser_runtime import capacity
+from docparser_runtime.sizing import capacity
 
 MAX_BYTES = 8 * 1024 * 1024
 Fetch = Callable[[str], str]

@@ -23,11 +23,11 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from docparser_runtime import capacity
 from docparser_runtime.errors import DocParserError
 from docparser_runtime.preprocess.pipeline import DecodeLimits, load_document
 from docparser_runtime.preprocess.tier_select import SELECTOR_VERSION, choose_tier
 from docparser_runtime.preprocess.tiling import MAX_TIER, plan_tiles
+from docparser_runtime.sizing import capacity
 
 EXTENSIONS = {".png", ".jpg", ".jpeg", ".webp", ".tif", ".tiff", ".bmp", ".gif", ".pdf"}
 TOO_LOW_BUDGET = capacity.TOO_LOW_BUDGET  # share of pages a fixed tier may read too coarsely
