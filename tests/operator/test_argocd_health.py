@@ -37,6 +37,23 @@ def test_ready_is_current_and_healthy(gitops_check: GitOpsCheck) -> None:
     assert (flux, argo) == ("Current", "Healthy") and "serving at" in message
 
 
+def test_a_batch_running_on_the_pool_is_current_and_healthy(gitops_check: GitOpsCheck) -> None:
+    """status.batch (issue 35) changes no condition: a pool scaling and pages queued read as a
+    DocParser at rest to both tools, as does a pool still starting."""
+    busy = {
+        "replicas": 3,
+        "readyReplicas": 1,
+        "batchesInProgress": 2,
+        "pagesQueued": 12000,
+        "pagesDone": 340,
+        "pagesPerMinute": 120.0,
+        "etaMinutes": 100,
+        "lastScaleTime": "2026-03-02T01:00:00Z",
+    }
+    obj = docparser(2, status(track("ready", want=2, ready=2)) | {"batch": busy})
+    assert judged(gitops_check, obj)[:2] == ("Current", "Healthy")
+
+
 def test_loading_is_in_progress(gitops_check: GitOpsCheck) -> None:
     flux, argo, message = judged(gitops_check, docparser(2, status(track("loading"))))
     assert (flux, argo) == ("InProgress", "Progressing") and message
