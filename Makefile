@@ -19,7 +19,7 @@ unexport PYTHONDONTWRITEBYTECODE
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install install-test run test test-fast lint lint-checks typecheck-deepseek fmt controlplane \
+.PHONY: install install-test run test test-fast lint lint-checks typecheck-deepseek fmt controlplane seaweedfs \
 	system-deps bench \
 	images images-lock cluster-images cluster-up cluster-down clean \
 	test-cluster-repeat test-realcluster-repeat
@@ -79,6 +79,22 @@ controlplane: install-test
 	@$(BIN)/python tests/controlplane/gateway_crds.py \
 		|| echo "Gateway API CRDs not fetched: realcluster and HTTPRoute schema tests will be skipped"
 
+# The S3 tests' real S3 server: SeaweedFS's `weed` (its S3 gateway), built from its Go module into
+# ~/.cache/docparser/seaweedfs (tests/seaweedfs/build.sh; seconds once cached) and bounded like
+# the control plane: past the bound the S3 tests skip and say why. Those tests run the runtime from
+# .venv/cloud, the runtime with its `cloud` extra (s3fs) as in the runtime image: botocore pins
+# python-dateutil<3, which the test venv's Kubernetes client (>=3) cannot share.
+SEAWEEDFS_BUILD_TIMEOUT ?= 1800
+CLOUD_VENV := $(VENV)/cloud
+$(CLOUD_VENV)/.installed-cloud: runtime/pyproject.toml | $(BIN)/python
+	$(UV) venv --allow-existing --python $(PYTHON) $(CLOUD_VENV)
+	$(UV) pip install --python $(CLOUD_VENV)/bin/python -e './runtime[cloud]'
+	touch $@
+
+seaweedfs: $(CLOUD_VENV)/.installed-cloud
+	@timeout $(SEAWEEDFS_BUILD_TIMEOUT) bash tests/seaweedfs/build.sh \
+		|| echo "SeaweedFS weed build failed or timed out: the S3 tests will be skipped"
+
 # ruff (check and format), the import contracts of pyproject.toml and mypy --strict. The
 # DeepSeek engine needs torch, which the lint install leaves out: its strict run joins only
 # where torch is installed (`make test`; docs/architecture.md, "Typing").
@@ -121,7 +137,7 @@ cluster-down:
 # time instead of adding to it (the layout before this one ran them in turn: 36 min in CI).
 # Every session always runs; the target fails if any did.
 TEST_WORKERS ?= 2
-test: install-test system-deps controlplane cluster-images
+test: install-test system-deps controlplane seaweedfs cluster-images
 	@status=0; \
 	( $(BIN)/python -m pytest -p no:cacheprovider -m "cluster" --durations=15 $(PYTEST_ARGS) 2>&1 \
 		| sed -u 's/^/[cluster] /'; exit $${PIPESTATUS[0]} ) & cluster=$$!; \

@@ -10,7 +10,11 @@ import os
 
 import pytest
 
-pytest_plugins = ["controlplane.pytest_plugin", "gitopscheck.pytest_plugin"]
+pytest_plugins = [
+    "controlplane.pytest_plugin",
+    "gitopscheck.pytest_plugin",
+    "seaweedfs.pytest_plugin",
+]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
