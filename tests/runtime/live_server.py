@@ -32,12 +32,15 @@ class LiveServer:
         port: int | None = None,
         engine_args: tuple[str, ...] = (),
         cgroup: Path | None = None,
+        python: str | None = None,
     ) -> None:
         """``gated_delay_s``: serve the test engine (``serve_test_engine.py``) whose
         batches take that long, instead of ``engine`` (``engine_args``: more of its options).
         ``nofile``: the process's limit of open file descriptors (RLIMIT_NOFILE). ``host`` /
         ``port``: another loopback address (127.0.0.2 stands in for a pod IP) and port.
-        ``cgroup``: a cgroup directory the process (and so its children) starts in."""
+        ``cgroup``: a cgroup directory the process (and so its children) starts in.
+        ``python``: the interpreter that serves (another venv, e.g. one with s3fs)."""
+        self.python = python or sys.executable
         self.cgroup = cgroup
         self.host = host
         self.port = port or free_port()
@@ -57,10 +60,10 @@ class LiveServer:
         env = {**os.environ, "DOCPARSER_LOG_LEVEL": "info", "DOCPARSER_DRAIN_GRACE_S": "0.2"}
         env.update(self.env)
         if self.gated_delay_s is None:
-            args = [sys.executable, "-m", "docparser_runtime", "serve", "--engine", self.engine]
+            args = [self.python, "-m", "docparser_runtime", "serve", "--engine", self.engine]
         else:
             script = str(Path(__file__).with_name("serve_test_engine.py"))
-            args = [sys.executable, script, "--delay", str(self.gated_delay_s), *self.engine_args]
+            args = [self.python, script, "--delay", str(self.gated_delay_s), *self.engine_args]
         args += ["--host", self.host, "--port", str(self.port)]
         limit = self.nofile
         procs = None if self.cgroup is None else str(self.cgroup / "cgroup.procs")

@@ -26,18 +26,32 @@ def free_port() -> int:
 
 
 class RedisServer:
-    """Start/stop one redis-server without persistence; bounded startup wait."""
+    """Start/stop one redis-server without persistence; bounded startup wait.
 
-    def __init__(self, *, startup_timeout_s: float = 10.0) -> None:
+    ``appendonly``: the append-only file on (``appendfsync everysec``, as docs/operations.md
+    recommends for batches), so ``crash_and_restart`` brings the data back."""
+
+    def __init__(self, *, startup_timeout_s: float = 10.0, appendonly: bool = False) -> None:
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self._dir = tempfile.TemporaryDirectory(prefix="docparser-redis-")
         self._timeout = startup_timeout_s
+        self.appendonly = appendonly
         self.proc: subprocess.Popen | None = None
+
+    def crash_and_restart(self, down_s: float) -> None:
+        """SIGKILL (no shutdown save), ``down_s`` seconds down, then the same port and dir."""
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(5)
+        time.sleep(down_s)
+        self.__enter__()
 
     def __enter__(self) -> RedisServer:
         args = [REDIS_BIN, "--bind", "127.0.0.1", "--port", str(self.port), "--save", ""]
-        args += ["--appendonly", "no", "--dir", self._dir.name, "--protected-mode", "yes"]
+        aof = ["--appendonly", "yes", "--appendfsync", "everysec"] if self.appendonly else []
+        args += aof or ["--appendonly", "no"]
+        args += ["--dir", self._dir.name, "--protected-mode", "yes"]
         log = Path(self._dir.name) / "redis.log"
         args += ["--logfile", str(log)]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

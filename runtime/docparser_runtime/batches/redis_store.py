@@ -14,8 +14,10 @@ files and finished batches by the time they are deleted).
 
 from __future__ import annotations
 
+import asyncio
 import time
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -235,6 +237,20 @@ class RedisBatchStore:
         """Lines of workers whose lease expired (``worker_id``: this one's) back to the head."""
         keys = [f"{self.p}workers", f"{self.p}queue"]
         return int(await self._requeue(keys=keys, args=[self.p, worker_id]))
+
+    async def hand_back(self, worker_id: str, period_s: float, stop: Callable[[], bool]) -> None:
+        """This worker's held lines back to the queue head, retried every ``period_s`` until
+        Redis answers (or ``stop()``). WHY: a claim whose reply, or a record whose write, was
+        lost to a Redis outage leaves a line held that no one runs, under a lease the live
+        worker keeps renewing, so the reaper never frees it and the batch never finishes."""
+        while True:
+            try:
+                await self.requeue(worker_id)
+                return
+            except Exception:
+                if stop():
+                    return
+                await asyncio.sleep(period_s)
 
     # collection ----------------------------------------------------------------------
     async def due(self, now: int, limit: int = 100) -> list[str]:

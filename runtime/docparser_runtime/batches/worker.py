@@ -132,8 +132,9 @@ class BatchWorker:
                     claimed = await self.store.claim(self.worker_id)
                 except asyncio.CancelledError:
                     raise
-                except Exception:
+                except Exception:  # the claim may have run with its reply lost: hand back
                     log.exception("claiming a batch line failed; retrying")
+                    await self.store.hand_back(self.worker_id, self.poll_s, lambda: self._stopping)
             if claimed is None:
                 await asyncio.sleep(self.poll_s)
                 continue
@@ -146,8 +147,7 @@ class BatchWorker:
                 # The store failed around the line: it goes back to the queue (run again,
                 # recorded once) instead of staying held under a live lease.
                 log.exception("batch %s line %d could not be recorded; requeueing", *claimed)
-                with contextlib.suppress(Exception):
-                    await self.store.requeue(self.worker_id)
+                await self.store.hand_back(self.worker_id, self.poll_s, lambda: self._stopping)
 
     # one line ------------------------------------------------------------------------
     async def run_line(self, batch_id: str, index: int) -> None:
