@@ -23,6 +23,7 @@ and left alone.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime
 from typing import Any
@@ -40,6 +41,7 @@ from docparser_operator.analysis.sources.pods import Skipped
 from docparser_operator.api import labels, naming
 from docparser_operator.api.kinds import ref_for
 from docparser_operator.api.models import DocParser
+from docparser_operator.controller.batch_pool import BatchArgs, batch_step
 from docparser_operator.controller.capacity import CapacityArgs, capacity_pass
 from docparser_operator.controller.credential import CredentialMemory, ensure_internal_secret
 from docparser_operator.controller.reporting import write_status
@@ -179,6 +181,7 @@ def reconcile(
     skipped: Skipped | None = None,
     refusals: RefusalMemory | None = None,
     capacity: CapacityArgs | None = None,
+    batch: BatchArgs | None = None,
 ) -> Outcome:
     """Move the children of ``resource`` one safe step towards the spec and write its status.
 
@@ -192,7 +195,9 @@ def reconcile(
     /metrics), at most every ``poll_s`` (core/idle.py). Only the pods of the DocParser's own
     ReplicaSets are read (``readable_pods``); ``skipped`` counts the others (the operator's
     metric; default: not counted). ``refusals`` keeps the children the API server refused and
-    their backoff between passes (core/refusals.py; default: none, every pass tries them)."""
+    their backoff between passes (core/refusals.py; default: none, every pass tries them).
+    ``batch``: spec.batch's backlog readings and source (controller/batch_pool.py; default:
+    none, the pool keeps its size)."""
     now = now or now_rfc3339()
     meta = resource["metadata"]
     name, namespace = meta["name"], meta["namespace"]
@@ -214,6 +219,10 @@ def reconcile(
         poll_s=poll_s,
         skipped=skipped,
     )
+    if batch is not None:  # spec.batch: the pool's size from the backlog, status.batch
+        with contextlib.suppress(pydantic.ValidationError):  # invalid: decide reports it
+            model = DocParser.from_resource(resource)
+            out.batch = batch_step(model, observed, batch, now=now, skipped=skipped)
     decision = decide(
         resource,
         observed,
@@ -222,6 +231,7 @@ def reconcile(
         now=now,
         mirror=walk is None or walk.phase != "Failed",
         idle=out.idle,
+        batch_replicas=out.batch.replicas if out.batch is not None else None,
     )
     planned = walk
     if walk is not None and decision.target is not None:
@@ -286,6 +296,9 @@ def reconcile(
             out.wake_in_s = deadline if out.wake_in_s is None else min(out.wake_in_s, deadline)
     if capacity is not None:  # spec.capacity's readings and report (controller/capacity.py)
         capacity_pass(out, resource, observed, capacity, now=now, skipped=skipped)
+    if out.batch is not None:  # the pool's next reading
+        due = out.batch.next_read_s
+        out.wake_in_s = due if out.wake_in_s is None else min(out.wake_in_s, due)
     if out.schedule is not None and out.schedule.next_at is not None:  # the next boundary
         due = out.schedule.wake_in_s(_instant(now)) or 0.0
         out.wake_in_s = due if out.wake_in_s is None else min(out.wake_in_s, due)

@@ -18,6 +18,7 @@ from docparser_operator.analysis.sources.activity import ActivitySource
 from docparser_operator.analysis.sources.base import Sources
 from docparser_operator.analysis.sources.pods import ReadLimits
 from docparser_operator.controller import events
+from docparser_operator.controller.batch_pool import BatchArgs
 from docparser_operator.controller.capacity import CapacityArgs
 from docparser_operator.controller.credential import CredentialMemory
 from docparser_operator.controller.metrics import OperatorMetrics
@@ -64,6 +65,7 @@ class OperatorState:
     activity: ActivitySource | None = None  # what scale to zero reads (built at start-up)
     refusals: RefusalMemory = field(default_factory=RefusalMemory)  # refused children's backoff
     capacity: CapacityArgs | None = None  # spec.capacity's readings and source (built once)
+    batch: BatchArgs | None = None  # spec.batch's readings and source (built once)
 
     def idle_args(self) -> dict[str, Any]:
         """Scale to zero's part of ``reconcile``'s arguments: the memory of the readings, the
@@ -75,7 +77,20 @@ class OperatorState:
             "idle": self.idle,
             "activity": self.activity,
             "poll_s": self.settings.idle_poll_interval_s,
+            "batch": self.batch_args(),  # spec.batch reads the same pods as often
         }
+
+    def batch_args(self) -> BatchArgs:
+        """``spec.batch``'s part of ``reconcile``'s arguments: the backlog readings kept
+        between passes, read as often as scale to zero's (the same pods' /metrics), and the
+        pool's cooldown; built once."""
+        if self.batch is None:
+            self.batch = BatchArgs(
+                poll_s=self.settings.idle_poll_interval_s,
+                cooldown_s=self.settings.batch_cooldown_s,
+                limits=self.pod_reads(),
+            )
+        return self.batch
 
     def capacity_args(self) -> CapacityArgs:
         """``spec.capacity``'s part of ``reconcile``'s arguments: the readings kept between

@@ -21,6 +21,7 @@ import pydantic
 from docparser_operator.api import labels, naming
 from docparser_operator.api.models import DocParser, DocParserSpec
 from docparser_operator.core import drain, rollout, sizing
+from docparser_operator.core.batch_pool import kept_size
 from docparser_operator.core.children import (
     CREATE_ONCE,
     Key,
@@ -117,12 +118,14 @@ def decide(
     now: str = "1970-01-01T00:00:00Z",
     mirror: bool = True,
     idle: IdleStep | None = None,
+    batch_replicas: int | None = None,
 ) -> Decision:
     """observed + desired -> the ordered actions of this pass (pure). ``canary_weight``: the
     canary analysis' effective weight (analysis.py), which replaces spec.canary.weight;
     ``now`` dates the drains' deadlines (core/drain.py); ``mirror``: False once the analysis
     failed (the shadow stops copying to that canary); ``idle``: the scale-to-zero decision
-    (core/idle.py), whose size replaces the spec's."""
+    (core/idle.py), whose size replaces the spec's; ``batch_replicas``: the batch pool's size
+    (core/batch_pool.py; None: the live pool's, within spec.batch's bounds)."""
     meta = resource["metadata"]
     uid = meta["uid"]
     try:
@@ -157,6 +160,7 @@ def decide(
         awake=awake,
         canary_address=_cluster_ip(observed, naming.canary_service(name), uid),
         serving_address=_cluster_ip(observed, naming.serving_service(name), uid),
+        batch_replicas=kept_size(model.spec.batch, observed, name, uid, batch_replicas),
     )
     decision = Decision(target=plan)
     decision.drain = drain.report(drains, step, observed.pods, observed.cordoned or frozenset())
