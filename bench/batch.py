@@ -1,0 +1,374 @@
+"""Batch lines beside interactive traffic on the same pods (issue 35).
+
+Why: a backfill of a million pages must not slow the interactive API, and the pods that also
+serve interactive traffic must still run batch lines about as fast as a batch-only pod when
+nobody else is there. Real processes: ``docparser-runtime serve`` with the tiny random-weight
+DeepSeek-OCR-2 (continuous batching, CPU), a real ``redis-server``, batches through
+``/v1/files`` + ``/v1/batches`` (``/v1/document/parse`` lines, one page each).
+
+- ``shared``: the pod the interactive client talks to; ``batch-only``: the same settings,
+  never sent an interactive request (what a ``spec.batch`` pool pod is).
+- Interactive: one paced client (``--requests`` pages, ``--gap-s`` apart, ``cache: false``),
+  first with no batch (``alone``), then with a batch backlog on the same pod (``backlog``:
+  a batch of more lines than the phase can finish, so slots always have a batch page to
+  take). The backlog is checked: lines still queued at the phase's end.
+- Batch throughput: lines done per minute over ``--window-s`` with no interactive traffic, on
+  ``shared`` (the same batch, right after the interactive phase) and on ``batch-only``.
+- Phases alternate over ``--rounds`` so a busy neighbour on the machine hits both sides; the
+  targets are ratios within this one run: interactive p99 with the backlog within 10 % of
+  alone, shared batch pages/min at least 90 % of batch-only.
+- Cost: pages per device-hour of each batch (its pages / its wall time on one pod). Here the
+  device is one CPU process with ``--threads`` torch threads; on a GPU host (``--device
+  cuda``, one GPU per pod) the same column reads pages per GPU-hour: divide the GPU-hour
+  price by it for the price of a page.
+
+    .venv/bin/python bench/batch.py                     # ~4 min on 2 busy cores
+    .venv/bin/python bench/batch.py --rounds 4 --requests 40 --markdown   # longer, steadier
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import io
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "runtime"))  # live_server, redis_server, tiny_deepseek
+
+PAGE_SIZE = (640, 480)
+COLUMNS = ("phase", "server", "requests", "p50 ms", "p99 ms", "queue p99 ms", "out tok",
+           "batch pages/min", "pages/device-h", "backlog left")  # fmt: skip
+TERMINAL = {"completed", "failed", "expired", "cancelled"}
+
+
+def redis_binary() -> str | None:
+    """``redis-server`` on PATH or where the Debian package puts it; None if absent."""
+    found = shutil.which("redis-server")
+    return found or ("/usr/bin/redis-server" if Path("/usr/bin/redis-server").exists() else None)
+
+
+def page_png(seed: int) -> bytes:
+    """A page of drawn lines that differs per seed (distinct documents, distinct outputs)."""
+    from PIL import Image, ImageDraw
+
+    image = Image.new("RGB", PAGE_SIZE, "white")
+    draw = ImageDraw.Draw(image)
+    for line in range(10):
+        x = 20 + (seed * 7 + line * 13) % 90
+        draw.rectangle((x, 30 + line * 40, 300 + (seed * 31 + line * 17) % 300, 44 + line * 40),
+                       "black")  # fmt: skip
+    out = io.BytesIO()
+    image.save(out, "PNG")
+    return out.getvalue()
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+@dataclass
+class Phase:
+    name: str
+    server: str
+    latencies: list[float] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    queued: list[float] = field(default_factory=list)  # the pod's queue time of each page
+    pages: int = 0  # batch lines done during the phase
+    seconds: float = 0.0
+    left: int | None = None  # batch lines not yet done at the phase's end
+
+    def rate(self) -> float | None:
+        return 60 * self.pages / self.seconds if self.seconds and self.name != "alone" else None
+
+
+def merge(phases: list[Phase], name: str, server: str) -> Phase:
+    """The rounds of one phase pooled (latencies together, pages over total seconds)."""
+    same = [p for p in phases if p.name == name and p.server == server]
+    out = Phase(name, server)
+    for p in same:
+        out.latencies += p.latencies
+        out.tokens += p.tokens
+        out.queued += p.queued
+        out.pages += p.pages
+        out.seconds += p.seconds
+    lefts = [p.left for p in same if p.left is not None]
+    out.left = min(lefts) if lefts else None
+    return out
+
+
+def row(p: Phase) -> list[str]:
+    rate = p.rate()
+    lat = [f"{1000 * pct(p.latencies, q):.0f}" for q in (0.5, 0.99)] if p.latencies else ["-"] * 2
+    queue = f"{1000 * pct(p.queued, 0.99):.0f}" if p.queued else "-"
+    return [p.name, p.server, str(len(p.latencies) or "-"), *lat, queue,
+            f"{statistics.mean(p.tokens):.0f}" if p.tokens else "-",
+            f"{rate:.1f}" if rate is not None else "-",
+            f"{rate * 60:.0f}" if rate is not None else "-",
+            "-" if p.left is None else str(p.left)]  # fmt: skip
+
+
+def table(rows: list[list[str]], markdown: bool) -> str:
+    if markdown:
+        lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+        return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(COLUMNS)]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(COLUMNS, widths, strict=True))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(v.rjust(w) for v, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(lines)
+
+
+def verdict(phases: list[Phase]) -> list[str]:
+    """The two targets, as ratios of this run's pooled phases."""
+    alone, backlog = merge(phases, "alone", "shared"), merge(phases, "backlog", "shared")
+    shared, only = merge(phases, "no traffic", "shared"), merge(phases, "no traffic", "batch-only")
+    p99a, p99b = pct(alone.latencies, 0.99), pct(backlog.latencies, 0.99)
+    p50a, p50b = pct(alone.latencies, 0.5), pct(backlog.latencies, 0.5)
+    ratio = (shared.rate() or 0.0) / max(only.rate() or 0.0, 1e-9)
+    return [
+        f"interactive p50 {1000 * p50a:.0f} -> {1000 * p50b:.0f} ms "
+        f"({100 * (p50b / p50a - 1):+.1f} %), p99 {1000 * p99a:.0f} -> {1000 * p99b:.0f} ms "
+        f"({100 * (p99b / p99a - 1):+.1f} %; target <= +10 %: "
+        f"{'met' if p99b <= 1.10 * p99a else 'MISSED'})",
+        f"batch pages/min with no interactive traffic: shared {shared.rate() or 0:.1f}, "
+        f"batch-only {only.rate() or 0:.1f} ({100 * ratio:.0f} %; target >= 90 %: "
+        f"{'met' if ratio >= 0.9 else 'MISSED'})",
+    ]
+
+
+class Pod:
+    """One server process and the client calls the bench makes to it."""
+
+    def __init__(self, name: str, server: Any, args: argparse.Namespace) -> None:
+        self.name, self.server, self.args = name, server, args
+        self.http = httpx.Client(base_url=server.url, timeout=args.timeout_s)
+
+    def parse(self, data: bytes) -> tuple[float, int, float]:
+        fields = {"tier": "0", "max_new_tokens": str(self.args.tokens), "cache": "false"}
+        start = time.perf_counter()
+        reply = self.http.post("/v1/document/parse", files={"file": ("p.png", data)}, data=fields)
+        took = time.perf_counter() - start
+        if reply.status_code != 200:
+            raise RuntimeError(f"{self.name}: parse answered {reply.status_code}: {reply.text}")
+        body = reply.json()
+        return took, int(body["usage"]["output_tokens"]), body["timings_ms"]["queue"] / 1000
+
+    def submit(self, pages: list[bytes], lines: int) -> str:
+        body = {"tier": 0, "max_new_tokens": self.args.batch_tokens, "cache": False}
+        images = [base64.b64encode(page).decode() for page in pages]
+        text = "".join(
+            json.dumps({"custom_id": f"l{i}", "method": "POST", "url": "/v1/document/parse",
+                        "body": {**body, "image": images[i % len(images)]}}) + "\n"
+            for i in range(lines)
+        )  # fmt: skip
+        up = self.http.post("/v1/files", files={"file": ("in.jsonl", text.encode())},
+                            data={"purpose": "batch"})  # fmt: skip
+        up.raise_for_status()
+        created = self.http.post("/v1/batches", json={
+            "input_file_id": up.json()["id"], "endpoint": "/v1/document/parse",
+            "completion_window": "24h"})  # fmt: skip
+        created.raise_for_status()
+        return str(created.json()["id"])
+
+    def counts(self, batch_id: str) -> tuple[str, int, int]:
+        """(status, lines done or failed, lines in the batch)."""
+        reply = self.http.get(f"/v1/batches/{batch_id}")
+        reply.raise_for_status()
+        body = reply.json()
+        c = body.get("request_counts") or {}
+        return (
+            body["status"],
+            int(c.get("completed", 0)) + int(c.get("failed", 0)),
+            int(c.get("total", 0)),
+        )
+
+    def wait(self, batch_id: str, until: Any, what: str) -> tuple[str, int, int]:
+        deadline = time.monotonic() + self.args.timeout_s
+        while time.monotonic() < deadline:
+            state = self.counts(batch_id)
+            if until(state):
+                return state
+            time.sleep(0.1)
+        raise RuntimeError(f"{self.name}: batch {batch_id} not {what} in {self.args.timeout_s}s")
+
+    def cancel(self, batch_id: str) -> None:
+        self.http.post(f"/v1/batches/{batch_id}/cancel").raise_for_status()
+        self.wait(batch_id, lambda s: s[0] in TERMINAL, "cancelled")
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.pages = [page_png(i) for i in range(args.distinct_pages)]
+        self.phases: list[Phase] = []
+
+    def interactive(self, pod: Pod, name: str, seed: int) -> Phase:
+        phase = Phase(name, pod.name)
+        for i in range(self.args.requests):
+            took, tokens, queued = pod.parse(self.pages[(seed + i) % len(self.pages)])
+            phase.latencies.append(took)
+            phase.queued.append(queued)
+            phase.tokens.append(tokens)
+            time.sleep(self.args.gap_s)
+        return phase
+
+    def window(self, pod: Pod, batch_id: str, name: str) -> Phase:
+        """Batch lines done over ``--window-s`` with no interactive traffic, from the moment
+        ``--slots`` more lines ended (the slots refilled: both pods measured in steady state)."""
+        _, base, _ = pod.counts(batch_id)
+        pod.wait(batch_id, lambda s: s[1] >= base + self.args.slots, "refilled")
+        _, done0, total = pod.counts(batch_id)
+        start = time.perf_counter()
+        time.sleep(self.args.window_s)
+        _, done1, _ = pod.counts(batch_id)
+        return Phase(name, pod.name, pages=done1 - done0, seconds=time.perf_counter() - start,
+                     left=total - done1)  # fmt: skip
+
+    def started(self, pod: Pod) -> str:
+        """A batch that has begun running lines (its slots are busy)."""
+        batch_id = pod.submit(self.pages, self.args.batch_lines)
+        pod.wait(batch_id, lambda s: s[0] == "in_progress" and s[1] >= 1, "running")
+        return batch_id
+
+    def round(self, shared: Pod, only: Pod, r: int) -> None:
+        seed = r * self.args.requests
+        self.phases.append(self.interactive(shared, "alone", seed))
+        batch_id = self.started(shared)
+        _, done0, _ = shared.counts(batch_id)
+        t0 = time.perf_counter()
+        phase = self.interactive(shared, "backlog", seed)
+        _, done1, total = shared.counts(batch_id)
+        phase.pages, phase.seconds, phase.left = (
+            done1 - done0,
+            time.perf_counter() - t0,
+            total - done1,
+        )
+        self.phases.append(phase)
+        self.phases.append(self.window(shared, batch_id, "no traffic"))
+        shared.cancel(batch_id)
+        batch_id = self.started(only)
+        self.phases.append(self.window(only, batch_id, "no traffic"))
+        only.cancel(batch_id)
+        print(f"  round {r + 1}/{self.args.rounds} done", file=sys.stderr, flush=True)
+
+    def report(self) -> None:
+        a = self.args
+        print(f"tiny DeepSeek-OCR-2 (random weights, {a.device}, {a.threads} torch thread(s)), "
+              f"continuous batching, {a.slots} slots, {a.batch_workers} batch lines per pod; "
+              f"interactive: {a.requests} pages x {a.rounds} rounds, {a.tokens} new tokens, "
+              f"{a.gap_s} s apart; batch lines: {a.batch_tokens} new tokens; "
+              f"windows {a.window_s} s")  # fmt: skip
+        keys = [("alone", "shared"), ("backlog", "shared"), ("no traffic", "shared"),
+                ("no traffic", "batch-only")]  # fmt: skip
+        print(table([row(merge(self.phases, n, s)) for n, s in keys], a.markdown))
+        short = [p for p in self.phases if p.name != "alone" and (p.left or 0) < a.slots]
+        if short:
+            print(f"WARNING: {len(short)} batch phase(s) ended with fewer than {a.slots} lines "
+                  "left (raise --batch-lines): the backlog was not full throughout")  # fmt: skip
+        for line in verdict(self.phases):
+            print(line)
+
+    def run(self, model_dir: Path, redis_url: str, store: Path) -> None:
+        from live_server import LiveServer
+
+        a = self.args
+        env: dict[str, object] = {
+            "DOCPARSER_MODEL_PATH": model_dir, "DOCPARSER_DEVICE": a.device,
+            "DOCPARSER_ENGINE_THREADS": a.threads, "DOCPARSER_MAX_BATCH_SIZE": a.slots,
+            "DOCPARSER_CONTINUOUS_BATCHING": "true", "DOCPARSER_REDIS_URL": redis_url,
+            "DOCPARSER_BATCH_WORKERS": a.batch_workers, "DOCPARSER_BATCH_POLL_S": 0.1,
+            "DOCPARSER_DEFAULT_TIER": 0, "DOCPARSER_LOG_LEVEL": "warning",
+            "DOCPARSER_MAX_QUEUE_PAGES": 4 * a.slots + 16,
+            "DOCPARSER_ALLOW_UNVERIFIED_WEIGHTS": "true",  # random weights, no manifest
+        }  # fmt: skip
+        servers = {
+            name: LiveServer(engine="deepseek-ocr2", env={
+                **env, "DOCPARSER_REDIS_PREFIX": f"{name}:",
+                "DOCPARSER_BATCH_STORAGE_URI": f"file://{store / name}"})
+            for name in ("shared", "batch-only")
+        }  # fmt: skip
+        try:
+            for server in servers.values():
+                server.start()
+            for server in servers.values():
+                server.wait_ready(a.timeout_s)
+            shared, only = (Pod(n, s, a) for n, s in servers.items())
+            shared.parse(self.pages[0])  # first request paths warm, not timed
+            for r in range(a.rounds):
+                self.round(shared, only, r)
+        except Exception:
+            for name, server in servers.items():
+                print(f"--- {name} log:\n{server.log(3000)}", file=sys.stderr)
+            raise
+        finally:
+            for server in servers.values():
+                server.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    check(args, parser().error)
+    binary = redis_binary()
+    if binary is None:
+        print("redis-server not found: install it (apt-get install redis-server, or make "
+              "system-deps) or put it on PATH; this benchmark needs a real Redis",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    import redis_server
+    from tiny_deepseek import build_tiny_model
+
+    redis_server.REDIS_BIN = binary
+    bench = Bench(args)
+    with tempfile.TemporaryDirectory(prefix="bench-batch-") as tmp:
+        model_dir = build_tiny_model(Path(tmp) / "tiny")
+        with redis_server.RedisServer() as redis:
+            bench.run(model_dir, redis.url, Path(tmp) / "store")
+    bench.report()
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--requests", type=int, default=10, help="interactive pages per phase")
+    p.add_argument("--rounds", type=int, default=4, help="alone/backlog/throughput rounds")
+    p.add_argument("--tokens", type=int, default=384, help="new tokens of an interactive page")
+    p.add_argument("--batch-tokens", type=int, default=384, help="new tokens of a batch line")
+    p.add_argument("--batch-lines", type=int, default=600, help="lines of each batch")
+    p.add_argument("--gap-s", type=float, default=0.3, help="pause between interactive pages")
+    p.add_argument("--window-s", type=float, default=15.0, help="batch throughput window")
+    p.add_argument("--slots", type=int, default=8, help="DOCPARSER_MAX_BATCH_SIZE")
+    p.add_argument("--batch-workers", type=int, default=0, help="lines per pod (0: = slots)")
+    p.add_argument("--distinct-pages", type=int, default=24, help="different page images")
+    p.add_argument("--device", default="cpu", help="cpu, or cuda on a GPU host")
+    p.add_argument("--threads", type=int, default=1, help="DOCPARSER_ENGINE_THREADS")
+    p.add_argument("--timeout-s", type=float, default=300.0, help="bound of every wait")
+    p.add_argument("--markdown", action="store_true", help="a Markdown table")
+    return p
+
+
+def check(args: argparse.Namespace, error: Any) -> None:
+    args.batch_workers = args.batch_workers or args.slots
+    if min(args.requests, args.rounds, args.tokens, args.batch_tokens, args.slots) < 1:
+        error("--requests, --rounds, --tokens, --batch-tokens and --slots must be >= 1")
+    if args.batch_lines < 2 * args.slots:
+        error("--batch-lines must be at least 2 x --slots (a backlog that fills the slots)")
+    if args.window_s <= 0 or args.gap_s < 0 or args.timeout_s <= 0:
+        error("--window-s and --timeout-s must be > 0, --gap-s >= 0")
+    if args.distinct_pages < 1:
+        error("--distinct-pages must be >= 1")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
