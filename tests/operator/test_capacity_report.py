@@ -12,6 +12,7 @@ operator writes nothing over more than a window.
 
 from __future__ import annotations
 
+import datetime
 import io
 import random
 import threading
@@ -72,6 +73,13 @@ def capacity(cluster: Cluster) -> dict[str, Any]:
     return ((cluster.get(DOCPARSER, NAME) or {}).get("status") or {}).get("capacity") or {}
 
 
+def whole_window_after(report: dict[str, Any], began: float) -> bool:
+    if not report.get("since"):
+        return False
+    ended = datetime.datetime.fromisoformat(report["since"].replace("Z", "+00:00")).timestamp()
+    return ended - 15 - 3 >= began  # the window, and the one 3 s reading it may reach back
+
+
 def near(value: float, truth: float) -> bool:
     return abs(value - truth) <= 0.1 * truth
 
@@ -99,7 +107,9 @@ def test_figures_advice_and_rest(
         ready = lambda: condition(cluster, NAME, "Ready").get("status") == "True"  # noqa: E731
         wait_for("serving", ready, timeout=60)
         emulated.set_rate(RATE)
-        wait_for("a report", lambda: capacity(cluster).get("pagesPerSecond"), timeout=90)
+        began = time.time()
+        # the first report whose whole window had the traffic (one may end before it began)
+        wait_for("a report", lambda: whole_window_after(capacity(cluster), began), timeout=90)
         got = capacity(cluster)
         # every figure within 10 % of the traffic's truth
         assert near(got["pagesPerSecond"], RATE), got

@@ -21,6 +21,7 @@ import pydantic
 from docparser_operator.analysis.sources.base import SourceUnavailable
 from docparser_operator.analysis.sources.capacity import CapacitySource
 from docparser_operator.analysis.sources.pods import Skipped
+from docparser_operator.api import labels
 from docparser_operator.api.models import DocParser
 from docparser_operator.core.capacity import CapacityMemory, Figures, figures, window_seconds
 from docparser_operator.core.capacity_status import CapacityStep, report, same_figures
@@ -36,6 +37,17 @@ def _published(previous: dict[str, Any] | None, window: str) -> float | None:
         return None
     when = datetime.datetime.fromisoformat(str(previous["since"]).replace("Z", "+00:00"))
     return when.timestamp()
+
+
+def _revisions(model: DocParser, observed: Observed) -> set[str]:
+    """The spec's revisions and those of the DocParser's Deployments still there (a revision
+    leaving after a rollout served part of the window)."""
+    found = {t.revision for t in roles_of(model)}
+    for (kind, _name), child in observed.children.items():
+        revision = ((child.get("metadata") or {}).get("labels") or {}).get(labels.LABEL_REVISION)
+        if kind == "Deployment" and revision:
+            found.add(str(revision))
+    return found
 
 
 def capacity_step(
@@ -92,7 +104,7 @@ def capacity_step(
         if refused is not None:
             problems.append(Problem("SourceNotAllowed", refused))
         elif due:
-            revisions = [t.revision for t in roles_of(model)]
+            revisions = sorted(_revisions(model, observed))
             try:
                 got = source.query(config.prometheus, namespace, revisions, span)
                 found = Figures(float(span), got.counters, got.peak_pages_per_s, got.pods)

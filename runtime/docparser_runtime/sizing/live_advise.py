@@ -235,7 +235,7 @@ def promql(selector: str, seconds: int) -> dict[str, str]:
         "service_seconds": increase("docparser_page_service_seconds_sum", "tier"),
         "service_pages": increase("docparser_page_service_seconds_count", "tier"),
         "queue_wait": increase("docparser_stage_duration_seconds_bucket", "le", stage="queue"),
-        "peak": f"max_over_time(sum(rate(docparser_pages_total{sel()}[1m]))[{seconds}s:1m])",
+        "peak": f"max_over_time(sum(rate(docparser_pages_total{sel()}[1m]))[{seconds}s:15s])",
         "slots": f"max(docparser_decode_slots{sel()})",
         "pods": f"count(docparser_decode_slots{sel()})",
         "memory_peak": f"max(max_over_time(docparser_memory_bytes{sel(kind='peak')}[{seconds}s]))",

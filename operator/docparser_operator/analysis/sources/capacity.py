@@ -8,7 +8,7 @@ all).
 
 With ``spec.capacity.prometheus`` one query per measure gives the whole window (Prometheus
 keeps the history): ``increase()`` over the window for the counters, the busiest minute as
-``max_over_time`` of the per-minute rate, summed over every revision of the DocParser
+``max_over_time`` of the one-minute rate every 15 s, summed over every revision of the DocParser
 (``namespace`` and ``revision`` labels as for the analysis). The URL is the author's, so it
 is fetched only under the operator's allow-list (``DOCPARSER_OPERATOR_PROMETHEUS_URLS``), and
 a failure is reported in reason codes only (prometheus.py).
@@ -66,7 +66,7 @@ def queries(
         "service_seconds": increase("docparser_page_service_seconds_sum", "tier"),
         "service_pages": increase("docparser_page_service_seconds_count", "tier"),
         "queue_wait": increase("docparser_stage_duration_seconds_bucket", "le", stage="queue"),
-        "peak": f"max_over_time(sum(rate(docparser_pages_total{sel()}[1m]))[{seconds}s:1m])",
+        "peak": f"max_over_time(sum(rate(docparser_pages_total{sel()}[1m]))[{seconds}s:15s])",
         "slots": f"max(docparser_decode_slots{sel()})",
         "pods": f"count(docparser_decode_slots{sel()})",
         "memory_peak": f"max(max_over_time(docparser_memory_bytes{sel(kind='peak')}[{seconds}s]))",
