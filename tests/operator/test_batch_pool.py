@@ -255,3 +255,20 @@ def test_an_event_when_the_pool_changes_size_only() -> None:
     ]
     assert batch_events(busy, {"batch": {**busy["batch"], "pagesQueued": 20}}) == []
     assert batch_events({}, busy) == [] and batch_events(busy, {}) == []
+
+
+def test_the_network_policy_covers_the_pool_pods_but_takes_none_as_a_source() -> None:
+    resource = yaml.safe_load(EXAMPLE.read_text())
+    resource["spec"]["traffic"]["allowFrom"] = [{"namespaceSelector": {"matchLabels": {"a": "b"}}}]
+    children = render_all(resource)
+    policy = next(c for c in children if c["kind"] == "NetworkPolicy")
+    pool = next(c for c in children if c["metadata"]["name"] == naming.batch_pool("archive"))
+    pod = pool["spec"]["template"]["metadata"]["labels"]
+    selector = policy["spec"]["podSelector"]
+    assert _selects(selector["matchLabels"], pod)
+    (names,) = selector["matchExpressions"]
+    assert pod[labels.LABEL_NAME] in names["values"] and labels.APP_NAME in names["values"]
+    sources = [
+        p.get("podSelector", {}).get("matchLabels") for p in policy["spec"]["ingress"][0]["from"]
+    ]
+    assert all(s is None or not _selects(s, pod) for s in sources)

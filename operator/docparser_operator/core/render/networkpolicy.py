@@ -7,7 +7,8 @@ that reach it. Egress is left open: pods fetch weights from object stores and ta
 whose addresses the operator does not know. The kubelet's probes come from the node, which
 NetworkPolicy implementations allow. A DocParser that scales to zero has its front under the
 same policy (clients reach it at zero), and the front is one more source of the runtime pods
-(it hands held requests over to ``<name>-serving``).
+(it hands held requests over to ``<name>-serving``). The batch pool's pods (``spec.batch``)
+listen on the same port with the same API, so the policy covers them too; they are no source.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 from docparser_operator.api import naming
 from docparser_operator.api.labels import (
     APP_NAME,
+    BATCH_APP_NAME,
     FRONT_APP_NAME,
     LABEL_INSTANCE,
     LABEL_NAME,
@@ -34,13 +36,16 @@ def render_network_policy(plan: Target) -> dict[str, Any]:
     own = {"podSelector": {"matchLabels": pod_selector(plan.name)}}
     peers = [dict(peer) for peer in plan.resource.spec.traffic.allow_from or []] + [own]
     selector: dict[str, Any] = {"matchLabels": pod_selector(plan.name)}
+    names = [APP_NAME]
     if plan.scales_to_zero:
         peers.append({"podSelector": {"matchLabels": front_selector(plan.name)}})
+        names.append(FRONT_APP_NAME)
+    if plan.resource.spec.batch is not None:
+        names.append(BATCH_APP_NAME)
+    if len(names) > 1:
         selector = {
             "matchLabels": {LABEL_INSTANCE: plan.name},
-            "matchExpressions": [
-                {"key": LABEL_NAME, "operator": "In", "values": [APP_NAME, FRONT_APP_NAME]}
-            ],
+            "matchExpressions": [{"key": LABEL_NAME, "operator": "In", "values": names}],
         }
     ingress: dict[str, Any] = {
         "from": peers,
