@@ -251,3 +251,26 @@ def test_an_event_when_the_advice_appears_or_changes_never_at_rest() -> None:
 
 def test_window_lengths() -> None:
     assert [window_seconds(w) for w in ("45s", "15m", "1h", "24h")] == [45, 900, 3600, 86400]
+
+
+def test_turning_capacity_off_removes_the_section_and_the_condition() -> None:
+    from docparser_operator.controller.capacity import capacity_step
+    from docparser_operator.core.capacity import CapacityMemory
+    from docparser_operator.core.children import Observed
+    from docparser_operator.core.status_patch import status_write
+
+    got = _report(5.6, 2)
+    sp = spec(replicas={"min": 1, "max": 2})
+    base = {"observedGeneration": 1, "conditions": [{"type": "Ready", "status": "True"}]}
+    on = with_capacity(base, CapacityStep(got), sp, {}, 1, "2026-01-01T00:00:00Z")
+    memory = CapacityMemory()
+    memory.of("u-1").began = 1.0  # readings kept from when it was on
+    off = docparser("inv", tier="auto")
+    off["metadata"].update(namespace="ocr", uid="u-1")
+    step, problems = capacity_step(
+        off, Observed({}, []), memory, None, now="2026-01-01T00:01:00Z", poll_s=60
+    )  # type: ignore[arg-type]  # no source: nothing may be read without spec.capacity
+    assert (step, problems, memory.seen) == (None, [], {})
+    patch = status_write(on, base)
+    assert patch is not None and patch["capacity"] is None
+    assert [c["type"] for c in patch["conditions"]] == ["Ready"]
