@@ -13,9 +13,11 @@ as quiet (the readings' own tests are test_idle.py and test_scale_to_zero.py).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import pytest
 from docparser_operator.analysis.activity import Activity, PodReading
 from docparser_operator.api import naming
 from docparser_operator.api.kinds import DOCPARSER, KNOWN_KINDS
@@ -25,6 +27,7 @@ from docparser_operator.core.idle import IdleMemory
 from dp_helpers import create, docparser
 from kube_cluster import Cluster, client_for, wait_for
 from kubelet_sim import Kubelet
+from operator_runner import running_operator
 
 DEPLOY, HPA = KNOWN_KINDS["Deployment"], KNOWN_KINDS["HorizontalPodAutoscaler"]
 # 07:45 Berlin on weekdays, ten hours: the pods are up before the 08:00 business hour.
@@ -182,3 +185,56 @@ def test_a_window_wakes_a_sleeping_docparser_before_the_business_hour(cluster: C
         assert _status(cluster)["scaleToZero"]["state"] == "Idle"
         step("2026-03-02T17:00:00Z")
         assert _runtime_replicas(cluster) == 0
+
+
+def test_the_running_operator_wakes_itself_at_each_window_boundary(
+    real_cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real operator on the real API server and the real clock, with no resync for 10
+    minutes: a window that opens every minute for 30 s is applied at its start and undone at
+    its end by the passes the operator asked for at those boundaries (nothing else happens
+    then), and between them it writes nothing."""
+    monkeypatch.setenv("DOCPARSER_OPERATOR_RESYNC_INTERVAL_S", "600")
+    cluster = real_cluster
+    window = {"cron": "* * * * *", "duration": "30s", "min": 2, "max": 3}
+    spec = docparser("minute", replicas={"min": 1, "max": 2, "schedule": [window]})
+    seen: list[tuple[float, tuple[int, int] | None]] = []  # (unix time, HPA bounds)
+
+    def bounds() -> tuple[int, int] | None:
+        hpa = cluster.get(HPA, naming.hpa("minute"))
+        return None if hpa is None else (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"])
+
+    def until(what: str, test: Any, timeout: float) -> float:
+        """Samples the HPA every 0.2 s until ``test(bounds)``; returns when it first held."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            seen.append((time.time(), bounds()))
+            if test(seen[-1][1]):
+                return seen[-1][0]
+            time.sleep(0.2)
+        raise AssertionError(f"{what} not within {timeout} s: {seen[-5:]}")
+
+    with running_operator(cluster), Kubelet(cluster, ready_after=0.1):
+        create(cluster, spec)
+        # the first boundary after the operator settled, whichever it is
+        first_at = until("the HPA", lambda b: b is not None, 60)
+        state = bounds()
+        opening = until("a window boundary", lambda b: b != state, 75)
+        if state == (2, 3):  # created inside a window: that was its end; wait for the next start
+            opening = until("the window's start", lambda b: b == (2, 3), 75)
+        closing = until("the window's end", lambda b: b == (1, 2), 45)
+        # each change came at its boundary: the start on a whole minute, the end 30 s later
+        # (the pass asked for one second after it: status times have whole seconds)
+        assert 0 <= opening % 60 < 10, (opening % 60, first_at)
+        assert 30 <= closing - (opening - opening % 60) < 40, closing - opening
+        status = cluster.get(DOCPARSER, "minute")["status"]["schedule"]
+        assert "active" not in status and status["next"]["min"] == 2, status
+        # at rest until the next start: the Deployment's pods settle, then no write at all
+        time.sleep(5)
+        mark = cluster.mark()
+        quiet_until = opening - opening % 60 + 59
+        time.sleep(max(0.0, quiet_until - time.time()))
+        assert cluster.writes_since(mark) == [], cluster.writes_since(mark)
+    # (after the operator: its runner holds stdout while it runs)
+    undone = closing - opening
+    print(f"window applied {opening % 60:.1f} s after the minute, undone {undone:.1f} s later")
