@@ -44,7 +44,7 @@ TARGET_S = 30.0  # > 15 s HPA sync + the 10 % tolerance's share: room for the de
 BASE_LOAD, STEP_LOAD = 0.3, 2.5  # of one pod's capacity (1 / service time)
 BASELINE_S, STEP_S = 20.0, 60.0
 WINDOW_S = 15.0
-MAX_RATE = 10.0  # pages/s at most, whatever the service time (a bound on the client)
+MAX_RATE = 5.0  # pages/s at most: the queue stays under the runtime's 256-page bound (no 429s)
 
 
 def _service_time(url: str) -> float:
