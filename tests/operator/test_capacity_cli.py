@@ -64,6 +64,10 @@ def _without(report: dict[str, Any]) -> dict[str, Any]:
             },
             live_advise.LiveOptions(target_wait_s=0.5, gpu_memory="24Gi"),
         ),
+        (
+            {"engine": "rapidocr", "tier": 2, "resources": {"gpu": 1, "gpuMemory": "24Gi"}},
+            live_advise.LiveOptions(engine="rapidocr", tier=2, gpu_memory="24Gi"),
+        ),
     ],
 )
 def test_the_runtime_reports_what_the_operator_reports(

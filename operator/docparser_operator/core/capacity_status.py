@@ -22,7 +22,13 @@ from docparser_operator.api.capacity_spec import CapacityStatus
 from docparser_operator.api.models import DocParserSpec
 from docparser_operator.core import capacity_sizing as eq
 from docparser_operator.core.capacity import Figures, significant
-from docparser_operator.core.sizing import GIB, host_memory_request, parse_quantity, vision_tokens
+from docparser_operator.core.sizing import (
+    GIB,
+    WEIGHTS_BYTES,
+    host_memory_request,
+    parse_quantity,
+    vision_tokens,
+)
 
 CONDITION = "CapacityAdvice"
 ADVICE_RATIO = 1.25  # a recommendation this far from the spec (either way) is advice
@@ -65,7 +71,7 @@ def recommended(fig: Figures, spec: DocParserSpec) -> dict[str, Any]:
         out["tier"] = str(tier)
     if fig.counters.memory_peak > 0:
         out["memory"] = gib(eq.memory_for_peak(fig.counters.memory_peak))
-    if spec.resources.gpu_memory and spec.gpus > 0:
+    if spec.resources.gpu_memory and spec.gpus > 0 and WEIGHTS_BYTES[spec.engine] > 0:
         sized = tier if isinstance(tier, int) else spec.max_tier
         out["maxBatchSize"] = eq.batch_for_gpu(
             spec.engine,
