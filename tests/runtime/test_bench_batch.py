@@ -62,13 +62,15 @@ def test_the_table_pools_rounds_and_the_verdict_compares_ratios():
             latencies=[1.0, 1.0, 2.0],
             tokens=[10, 10, 10],
             queued=[0.01, 0.02, 0.03],
+            engine=[0.5, 0.5, 0.6],
         ),
-        bench.Phase("alone", "shared", latencies=[1.0], tokens=[10], queued=[0.01]),
+        bench.Phase("alone", "shared", latencies=[1.0], tokens=[10], queued=[0.01], engine=[0.4]),
         bench.Phase(
             "backlog",
             "shared",
             latencies=[1.0, 2.5],
             tokens=[10, 10],
+            engine=[0.5, 0.7],
             pages=6,
             seconds=60.0,
             left=40,
@@ -78,13 +80,14 @@ def test_the_table_pools_rounds_and_the_verdict_compares_ratios():
     ]
     rows = [bench.row(bench.merge(phases, "alone", "shared")),
             bench.row(bench.merge(phases, "no traffic", "batch-only"))]  # fmt: skip
-    assert rows[0][:7] == ["alone", "shared", "4", "1000", "2000", "30", "10"]
-    assert rows[0][7:] == ["-", "-", "-"]
-    assert rows[1][7:] == ["40.0", "2400", "9"]  # 20 pages in 30 s; per device-hour x60
+    assert rows[0][:8] == ["alone", "shared", "4", "1000", "2000", "30", "600", "10"]
+    assert rows[0][8:] == ["-", "-", "-"]
+    assert rows[1][8:] == ["40.0", "2400", "9"]  # 20 pages in 30 s; per device-hour x60
     text = bench.table(rows, markdown=True).splitlines()
     assert text[0] == "| " + " | ".join(bench.COLUMNS) + " |"
     assert len(text) == 4
-    p99, rate = bench.verdict(phases)
+    p99, engine, rate = bench.verdict(phases)
+    assert "600 -> 700 ms (+16.7 %" in engine and "MISSED" in engine
     assert "p99 2000 -> 2500 ms (+25.0 %" in p99 and "MISSED" in p99
     assert "shared 30.0, batch-only 40.0 (75 %" in rate and "MISSED" in rate
 
@@ -110,5 +113,5 @@ def test_a_tiny_run_prints_every_phase_and_both_verdicts():
               ("no traffic", "batch-only")]  # fmt: skip
     assert [tuple(c[:2]) for c in cells] == phases
     assert cells[0][2] == cells[1][2] == "2"  # both interactive phases ran every request
-    assert all(float(c[7]) > 0 for c in cells[2:])  # both pods ran batch lines
+    assert all(float(c[8]) > 0 for c in cells[2:])  # both pods ran batch lines
     assert "interactive p50" in proc.stdout and "batch pages/min with no interactive" in proc.stdout
