@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT / "operator"))
 
 from docparser_operator.analysis.activity import Activity, PodReading  # noqa: E402
 from docparser_operator.api.models import DocParserSpec  # noqa: E402
+from docparser_operator.api.status_models import ScaleToZeroStatus  # noqa: E402
 from docparser_operator.core.idle import Seen, decide_idle, rfc3339  # noqa: E402
 
 TICK_S = 10
@@ -141,7 +142,7 @@ def scale_to_zero(arrivals: list[int], cluster: Cluster, after: str) -> tuple[Cl
         seen.record(Activity({"front": front, "pod": pods}), now)
         step = decide_idle(
             spec,
-            status,
+            ScaleToZeroStatus.model_validate(status) if status else None,
             seen,
             ready=ready,
             front_ready=True,

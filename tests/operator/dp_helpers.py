@@ -12,7 +12,9 @@ from typing import Any
 
 import pydantic
 from docparser_operator.api.kinds import DOCPARSER, KNOWN_KINDS
-from docparser_operator.api.models import DocParser
+from docparser_operator.api.models import DocParser, ObjectMeta
+from docparser_operator.core.children import Observed
+from docparser_operator.core.decide import Decision, decide, invalid
 from docparser_operator.core.render import render_all, roles_of
 from kube_cluster import Cluster
 
@@ -43,6 +45,21 @@ def docparser(name: str, **spec: Any) -> dict[str, Any]:
         "metadata": {"name": name},
         "spec": base,
     }
+
+
+def owner(resource: dict[str, Any]) -> ObjectMeta:
+    """The parsed metadata of a DocParser manifest (what ``prepare`` stamps ownership from)."""
+    return DocParser.from_resource(resource).metadata
+
+
+def decide_on(resource: dict[str, Any], observed: Observed, **kwargs: Any) -> Decision:
+    """``decide`` as a pass calls it: the manifest parsed once, its revisions rendered once
+    (one that does not parse: the pass's SpecInvalid decision, core/decide.invalid)."""
+    try:
+        model = DocParser.from_resource(resource)
+    except pydantic.ValidationError as exc:
+        return invalid(exc)
+    return decide(model, roles_of(model), observed, **kwargs)
 
 
 def create(cluster: Cluster, obj: dict[str, Any]) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from docparser_operator.analysis.walk import (
     window_due,
 )
 from docparser_operator.api.analysis_spec import CanaryAnalysis
+from docparser_operator.api.status_models import AnalysisStatus
 from docparser_runtime.server.ops.metrics import Metrics
 
 CONFIG = CanaryAnalysis(
@@ -230,8 +231,9 @@ def test_the_walk_resumes_from_status_and_restarts_for_a_new_canary_or_retry() -
         generation=1,
         serving_step=True,
     )
-    status = state.to_status()
-    assert status["step"] == 2 and status["weight"] == 25
+    wire = state.to_status()
+    assert wire["step"] == 2 and wire["weight"] == 25
+    status = AnalysisStatus.model_validate(wire)  # as the pass reads it back (typed)
     again = current(CONFIG, status, "canary1")
     assert (again.step, again.weight, again.phase) == (1, 25, "Progressing")
     assert current(CONFIG, status, "canary2").step == 0  # a new canary revision
@@ -277,7 +279,7 @@ def test_unreadable_pods_say_why_the_walk_does_not_move() -> None:
 
     memory = analysis_run.AnalysisMemory()
     pods_refused = replace(sources.guarded((), ()), pods=PodMetrics(refused))
-    state = analysis_run.begin(model, {"stable": "s1", "canary": "c1"}, {})
+    state = analysis_run.begin(model, {"stable": "s1", "canary": "c1"})
     assert state is not None
     after = analysis_run.finish(
         memory,
@@ -323,7 +325,7 @@ def test_golden_gate_holds_traffic_until_it_passes_and_fails_on_regression() -> 
     assert (failed.phase, failed.reason, failed.weight) == ("Failed", "GoldenRegression", 0)
     assert "1 of 2" in failed.message and "inv" in failed.message
     # Verdict and scores survive in status.
-    again = current(GOLDEN, failed.to_status(), "c1")
+    again = current(GOLDEN, AnalysisStatus.model_validate(failed.to_status()), "c1")
     assert (again.phase, again.reason) == ("Failed", "GoldenRegression")
     assert [g.document for g in again.golden] == ["a", "inv"]
 
@@ -350,7 +352,9 @@ def test_golden_every_step_gates_each_later_step_holding_the_weight_earned() -> 
     assert (state.phase, state.step, state.weight) == ("Progressing", 0, 10)
     state = advance(state, config, passing, now=NOW, generation=1, serving_step=True)
     assert (state.phase, state.step, state.weight) == ("Verifying", 1, 10)
-    assert current(config, state.to_status(), "c1").weight == 10  # as status says, after a restart
+    assert (
+        current(config, AnalysisStatus.model_validate(state.to_status()), "c1").weight == 10
+    )  # as status says, after a restart
     rolled_back = verified(state, worse)
     assert (rolled_back.phase, rolled_back.reason, rolled_back.weight) == (
         "Failed",

@@ -196,7 +196,7 @@ def test_no_remote_body_reaches_status(leaky: LocalServer) -> None:
     resource["metadata"].update(namespace="ocr", generation=1)
     model = DocParser.from_resource(resource)
     revisions = {"stable": "s1", "canary": "c1"}
-    state = analysis_run.begin(model, revisions, {})
+    state = analysis_run.begin(model, revisions)
     assert state is not None
     guarded = sources.guarded([leaky.url], ())
     memory = analysis_run.AnalysisMemory()

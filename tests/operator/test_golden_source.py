@@ -136,7 +136,7 @@ def test_the_gate_reads_a_uri_golden_set_and_scores_both_tracks(tmp_path: Path) 
         post=lambda url, filename, _: texts[url.split("/")[2].split(":")[0]][filename],
     )
     parsed = replace(sources.guarded((), ()), golden=golden_sets)
-    state = analysis_run.begin(model, revisions, {})
+    state = analysis_run.begin(model, revisions)
     assert state is not None and state.phase == "Verifying"
     after = analysis_run.finish(
         memory, parsed, model, state, revisions, pods, serving=False, now="x"

@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 from docparser_operator.analysis.activity import Activity, PodReading, parse
 from docparser_operator.api.models import DocParser
+from docparser_operator.api.status_models import ScaleToZeroStatus
 from docparser_operator.core.children import Observed, prepare
-from docparser_operator.core.decide import decide
 from docparser_operator.core.events import events_for
 from docparser_operator.core.idle import IdleStep, Seen, decide_idle, epoch, rfc3339
 from docparser_operator.core.outcome import Outcome
 from docparser_operator.core.render import render_all, render_target
 from docparser_operator.core.report import pass_status
-from dp_helpers import GATEWAY, docparser
+from dp_helpers import GATEWAY, decide_on, docparser, owner
 from gitopscheck.checker import AGREEING, GitOpsCheck
 
 UID = "0b7d3c5e-0000-4000-8000-00000000002a"
@@ -132,7 +132,7 @@ class Cycle:
             self.seen.record(activity, epoch(now))
         step = decide_idle(
             self.spec,
-            self.status,
+            ScaleToZeroStatus.model_validate(self.status) if self.status else None,
             self.seen,
             ready=ready,
             front_ready=front_ready,
@@ -245,7 +245,7 @@ def test_a_restarted_operator_waits_a_whole_window_again() -> None:
 
 def plan_at(dp: dict[str, Any], step: IdleStep, live: dict, pods: int, ready: int) -> Any:
     """decide over a cluster that has ``pods`` runtime pods (``ready`` of them Ready)."""
-    rendered = prepare(render_all(dp), dp)
+    rendered = prepare(render_all(dp), owner(dp))
     children = {(c["kind"], c["metadata"]["name"]): copy.deepcopy(c) for c in rendered}
     for (kind, name), obj in children.items():
         obj["metadata"]["managedFields"] = [{"manager": "docparser-operator", "operation": "Apply"}]
@@ -254,7 +254,7 @@ def plan_at(dp: dict[str, Any], step: IdleStep, live: dict, pods: int, ready: in
             obj["spec"]["replicas"] = pods
             obj["status"] = {"replicas": pods, "readyReplicas": ready}
     children.update(live)
-    return decide(dp, Observed(children, []), previous_weight=0, idle=step)
+    return decide_on(dp, Observed(children, []), previous_weight=0, idle=step)
 
 
 def _endpoint(decision: Any) -> dict[str, str] | None:
@@ -393,7 +393,7 @@ def _status(
         **{a.key: a.obj for a in decision.actions if a.obj and a.verb == "apply"},
         **_front_live(front),
     }
-    return pass_status(dp, decision.target, live, [], out, T0)
+    return pass_status(owner(dp), decision.target, live, [], out, T0)
 
 
 def judged(check: GitOpsCheck, dp: dict[str, Any], st: dict[str, Any]) -> tuple[str, str]:

@@ -47,19 +47,19 @@ def test_pods_on_a_cordoned_node_are_leaving_but_terminating_ones_are_not() -> N
         pod("p3", "n2"),
         {**pod("x", "n1"), "metadata": {"name": "x", "labels": {"docparser.io/revision": "old"}}},
     ]
-    plan = drain.plan_drain(pods, frozenset({"n1"}), {REV}, [], now=NOW, timeout_s=600)
+    plan = drain.plan_drain(pods, frozenset({"n1"}), {REV}, {}, now=NOW, timeout_s=600)
     assert plan.leaving == {REV: 1}
     assert [(d.node, d.pods, d.since, d.deadline) for d in plan.drains] == [
         ("n1", 1, NOW, "2026-01-01T00:15:00Z")
     ]
     assert plan.guard and plan.wake_in_s(NOW) == 601.0
     only_terminating = [pod("p2", "n1", terminating=True)]
-    gone = drain.plan_drain(only_terminating, frozenset({"n1"}), {REV}, [], now=NOW, timeout_s=600)
+    gone = drain.plan_drain(only_terminating, frozenset({"n1"}), {REV}, {}, now=NOW, timeout_s=600)
     assert gone.leaving == {} and gone.drains == ()
 
 
 def test_the_deadline_counts_from_status_so_a_restart_does_not_reset_it() -> None:
-    previous = [{"node": "n1", "since": "2026-01-01T00:00:00Z"}]
+    previous = {"n1": "2026-01-01T00:00:00Z"}
     plan = drain.plan_drain(
         [pod("p1", "n1")], frozenset({"n1"}), {REV}, previous, now=NOW, timeout_s=300
     )
@@ -79,15 +79,15 @@ def test_past_the_deadline_only_ready_pods_off_cordoned_nodes_must_stay() -> Non
         pod("old", "n2", terminating=True),
         {**pod("x", "n3"), "metadata": {"name": "x", "labels": {"docparser.io/revision": "o"}}},
     ]
-    previous = [{"node": "n1", "since": "2026-01-01T00:00:00Z"}]
+    previous = {"n1": "2026-01-01T00:00:00Z"}
     plan = drain.plan_drain(pods, frozenset({"n1"}), {REV}, previous, now=NOW, timeout_s=60)
     assert plan.expired and plan.staying == 3
-    within = drain.plan_drain(pods, frozenset({"n1"}), {REV}, [], now=NOW, timeout_s=60)
+    within = drain.plan_drain(pods, frozenset({"n1"}), {REV}, {}, now=NOW, timeout_s=60)
     assert not within.expired and within.guard
 
 
 def test_without_node_reads_nothing_is_replaced_and_the_pdb_relaxes() -> None:
-    plan = drain.plan_drain([pod("p1", "n1")], None, {REV}, [], now=NOW, timeout_s=600)
+    plan = drain.plan_drain([pod("p1", "n1")], None, {REV}, {}, now=NOW, timeout_s=600)
     assert not plan.aware and not plan.guard and plan.leaving == {}
 
 
@@ -125,7 +125,7 @@ def test_a_drain_during_a_rollout_shares_the_surge_and_the_old_revision_keeps_it
 
 
 def _report(pods: list[dict[str, Any]], surge: int, replicas: int, ready: int) -> drain.DrainReport:
-    plan = drain.plan_drain(pods, frozenset({"n1"}), {REV}, [], now=NOW, timeout_s=600)
+    plan = drain.plan_drain(pods, frozenset({"n1"}), {REV}, {}, now=NOW, timeout_s=600)
     step = rollout.plan(
         desired(1, surge, dict(plan.leaving)),
         [rollout.RevisionState(REV, "stable", replicas, ready)],
@@ -151,7 +151,7 @@ def test_two_leaving_pods_and_room_for_one_replace_one_at_a_time() -> None:
     """maxSurge 1, two pods on the cordoned node: one replacement now (not Blocked); the
     budget then lets one go, and its ReplicaSet's new pod is the second replacement."""
     pods = [pod("p1", "n1"), pod("p2", "n1"), pod("p3", "n2"), pod("p4", "n2", ready=False)]
-    plan = drain.plan_drain(pods, frozenset({"n1"}), {REV}, [], now=NOW, timeout_s=600)
+    plan = drain.plan_drain(pods, frozenset({"n1"}), {REV}, {}, now=NOW, timeout_s=600)
     state = rollout.RevisionState(REV, "stable", replicas=4, ready=3)
     step = rollout.plan(desired(3, 1, dict(plan.leaving)), [state])
     assert (step.revisions[0].replicas, step.revisions[0].drain) == (4, 1)
@@ -176,7 +176,7 @@ def test_an_unschedulable_replacement_blocks_the_drain_with_the_schedulers_words
 
 def test_past_the_deadline_status_names_the_capacity_lost() -> None:
     pods = [pod("p1", "n1")]
-    previous = [{"node": "n1", "since": "2026-01-01T00:00:00Z"}]
+    previous = {"n1": "2026-01-01T00:00:00Z"}
     plan = drain.plan_drain(pods, frozenset({"n1"}), {REV}, previous, now=NOW, timeout_s=60)
     step = rollout.plan(
         desired(1, 0, dict(plan.leaving)), [rollout.RevisionState(REV, "stable", 1, 1)]
@@ -274,7 +274,7 @@ def test_replacements_starting_are_progressing_with_reason_draining() -> None:
 
 def test_past_the_deadline_with_the_replacement_ready_nothing_is_lost_or_degraded() -> None:
     pods = [pod("p1", "n1"), pod("p2", "n2")]
-    previous = [{"node": "n1", "since": "2026-01-01T00:00:00Z"}]
+    previous = {"n1": "2026-01-01T00:00:00Z"}
     plan = drain.plan_drain(pods, frozenset({"n1"}), {REV}, previous, now=NOW, timeout_s=60)
     state = rollout.RevisionState(REV, "stable", 2, 2)
     step = rollout.plan(desired(1, 1, dict(plan.leaving)), [state])

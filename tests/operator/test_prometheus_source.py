@@ -183,7 +183,7 @@ def test_promql_reads_each_tracks_window_and_one_pass_fails_a_canary_answering_5
     model = DocParser.from_resource(resource)
     revisions = {"stable": STABLE, "canary": CANARY}
     memory = analysis_run.AnalysisMemory()
-    state = analysis_run.begin(model, revisions, {})
+    state = analysis_run.begin(model, revisions)
     assert state is not None
     now = datetime.datetime.now(datetime.UTC)
     start = (now - datetime.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -210,7 +210,7 @@ def test_an_unreachable_prometheus_is_said_and_judges_nothing() -> None:
     resource["metadata"].update(namespace=NAMESPACE, generation=1)
     model = DocParser.from_resource(resource)
     revisions = {"stable": STABLE, "canary": CANARY}
-    state = analysis_run.begin(model, revisions, {})
+    state = analysis_run.begin(model, revisions)
     assert state is not None
     memory = analysis_run.AnalysisMemory()
     allowed = sources.guarded([f"http://127.0.0.1:{port}"], ())

@@ -21,7 +21,7 @@ from docparser_operator.core.children import (
 from docparser_operator.core.events import events_for
 from docparser_operator.core.render import render_all
 from docparser_operator.kube.client import KubeClient
-from dp_helpers import CANARY_WEIGHTS, GATEWAY, docparser, revision_in
+from dp_helpers import CANARY_WEIGHTS, GATEWAY, decide_on, docparser, owner, revision_in
 from kube_cluster import Cluster, client_for
 
 DEPLOY, SERVICE, ROUTE = KNOWN_KINDS["Deployment"], KNOWN_KINDS["Service"], KNOWN_KINDS["HTTPRoute"]
@@ -44,7 +44,7 @@ def live_resource(name: str = "inv", **spec: Any) -> dict[str, Any]:
 
 def test_prepare_stamps_ownership() -> None:
     dp = live_resource(replicas={"min": 1, "max": 4})
-    for child in prepare(render_all(dp), dp):
+    for child in prepare(render_all(dp), owner(dp)):
         meta = child["metadata"]
         assert owned_by(child, UID)
         assert meta["ownerReferences"][0]["blockOwnerDeletion"] is True
@@ -70,7 +70,7 @@ def _as_live(want: dict[str, Any]) -> dict[str, Any]:
 
 def test_needs_apply() -> None:
     dp = live_resource()
-    want = next(c for c in prepare(render_all(dp), dp) if c["kind"] == "Deployment")
+    want = next(c for c in prepare(render_all(dp), owner(dp)) if c["kind"] == "Deployment")
     live = _as_live(want)
     assert needs_apply(want, None)
     assert not needs_apply(want, live)
@@ -89,7 +89,7 @@ def test_needs_apply() -> None:
 
 def test_quantities_returned_as_strings_are_equal() -> None:
     dp = live_resource()
-    want = next(c for c in prepare(render_all(dp), dp) if c["kind"] == "Deployment")
+    want = next(c for c in prepare(render_all(dp), owner(dp)) if c["kind"] == "Deployment")
     live = _as_live(want)
     limits = live["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
     limits.update({k: str(v) for k, v in limits.items()})
@@ -290,18 +290,17 @@ def test_switch_to_the_gateway_routes_there_before_the_service_narrows() -> None
     Service narrows to the stable revision in the same pass that creates the HTTPRoute; the
     route is written first, so the canary's pods never stand outside every entry point."""
     from docparser_operator.core.children import Observed
-    from docparser_operator.core.decide import decide
 
     spec = {"replicas": {"min": 2, "max": 2}, "canary": {"weights": CANARY_WEIGHTS, "weight": 50}}
     before = live_resource(**spec)
     live: dict[tuple[str, str], dict[str, Any]] = {}
-    for child in prepare(render_all(before), before):
+    for child in prepare(render_all(before), owner(before)):
         obj = _as_live(child)
         if obj["kind"] == "Deployment":
             obj["status"]["readyReplicas"] = obj["spec"]["replicas"]
         live[(obj["kind"], obj["metadata"]["name"])] = obj
     after = live_resource(**spec, traffic=GATEWAY)
-    actions = decide(after, Observed(live, []), previous_weight=50).actions
+    actions = decide_on(after, Observed(live, []), previous_weight=50).actions
     order = [a.key for a in actions if a.verb == "apply"]
     assert ("HTTPRoute", "inv") in order and ("Service", "inv") in order, order
     assert order.index(("HTTPRoute", "inv")) < order.index(("Service", "inv")), order

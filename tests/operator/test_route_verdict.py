@@ -12,11 +12,10 @@ from typing import Any
 from docparser_operator.api.models import DocParser
 from docparser_operator.api.naming import FIELD_MANAGER
 from docparser_operator.core.children import Observed, prepare
-from docparser_operator.core.decide import decide
 from docparser_operator.core.render import render_all
 from docparser_operator.core.route_verdict import JUDGE_GRACE_S, route_problems, route_verdict
 from docparser_operator.core.status import build_status
-from dp_helpers import CANARY_WEIGHTS, GATEWAY, docparser
+from dp_helpers import CANARY_WEIGHTS, GATEWAY, decide_on, docparser, owner
 
 WRITTEN = "2026-01-01T00:00:00Z"
 T0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
@@ -122,7 +121,7 @@ def test_ready_waits_for_the_route_verdict():
 def _live(resource: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
     """The children of a settled 50 % canary: stable grown to 2 Ready pods, canary 1."""
     live = {}
-    for child in prepare(render_all(resource), resource):
+    for child in prepare(render_all(resource), owner(resource)):
         obj = copy.deepcopy(child)
         obj["metadata"]["managedFields"] = [{"manager": FIELD_MANAGER, "operation": "Apply"}]
         obj["metadata"].update(generation=1, uid=f"uid-{obj['metadata']['name']}")
@@ -151,7 +150,7 @@ def test_a_scale_down_waits_until_the_controller_observed_the_route():
     live = _live(_resource(canary={"weights": CANARY_WEIGHTS, "weight": 50}))
     live[("HTTPRoute", "inv")]["status"] = {"parents": [parent("True", 1)]}
     after = _resource()
-    first = decide(after, Observed(live, []), previous_weight=50).actions
+    first = decide_on(after, Observed(live, []), previous_weight=50).actions
     rewritten = next(a.obj for a in first if a.key == ("HTTPRoute", "inv"))  # stable alone
     assert rewritten is not None and _shrinks(first) == []
 
@@ -163,12 +162,12 @@ def test_a_scale_down_waits_until_the_controller_observed_the_route():
     )
     route_now["status"] = {"parents": [parent("True", 1)]}  # not seen generation 2 yet
     live[("HTTPRoute", "inv")] = route_now
-    held = decide(after, Observed(live, []), previous_weight=0).actions
+    held = decide_on(after, Observed(live, []), previous_weight=0).actions
     assert ("HTTPRoute", "inv") not in [a.key for a in held if a.verb == "apply"]
     assert _shrinks(held) == [], "scaled down before the controller observed generation 2"
 
     route_now["status"] = {"parents": [parent("True", 2)]}
-    done = decide(after, Observed(live, []), previous_weight=0).actions
+    done = decide_on(after, Observed(live, []), previous_weight=0).actions
     assert _shrinks(done), [(a.key, a.phase) for a in done]  # now the canary goes
 
 
@@ -178,4 +177,4 @@ def test_router_service_is_never_held():
     after = copy.deepcopy(before)
     del after["spec"]["canary"]
     live = _live(before)
-    assert _shrinks(decide(after, Observed(live, []), previous_weight=0).actions)
+    assert _shrinks(decide_on(after, Observed(live, []), previous_weight=0).actions)

@@ -15,6 +15,7 @@ from docparser_operator.analysis.sources.pods import parse_shadow
 from docparser_operator.analysis.sources.prometheus import shadow_queries
 from docparser_operator.analysis.walk import Window, advance, current
 from docparser_operator.api.analysis_spec import CanaryAnalysis, PrometheusSource
+from docparser_operator.api.status_models import AnalysisStatus
 from shadow_metrics import Pages, exposition
 
 CONFIG = CanaryAnalysis(
@@ -107,9 +108,12 @@ def test_the_golden_gate_comes_first_then_the_shadow_gate() -> None:
 
 def test_the_walk_resumes_the_shadow_gate_from_status() -> None:
     state = current(CONFIG, None, "c1", shadow=True)
-    again = current(CONFIG, state.to_status(), "c1", shadow=True)
+    again = current(CONFIG, AnalysisStatus.model_validate(state.to_status()), "c1", shadow=True)
     assert (again.phase, again.weight) == ("Shadowing", 0)
-    assert current(CONFIG, state.to_status(), "c2", shadow=True).phase == "Shadowing"
+    assert (
+        current(CONFIG, AnalysisStatus.model_validate(state.to_status()), "c2", shadow=True).phase
+        == "Shadowing"
+    )
 
 
 def _window(shadow_span: ShadowCounters | None) -> Window:

@@ -6,8 +6,7 @@ import pytest
 from docparser_operator.api.models import DocParser, DocParserSpec
 from docparser_operator.core import sizing
 from docparser_operator.core.children import Observed
-from docparser_operator.core.decide import decide
-from dp_helpers import CANARY_WEIGHTS, docparser
+from dp_helpers import CANARY_WEIGHTS, decide_on, docparser
 from golden import Case
 
 GIB = 1024**3
@@ -183,13 +182,13 @@ def test_a_canary_runtime_override_is_sized_on_its_own() -> None:
     canary, while the same spec without the override is fine."""
     fine = docparser("inv", canary={"weights": CANARY_WEIGHTS, "weight": 10})
     fine["metadata"].update(uid="uid-1", namespace="ocr")
-    assert not decide(fine, Observed({}, []), previous_weight=0).problems
+    assert not decide_on(fine, Observed({}, []), previous_weight=0).problems
     heavy = docparser(
         "inv", canary={"weights": CANARY_WEIGHTS, "weight": 10, "runtime": {"maxBatchSize": 256}}
     )
     heavy["spec"]["resources"]["gpuMemory"] = "40Gi"
     heavy["metadata"].update(uid="uid-1", namespace="ocr")
-    problems = decide(heavy, Observed({}, []), previous_weight=0).problems
+    problems = decide_on(heavy, Observed({}, []), previous_weight=0).problems
     assert [(p.reason, p.message.split(":")[0]) for p in problems] == [
         ("InsufficientGPUMemory", "canary")
     ]

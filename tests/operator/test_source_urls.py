@@ -33,8 +33,7 @@ from docparser_operator.api.analysis_spec import CanaryAnalysis, PrometheusSourc
 from docparser_operator.api.models import DocParser
 from docparser_operator.api.uri import BadURI
 from docparser_operator.core.children import Observed
-from docparser_operator.core.decide import decide
-from dp_helpers import CANARY_WEIGHTS, docparser
+from dp_helpers import CANARY_WEIGHTS, decide_on, docparser
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from local_http import LocalServer, reply, serving
@@ -68,7 +67,7 @@ def walk(url: str, namespace: str = "ocr") -> DocParser:
 def two_passes(guarded: sources.Sources, model: DocParser) -> str:
     """A window's start and end through the executor; the message status would carry."""
     revisions = {"stable": "s1", "canary": "c1"}
-    state = analysis_run.begin(model, revisions, {})
+    state = analysis_run.begin(model, revisions)
     assert state is not None
     memory = analysis_run.AnalysisMemory()
     for now in ("2026-12-01T10:00:00Z", "2026-12-01T10:00:06Z"):
@@ -195,7 +194,7 @@ def test_golden_prefixes_are_per_namespace(tmp_path: Path) -> None:
         }
         for ip, rev in (("10.0.0.1", "rc"), ("10.0.0.2", "rs"))
     ]
-    state = analysis_run.begin(model, revisions, {})
+    state = analysis_run.begin(model, revisions)
     assert state is not None
     after = analysis_run.finish(
         analysis_run.AnalysisMemory(), parsed, model, state, revisions, pods, serving=False, now="x"
@@ -375,7 +374,7 @@ def test_a_decision_on_a_malformed_weights_uri_is_spec_invalid() -> None:
     resource = docparser("walk")
     resource["spec"]["weights"]["uri"] = "https://[::1/weights"
     resource["metadata"].update(namespace="ocr", uid="u1", generation=1)
-    decision = decide(resource, Observed({}, []), previous_weight=0)
+    decision = decide_on(resource, Observed({}, []), previous_weight=0)
     assert decision.target is None and decision.actions == []
     (problem,) = decision.problems
     assert problem.reason == "SpecInvalid" and "URIHost" in problem.message, problem

@@ -11,7 +11,18 @@ import pytest
 from docparser_operator.api.kinds import KNOWN_KINDS
 from docparser_operator.api.models import DocParserSpec
 from docparser_operator.core.weights_cache_status import weights_cache_verdict
-from dp_helpers import SHA_A, SHA_B, SHA_C, condition, create, docparser, set_spec, spec_of
+from dp_helpers import (
+    SHA_A,
+    SHA_B,
+    SHA_C,
+    condition,
+    create,
+    decide_on,
+    docparser,
+    owner,
+    set_spec,
+    spec_of,
+)
 from kube_cluster import Cluster, wait_for
 from kubelet_sim import Kubelet
 from operator_runner import running_operator
@@ -178,22 +189,20 @@ def test_a_deleted_claim_takes_its_fill_job_along() -> None:
     of a volume that is gone: the pass recreates the claim and deletes that Job, so the next
     pass fills the new claim instead of pods waiting on an empty one."""
     from docparser_operator.core.children import Observed, prepare
-    from docparser_operator.core.decide import decide
     from docparser_operator.core.render import render_all
 
     resource = docparser("wc", weights=weights("v1", SHA_A), weightsCache=CACHE)
     resource["metadata"].update(namespace="ocr", uid="uid-wc", generation=1)
     name = cache_name("wc", SHA_A)
-    (job,) = [o for o in prepare(render_all(resource), resource) if o["kind"] == "Job"]
+    (job,) = [o for o in prepare(render_all(resource), owner(resource)) if o["kind"] == "Job"]
     job["metadata"]["uid"] = "uid-job"
-    decision = decide(resource, Observed({("Job", name): job}, []), previous_weight=0)
+    decision = decide_on(resource, Observed({("Job", name): job}, []), previous_weight=0)
     verbs = {(a.verb, a.key) for a in decision.actions}
     assert ("apply", ("PersistentVolumeClaim", name)) in verbs
     assert ("prune", ("Job", name)) in verbs
     # With its claim there, a live Job is left alone (Jobs are immutable).
-    claim = next(
-        o for o in prepare(render_all(resource), resource) if o["kind"] == "PersistentVolumeClaim"
-    )
+    children = prepare(render_all(resource), owner(resource))
+    claim = next(o for o in children if o["kind"] == "PersistentVolumeClaim")
     both = Observed({("Job", name): job, ("PersistentVolumeClaim", name): claim}, [])
-    keys = {a.key for a in decide(resource, both, previous_weight=0).actions}
+    keys = {a.key for a in decide_on(resource, both, previous_weight=0).actions}
     assert ("Job", name) not in keys

@@ -61,15 +61,15 @@ def _pods(pods: Sequence[Mapping[str, Any]], revision: str) -> list[Mapping[str,
     ]
 
 
-def begin(
-    model: DocParser, revisions: Mapping[str, str], status: Mapping[str, Any]
-) -> analysis.AnalysisState | None:
-    """The walk's state to plan this pass with (its weight); None without analysis.
-    ``revisions``: role -> the spec's revision."""
+def begin(model: DocParser, revisions: Mapping[str, str]) -> analysis.AnalysisState | None:
+    """The walk's state to plan this pass with (its weight), continued from the parsed
+    ``status.canary.analysis``; None without analysis. ``revisions``: role -> the spec's
+    revision."""
     canary = model.spec.canary
     if canary is None or canary.analysis is None or "canary" not in revisions:
         return None
-    previous = (status.get("canary") or {}).get("analysis")
+    before = model.status.canary if model.status is not None else None
+    previous = before.analysis if before is not None else None
     shadow = canary.shadow is not None
     return analysis.current(canary.analysis, previous, revisions["canary"], shadow=shadow)
 
@@ -129,7 +129,7 @@ def finish(
     """Measure what is due and advance the walk. ``serving``: this pass's plan has the
     canary's Ready pods carrying the weight the step asks for (as near as the router can).
     ``documents``: (namespace, ConfigMap name) -> the golden documents (read by the
-    controller: reconcile.golden_documents). ``sources``: what may be read (the controller's,
+    controller: features.golden_documents). ``sources``: what may be read (the controller's,
     built from settings)."""
     assert model.spec.canary is not None and model.spec.canary.analysis is not None
     config = model.spec.canary.analysis

@@ -58,6 +58,7 @@ from docparser_operator.analysis.counters import (
 from docparser_operator.analysis.golden_score import GoldenScore
 from docparser_operator.analysis.shadow import ShadowCounters, ShadowFigures
 from docparser_operator.api.analysis_spec import AnalysisStep, CanaryAnalysis
+from docparser_operator.api.status_models import AnalysisStatus
 
 Phase = Literal["Verifying", "Shadowing", "Progressing", "Paused", "Failed", "Succeeded"]
 __all__ = ["AnalysisState", "Check", "Window", "advance", "current", "evaluate", "window_due"]
@@ -118,13 +119,13 @@ class AnalysisState:
 
 def current(
     config: CanaryAnalysis,
-    status: dict[str, Any] | None,
+    status: AnalysisStatus | None,
     revision: str,
     *,
     shadow: bool = False,
 ) -> AnalysisState:
-    """The state to continue from: the status's, unless it speaks of another canary
-    revision or an older ``retry`` token (then the walk starts again at step 1).
+    """The state to continue from: ``status.canary.analysis``'s, unless it speaks of another
+    canary revision or an older ``retry`` token (then the walk starts again at step 1).
     ``shadow``: the DocParser has ``canary.shadow`` (its gate comes before step 1)."""
     steps = tuple(config.schedule())
     first: Phase = (
@@ -140,41 +141,36 @@ def current(
             "Shadowing": "shadow: comparing live pages at 0%",
         }.get(first, f"step 1/{len(steps)}: {steps[0].weight}% for {config.interval_seconds}s"),
     )
-    old = status or {}
-    if old.get("revision") != revision or (old.get("retry") or "") != (config.retry or ""):
+    old = status or AnalysisStatus()
+    if old.revision != revision or (old.retry or "") != (config.retry or ""):
         return fresh
-    step = min(max(int(old.get("step") or 1) - 1, 0), len(steps) - 1)
+    step = min(max(int(old.step or 1) - 1, 0), len(steps) - 1)
     kept = ("Verifying", "Shadowing", "Paused", "Failed", "Succeeded")
-    phase = old.get("phase") if old.get("phase") in kept else None
+    phase: Phase | None = old.phase if old.phase in kept else None  # type: ignore[assignment]
     return replace(
         fresh,
         step=step,
         phase=phase or "Progressing",
-        reason=old.get("reason") or "",
+        reason=old.reason or "",
         golden=tuple(
-            GoldenScore(
-                g["document"],
-                float(g.get("canary", 0)),
-                float(g.get("stable", 0)),
-                bool(g.get("ok")),
-            )
-            for g in old.get("golden") or []
+            GoldenScore(str(g.document), float(g.canary or 0), float(g.stable or 0), bool(g.ok))
+            for g in old.golden or []
         ),
-        window_start=old.get("windowStart") or "",
-        failures=int(old.get("failures") or 0),
-        paused_generation=int(old.get("pausedGeneration") or 0),
-        message=old.get("message") or fresh.message,
+        window_start=old.window_start or "",
+        failures=int(old.failures or 0),
+        paused_generation=int(old.paused_generation or 0),
+        message=old.message or fresh.message,
         checks=tuple(
             Check(
-                c["name"],
-                float(c.get("value", 0)),
-                float(c.get("threshold", 0)),
-                bool(c.get("ok")),
-                c.get("canary"),
-                c.get("stable"),
-                c.get("quantile"),
+                str(c.name),
+                float(c.value or 0),
+                float(c.threshold or 0),
+                bool(c.ok),
+                c.canary,
+                c.stable,
+                c.quantile,
             )
-            for c in old.get("checks") or []
+            for c in old.checks or []
         ),
     )
 

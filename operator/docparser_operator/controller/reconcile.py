@@ -23,7 +23,6 @@ and left alone.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import datetime
 from typing import Any
@@ -34,40 +33,34 @@ from docparser_operator.analysis import run as analysis_run
 from docparser_operator.analysis import sources as analysis_sources
 from docparser_operator.analysis import walk as analysis_module
 from docparser_operator.analysis.run import AnalysisMemory
-from docparser_operator.analysis.sources import golden
 from docparser_operator.analysis.sources.activity import ActivitySource
-from docparser_operator.analysis.sources.base import Sources, SourceUnavailable
+from docparser_operator.analysis.sources.base import Sources
 from docparser_operator.analysis.sources.pods import Skipped
-from docparser_operator.api import labels, naming
+from docparser_operator.api import labels
 from docparser_operator.api.kinds import ref_for
-from docparser_operator.api.models import DocParser
+from docparser_operator.api.models import DocParser, ObjectMeta
+from docparser_operator.controller import features
 from docparser_operator.controller.batch_pool import BatchArgs, batch_step
 from docparser_operator.controller.capacity import CapacityArgs, capacity_pass
 from docparser_operator.controller.credential import CredentialMemory, ensure_internal_secret
 from docparser_operator.controller.reporting import write_status
-from docparser_operator.core.children import (
-    Key,
-    Observed,
-    ReadablePods,
-    owned_by,
-    readable_pods,
-    revision_states,
-)
-from docparser_operator.core.decide import Decision, conflict_problem, decide
+from docparser_operator.core.children import Key, Observed, needs_read, owned_by
+from docparser_operator.core.decide import Decision, conflict_problem, decide, invalid
 from docparser_operator.core.diagnose import diagnose
-from docparser_operator.core.idle import IdleMemory, IdleStep, decide_idle, epoch
+from docparser_operator.core.drain import drains_since
+from docparser_operator.core.idle import IdleMemory, epoch
 from docparser_operator.core.outcome import Outcome
 from docparser_operator.core.refusals import RefusalMemory, Refused, refusal_code, refused_problem
 from docparser_operator.core.render import roles_of
 from docparser_operator.core.render.weights_cache import cached_weights
-from docparser_operator.core.schedule import raised, resource_schedule
+from docparser_operator.core.schedule import raised_model, resource_schedule, schedule_step
 from docparser_operator.core.status import Problem
 from docparser_operator.core.weights_cache_status import CacheVerdict, weights_cache_verdict
 from docparser_operator.kube.client import ApiError, KubeClient
 from docparser_operator.kube.observer import ListObserver, Observer
 
 
-def _instant(now: str) -> datetime.datetime:
+def instant(now: str) -> datetime.datetime:
     return datetime.datetime.fromisoformat(now.replace("Z", "+00:00"))
 
 
@@ -98,10 +91,13 @@ def _apply_problem(key: Key, exc: ApiError) -> Problem | None:
 def _taken(client: KubeClient, namespace: str, obj: dict[str, Any]) -> bool:
     """Whether a child the observed view lacks exists after all, owned by someone else.
 
-    The view comes from watches, which lag: an object created a moment before its DocParser
-    may not be indexed yet. A forced server-side apply on it would not fail but take it over
+    The view comes from label-filtered watches, which lag and never show an unlabelled
+    object: one created a moment before its DocParser, or someone's own Service of that name,
+    may be missing from it. A forced server-side apply on it would not fail but take it over
     (our ownerReference, labels and fields on someone's Service), so a would-be create reads
-    the object first. What remains is the round trip between this read and the apply."""
+    the object first, unless the observation just read it by name or its name carries its
+    content's hash (core/children.needs_read). What remains is the round trip between this
+    read and the apply."""
     kind, name = obj["kind"], obj["metadata"]["name"]
     owner = obj["metadata"]["ownerReferences"][0]["uid"]
     try:
@@ -133,7 +129,7 @@ def execute(
             if held is not None:
                 out.problems.append(held)
                 continue
-            if action.key not in observed.children and _taken(client, namespace, action.obj):
+            if needs_read(action.obj, observed) and _taken(client, namespace, action.obj):
                 out.conflicts.append(action.key)
                 out.problems.append(conflict_problem(action.key))
                 continue
@@ -197,42 +193,61 @@ def reconcile(
     metric; default: not counted). ``refusals`` keeps the children the API server refused and
     their backoff between passes (core/refusals.py; default: none, every pass tries them).
     ``batch``: spec.batch's backlog readings and source (controller/batch_pool.py; default:
-    none, the pool keeps its size)."""
+    none, the pool keeps its size).
+
+    One typed pass: the resource is parsed here once (``parse``); the typed DocParser, with
+    its typed status, and its revisions (each pod template rendered and hashed once,
+    ``render.roles_of``) are what every later step reads."""
     now = now or now_rfc3339()
     meta = resource["metadata"]
     name, namespace = meta["name"], meta["namespace"]
-    previous = copy.deepcopy(resource.get("status") or {})
+    previous = copy.deepcopy(resource.get("status") or {})  # the write's patch is against it
     out = Outcome(name=name, previous_status=previous)
-    # The schedule's open windows raise replicas.min/max for this pass only (core/schedule.py)
-    out.schedule = resource_schedule(resource, _instant(now))
-    resource = raised(resource, out.schedule)
     observer = observer or ListObserver(client)
     observed = observer(namespace, name)
-    previous_weight = (previous.get("canary") or {}).get("weight") or 0
-    walk = _analysis_begin(resource, previous)
-    out.idle = idle_step(
-        resource,
-        observed,
-        idle or IdleMemory(),
-        activity,
-        now=now,
-        poll_s=poll_s,
-        skipped=skipped,
-    )
-    if batch is not None:  # spec.batch: the pool's size from the backlog, status.batch
-        with contextlib.suppress(pydantic.ValidationError):  # invalid: decide reports it
-            model = DocParser.from_resource(resource)
+    parsed = parse(resource)
+    walk = None
+    if isinstance(parsed, pydantic.ValidationError):
+        # The schedule's window still shows when only the rest of the spec is invalid.
+        out.schedule = resource_schedule(resource, instant(now))
+        owner = ObjectMeta.model_construct(
+            name=name, namespace=namespace, uid=meta.get("uid"), generation=meta.get("generation")
+        )
+        decision = invalid(parsed)
+    else:
+        # The schedule's open windows raise replicas.min/max for this pass only
+        out.schedule = schedule_step(parsed.spec.replicas, instant(now))
+        model = raised_model(parsed, out.schedule)
+        owner = model.metadata
+        roles = roles_of(model)  # every revision's pod template, rendered and hashed once
+        walk = features.analysis_begin(model, roles)
+        out.idle = features.idle_step(
+            model,
+            walk,
+            out.schedule,
+            observed,
+            idle or IdleMemory(),
+            activity,
+            now=now,
+            poll_s=poll_s,
+            skipped=skipped,
+        )
+        if batch is not None:  # spec.batch: the pool's size from the backlog, status.batch
             out.batch = batch_step(model, observed, batch, now=now, skipped=skipped)
-    decision = decide(
-        resource,
-        observed,
-        previous_weight=previous_weight,
-        canary_weight=walk.weight if walk is not None else None,
-        now=now,
-        mirror=walk is None or walk.phase != "Failed",
-        idle=out.idle,
-        batch_replicas=out.batch.replicas if out.batch is not None else None,
-    )
+        status = model.status
+        routed = status.canary.weight if status is not None and status.canary else None
+        decision = decide(
+            model,
+            roles,
+            observed,
+            previous_weight=routed or 0,
+            drains_since=drains_since(status.drains if status is not None else None),
+            canary_weight=walk.weight if walk is not None else None,
+            now=now,
+            mirror=walk is None or walk.phase != "Failed",
+            idle=out.idle,
+            batch_replicas=out.batch.replicas if out.batch is not None else None,
+        )
     planned = walk
     if walk is not None and decision.target is not None:
         step = decision.target.rollout
@@ -241,7 +256,7 @@ def reconcile(
             Problem("SourceNotAllowed", reason)
             for reason in analysis_run.refusals(sources, decision.target.resource)
         )
-        readable = _readable(observed, meta["uid"], skipped)
+        readable = features.readable_of(observed, owner.uid or "", skipped)
         walk = analysis_run.finish(
             analysis or AnalysisMemory(),
             sources,
@@ -251,7 +266,7 @@ def reconcile(
             readable.pods,
             serving=step.canary_weight == step.target_weight and step.target_weight > 0,
             now=now,
-            documents=lambda ns, config_map: golden_documents(client, ns, config_map),
+            documents=lambda ns, config_map: features.golden_documents(client, ns, config_map),
         )
         if walk.phase == "Failed":
             out.problems.append(Problem(walk.reason or "CanaryFailed", walk.message))
@@ -300,17 +315,17 @@ def reconcile(
         due = out.batch.next_read_s
         out.wake_in_s = due if out.wake_in_s is None else min(out.wake_in_s, due)
     if out.schedule is not None and out.schedule.next_at is not None:  # the next boundary
-        due = out.schedule.wake_in_s(_instant(now)) or 0.0
+        due = out.schedule.wake_in_s(instant(now)) or 0.0
         out.wake_in_s = due if out.wake_in_s is None else min(out.wake_in_s, due)
     out.conflicts.extend(decision.conflicts)
     if decision.target is not None:  # before the pods that mount it, on the first pass
         missing = ensure_internal_secret(
-            client, decision.target, meta["uid"], credentials or CredentialMemory()
+            client, decision.target, owner.uid or "", credentials or CredentialMemory()
         )
         if missing is not None:
             out.problems.append(missing)
     refused = Refused(
-        refusals or RefusalMemory(), meta["uid"], int(meta.get("generation") or 0), epoch(now)
+        refusals or RefusalMemory(), owner.uid or "", int(owner.generation or 0), epoch(now)
     )
     try:
         live = execute(client, namespace, decision, observed, out, refused)
@@ -337,87 +352,14 @@ def reconcile(
         )
         if cache.problem is not None:
             out.problems.append(cache.problem)
-    out.status = write_status(
-        client, resource, decision.target, live, observed.pods, out, now, cache
-    )
+    out.status = write_status(client, owner, decision.target, live, observed.pods, out, now, cache)
     return out
 
 
-def _analysis_begin(
-    resource: dict[str, Any], previous: dict[str, Any]
-) -> analysis_module.AnalysisState | None:
-    """The canary analysis' state to plan with (None without one, or with an invalid spec:
-    decide reports that)."""
+def parse(resource: dict[str, Any]) -> DocParser | pydantic.ValidationError:
+    """The DocParser as the pass reads it (spec and status), or why it does not parse (the
+    pass reports SpecInvalid, core/decide.invalid): the one parse of a pass."""
     try:
-        model = DocParser.from_resource(resource)
-    except pydantic.ValidationError:
-        return None
-    revisions: dict[str, str] = {t.role: t.revision for t in roles_of(model)}
-    return analysis_run.begin(model, revisions, previous)
-
-
-def idle_step(
-    resource: dict[str, Any],
-    observed: Observed,
-    memory: IdleMemory,
-    activity: ActivitySource | None,
-    *,
-    now: str,
-    poll_s: float,
-    skipped: Skipped | None = None,
-) -> IdleStep | None:
-    """Scale to zero's decision for this pass (None unless ``replicas.min: 0``): read the
-    front's and the pods' /metrics when a reading is due (those of the DocParser's own
-    ReplicaSets only), then decide (core/idle.py). Also what a reading between passes decides
-    (controller/wakeups.py)."""
-    try:
-        model = DocParser.from_resource(resource)
-    except pydantic.ValidationError:
-        return None
-    walk = _analysis_begin(resource, resource.get("status") or {})
-    schedule = resource_schedule(resource, _instant(now))
-    if schedule is not None and schedule.floor > model.spec.replicas.min:
-        return None  # an open window's floor keeps it awake: not one that sleeps meanwhile
-    if model.spec.replicas.idle_policy is None:
-        memory.seen.pop(resource["metadata"]["uid"], None)
-        return None
-    seen = memory.of(resource["metadata"]["uid"])
-    at = epoch(now)
-    if seen.due(at, poll_s):
-        source = activity or analysis_sources.activity()
-        readable = _readable(observed, resource["metadata"]["uid"], skipped)
-        try:
-            seen.record(source.read(readable.front, readable.pods), at)
-        except SourceUnavailable as exc:
-            seen.failed(str(exc), at)
-    uid = resource["metadata"]["uid"]
-    front = observed.children.get(("Deployment", naming.front(model.metadata.name))) or {}
-    front_ok = owned_by(front, uid) and bool((front.get("status") or {}).get("readyReplicas"))
-    return decide_idle(
-        model.spec,
-        (resource.get("status") or {}).get("scaleToZero"),
-        seen,
-        ready=sum(s.ready for s in revision_states(observed, uid)),
-        front_ready=front_ok,
-        analysis_running=walk is not None and walk.phase in ("Verifying", "Progressing"),
-        now=now,
-        poll_s=poll_s,
-    )
-
-
-def _readable(observed: Observed, uid: str, skipped: Skipped | None) -> ReadablePods:
-    """The pods a reading may dial (core/children.readable_pods); the labelled pods it may
-    not are counted as ``not_owned`` and never dialled."""
-    readable = readable_pods(observed, uid)
-    if readable.not_owned and skipped is not None:
-        skipped("not_owned", readable.not_owned)
-    return readable
-
-
-def golden_documents(client: KubeClient, namespace: str, name: str) -> golden.Documents:
-    """The golden set of ``spec.canary.analysis.golden.configMapRef``: the one API read the
-    analysis needs, done here so the analysis package never holds the API client."""
-    config_map = client.get(ref_for("ConfigMap"), namespace, name)
-    if config_map is None:
-        raise golden.GoldenUnavailable(f"ConfigMap {name} not found")
-    return golden.documents_of(config_map)
+        return DocParser.from_resource(resource)
+    except pydantic.ValidationError as exc:
+        return exc

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from docparser_operator.api.kinds import DOCPARSER
+from docparser_operator.api.models import ObjectMeta
 from docparser_operator.core.children import Key
 from docparser_operator.core.outcome import Outcome
 from docparser_operator.core.render import Target
@@ -21,7 +22,7 @@ from docparser_operator.kube.client import KubeClient
 
 def write_status(
     client: KubeClient,
-    resource: dict[str, Any],
+    owner: ObjectMeta,
     plan: Target | None,
     live: dict[Key, dict[str, Any]],
     pods: list[dict[str, Any]],
@@ -31,10 +32,9 @@ def write_status(
 ) -> dict[str, Any]:
     """Build the pass's status and patch it when that changes it (a merge patch that also
     removes what a feature turned off left: core/status_patch.py)."""
-    status = pass_status(resource, plan, live, pods, out, now, cache)
+    status = pass_status(owner, plan, live, pods, out, now, cache)
     patch = status_write(out.previous_status, status)
     if patch is not None:
-        meta = resource["metadata"]
-        out.body = client.patch_status(DOCPARSER, meta["namespace"], meta["name"], patch)
+        out.body = client.patch_status(DOCPARSER, owner.namespace, owner.name, patch)
         out.status_written = True
     return status

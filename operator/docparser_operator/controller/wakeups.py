@@ -15,10 +15,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from docparser_operator.controller import reconcile
+import pydantic
+
+from docparser_operator.controller import features, reconcile
 from docparser_operator.controller.state import OperatorState
 from docparser_operator.core.idle import IdleStep
 from docparser_operator.core.outcome import Outcome
+from docparser_operator.core.schedule import schedule_step
 
 BLIND = "neither scales to zero nor wakes"  # in ActivityUnknown's message (core/idle.py)
 
@@ -67,15 +70,24 @@ def idle_readings(state: OperatorState) -> list[str]:
             state.idle_polls.pop(uid, None)
             continue
         meta = body["metadata"]
+        model = reconcile.parse(body)
+        if isinstance(model, pydantic.ValidationError):  # a pass reports it
+            state.idle_polls.pop(uid, None)
+            passes.append(uid)
+            continue
+        now_ = reconcile.now_rfc3339()
+        schedule = schedule_step(model.spec.replicas, reconcile.instant(now_))
         with state.lock_for(uid):  # a pass may be reading the same memory
             view = state.observer.view(meta.get("namespace", ""), meta["name"], named=False)
             args = state.idle_args()
-            step = reconcile.idle_step(
-                body,
+            step = features.idle_step(
+                model,
+                features.analysis_begin(model),
+                schedule,
                 view,
                 args["idle"],
                 args["activity"],
-                now=reconcile.now_rfc3339(),
+                now=now_,
                 poll_s=args["poll_s"],
                 skipped=state.skipped_pods,
             )

@@ -19,19 +19,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from docparser_operator.api import labels, naming
+from docparser_operator.api.models import ObjectMeta
 from docparser_operator.core import quantity, rollout
 
 HASH_ANNOTATION = "docparser.io/desired-hash"
+WEIGHTS_SHA_ANNOTATION = "docparser.io/weights-sha256"  # a weights cache claim's and Job's
 
 Key = tuple[str, str]  # (kind, name)
 
 
-def owner_reference(resource: dict[str, Any]) -> dict[str, Any]:
+def owner_reference(owner: ObjectMeta) -> dict[str, Any]:
     return {
         "apiVersion": naming.API_VERSION,
         "kind": naming.KIND,
-        "name": resource["metadata"]["name"],
-        "uid": resource["metadata"]["uid"],
+        "name": owner.name,
+        "uid": owner.uid,
         "controller": True,
         "blockOwnerDeletion": True,
     }
@@ -48,16 +50,16 @@ def desired_hash(obj: dict[str, Any]) -> str:
     return hashlib.sha256(body.encode()).hexdigest()[:16]
 
 
-def prepare(children: list[dict[str, Any]], resource: dict[str, Any]) -> list[dict[str, Any]]:
-    """Stamp ownership, labels and the desired-hash on every child."""
-    name = resource["metadata"]["name"]
+def prepare(children: list[dict[str, Any]], owner: ObjectMeta) -> list[dict[str, Any]]:
+    """Stamp ownership (the parsed DocParser's ``metadata``), labels and the desired-hash on
+    every child."""
     out = []
     for child in children:
         obj = copy.deepcopy(child)
         meta = obj.setdefault("metadata", {})
-        meta["namespace"] = resource["metadata"]["namespace"]
-        meta.setdefault("labels", {}).update(labels.owned_selector(name))
-        meta["ownerReferences"] = [owner_reference(resource)]
+        meta["namespace"] = owner.namespace
+        meta.setdefault("labels", {}).update(labels.owned_selector(owner.name))
+        meta["ownerReferences"] = [owner_reference(owner)]
         meta.setdefault("annotations", {})[HASH_ANNOTATION] = desired_hash(obj)
         out.append(obj)
     return out
@@ -121,6 +123,34 @@ class Observed:
     # The ReplicaSets labelled as ours (their metadata is enough): which pods our Deployments
     # made (``readable_pods``); none when the operator may not list them (then none is read).
     replica_sets: tuple[dict[str, Any], ...] = ()
+    # Children read by name during this very observation and not found (kube/observer.py):
+    # fresh from the API server, so creating one needs no second read (``needs_read``).
+    absent: frozenset[Key] = frozenset()
+
+
+def content_named(obj: dict[str, Any]) -> bool:
+    """Whether a child's name carries the hash of what it holds: a revision's Deployment and
+    backend Service (``<name>-<revision>``, the pod template's hash) and a weights cache claim
+    and its fill Job (``<name>-weights-<sha256[:12]>``). Nobody else's object plausibly holds
+    such a name, and one of ours left by an earlier DocParser of the same name (not yet
+    garbage-collected) holds the same content, so applying over it adopts what was wanted."""
+    meta = obj.get("metadata") or {}
+    name = str(meta.get("name") or "")
+    revision = (meta.get("labels") or {}).get(labels.LABEL_REVISION)
+    sha = (meta.get("annotations") or {}).get(WEIGHTS_SHA_ANNOTATION)
+    return bool(revision and name.endswith(f"-{revision}")) or bool(
+        sha and name.endswith(f"-weights-{sha[:12]}")
+    )
+
+
+def needs_read(obj: dict[str, Any], observed: Observed) -> bool:
+    """Whether a child the observed view lacks must be read before its first apply: the view
+    comes from label-filtered watches, which lag and never show an unlabelled object, so a
+    same-named object someone made could be missing from it, and a forced apply would adopt
+    it (controller/reconcile.py). Not when this observation read it by name and found none,
+    nor when its name carries its content's hash (``content_named``)."""
+    key = (obj["kind"], obj["metadata"]["name"])
+    return key not in observed.children and key not in observed.absent and not content_named(obj)
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,11 @@
 """Decide: observed + desired -> the ordered writes of one pass, without I/O.
 
-Pure, as KServe's reconcilers split it: ``decide`` takes the DocParser and the ``Observed``
-children and returns a ``Decision`` (the rollout step from rollout.py, the named ``Action``s
-in the order that keeps capacity behind traffic, the problems). controller/reconcile.py only
-performs the actions. Order: grow and create first, then traffic objects, then shrink, then
-prune, so no moment routes to a revision that has not got its pods.
+Pure, as KServe's reconcilers split it: ``decide`` takes the parsed DocParser, its revisions
+(each pod template rendered and hashed once per pass), what it needs of the last status, and
+the ``Observed`` children, and returns a ``Decision`` (the rollout step from rollout.py, the
+named ``Action``s in the order that keeps capacity behind traffic, the problems).
+controller/reconcile.py only performs the actions. Order: grow and create first, then traffic
+objects, then shrink, then prune, so no moment routes to a revision that has not got its pods.
 
 A child is applied only when it is missing, lacks our field manager, carries a different hash
 of the desired object or its live values differ on the fields we set (drift); ownership is
@@ -13,6 +14,7 @@ decided by the ownerReferences uid, never by labels alone.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -33,7 +35,7 @@ from docparser_operator.core.children import (
     stays_mounted,
 )
 from docparser_operator.core.idle import IdleStep
-from docparser_operator.core.render import Target, render_target, roles_of
+from docparser_operator.core.render import RoleRevision, Target, render_target
 from docparser_operator.core.render.target import desired as desired_rollout
 from docparser_operator.core.route_verdict import route_verdict
 from docparser_operator.core.status import Problem
@@ -52,6 +54,11 @@ def _problem_from_validation(exc: pydantic.ValidationError) -> Problem:
         where = ".".join(str(p) for p in err.get("loc", ()) if p not in ("spec",))
         parts.append(f"{where}: {err.get('msg')}" if where else str(err.get("msg")))
     return Problem("SpecInvalid", "invalid spec: " + "; ".join(parts))
+
+
+def invalid(exc: pydantic.ValidationError) -> Decision:
+    """The decision for a DocParser that does not parse: nothing to do but say why."""
+    return Decision(target=None, problems=[_problem_from_validation(exc)])
 
 
 Phase = Literal["grow", "traffic", "shrink", "prune"]
@@ -110,34 +117,35 @@ def _order(action: Action) -> tuple[int, bool]:
 
 
 def decide(
-    resource: dict[str, Any],
+    model: DocParser,
+    roles: tuple[RoleRevision, ...],
     observed: Observed,
     *,
     previous_weight: int,
+    drains_since: Mapping[str, str] | None = None,
     canary_weight: int | None = None,
     now: str = "1970-01-01T00:00:00Z",
     mirror: bool = True,
     idle: IdleStep | None = None,
     batch_replicas: int | None = None,
 ) -> Decision:
-    """observed + desired -> the ordered actions of this pass (pure). ``canary_weight``: the
-    canary analysis' effective weight (analysis.py), which replaces spec.canary.weight;
+    """observed + desired -> the ordered actions of this pass (pure). ``model``: the parsed
+    DocParser (the controller parses it once per pass); ``roles``: its revisions with their
+    pod templates, rendered and hashed once per pass (``render.roles_of``);
+    ``previous_weight``: the weight routed so far (status.canary.weight); ``drains_since``:
+    when each node's drain began (``drain.drains_since`` of status.drains); ``canary_weight``:
+    the canary analysis' effective weight (analysis.py), which replaces spec.canary.weight;
     ``now`` dates the drains' deadlines (core/drain.py); ``mirror``: False once the analysis
     failed (the shadow stops copying to that canary); ``idle``: the scale-to-zero decision
     (core/idle.py), whose size replaces the spec's; ``batch_replicas``: the batch pool's size
     (core/batch_pool.py; None: the live pool's, within spec.batch's bounds)."""
-    meta = resource["metadata"]
-    uid = meta["uid"]
-    try:
-        model = DocParser.from_resource(resource)
-    except pydantic.ValidationError as exc:
-        return Decision(target=None, problems=[_problem_from_validation(exc)])
-    tracks = roles_of(model)
+    uid = model.metadata.uid or ""
+    tracks = roles
     drains = drain.plan_drain(
         observed.pods,
         observed.cordoned,
         {t.revision for t in tracks},
-        (resource.get("status") or {}).get("drains") or [],
+        drains_since or {},
         now=now,
         timeout_s=model.spec.rollout.drain_timeout_seconds,
     )
@@ -168,7 +176,7 @@ def decide(
         gpu = sizing.gpu_memory_problem(track_spec)
         if gpu is not None:
             decision.problems.append(Problem(gpu[0], prefix + gpu[1]))
-    desired = prepare(render_target(plan), resource)
+    desired = prepare(render_target(plan), model.metadata)
     wanted = {(c["kind"], c["metadata"]["name"]) for c in desired}
     live = observed.children
     for obj in desired:
@@ -193,7 +201,7 @@ def decide(
             patch: dict[str, Any] = {"metadata": {"labels": {labels.LABEL_RETIRED: None}}}
             decision.actions.append(Action("scale", key, "grow", obj=patch))
     kept = set(step.keep)
-    generation = str(meta.get("generation", 1))
+    generation = str(model.metadata.generation or 1)
     claims_in_use: set[str] = set()  # cache claims of the revisions that stay (below)
     for key, obj in live.items():
         if key in wanted or not owned_by(obj, uid) or key[0] in CREATE_ONCE:

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from docparser_operator.api import labels
+from docparser_operator.api.status_models import DrainStatus
 from docparser_operator.core import rollout
 from docparser_operator.core.status import Problem
 
@@ -132,16 +133,16 @@ def plan_drain(
     pods: Iterable[Mapping[str, Any]],
     cordoned: frozenset[str] | None,
     revisions: set[str],
-    previous: Iterable[Mapping[str, Any]],
+    since: Mapping[str, str],
     *,
     now: str,
     timeout_s: int,
 ) -> DrainPlan:
     """The drains of one DocParser now. ``cordoned``: the cordoned nodes (None: the operator
-    may not read nodes); ``previous``: ``status.drains`` as last written (their ``since``)."""
+    may not read nodes); ``since``: node -> when its drain began, from ``status.drains`` as
+    last written (``drains_since``)."""
     if cordoned is None:
         return DrainPlan(aware=False)
-    since = {str(d.get("node")): str(d["since"]) for d in previous if d.get("since")}
     leaving: dict[str, int] = {}
     per_node: dict[str, int] = {}
     staying = 0
@@ -159,6 +160,11 @@ def plan_drain(
         deadline = _format(_parse(start) + datetime.timedelta(seconds=timeout_s))
         drains.append(NodeDrain(node, start, deadline, count, _parse(now) >= _parse(deadline)))
     return DrainPlan(aware=True, leaving=leaving, drains=tuple(drains), staying=staying)
+
+
+def drains_since(previous: Iterable[DrainStatus] | None) -> dict[str, str]:
+    """node -> since, of ``status.drains`` as last written (what ``plan_drain`` continues)."""
+    return {str(d.node): d.since for d in previous or () if d.since}
 
 
 @dataclass

@@ -37,6 +37,7 @@ from typing import Any, Literal
 
 from docparser_operator.analysis.activity import Activity
 from docparser_operator.api.models import DocParserSpec
+from docparser_operator.api.status_models import ScaleToZeroStatus
 from docparser_operator.core.status import Problem
 
 State = Literal["Awake", "Idle", "Waking"]
@@ -128,7 +129,7 @@ def _work(activity: Activity) -> str:
 
 def decide_idle(
     spec: DocParserSpec,
-    previous: dict[str, Any] | None,
+    previous: ScaleToZeroStatus | None,
     seen: Seen,
     *,
     ready: int,
@@ -142,11 +143,11 @@ def decide_idle(
     policy = spec.replicas.idle_policy
     assert policy is not None  # only for replicas.min 0
     at = epoch(now)
-    before = previous or {}
-    state: State = next((s for s in STATES if s == before.get("state")), "Awake")
-    since = str(before.get("since") or now)
-    floor: int | None = before.get("wakeReplicas")
-    reason = str(before.get("reason") or "serving")
+    before = previous or ScaleToZeroStatus()
+    state: State = next((s for s in STATES if s == before.state), "Awake")
+    since = str(before.since or now)
+    floor: int | None = before.wake_replicas
+    reason = str(before.reason or "serving")
     act = seen.activity
     problem = None
     if act is None and seen.read_at is not None:

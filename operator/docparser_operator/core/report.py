@@ -10,6 +10,7 @@ from typing import Any
 
 from docparser_operator.analysis.walk import AnalysisState
 from docparser_operator.api import labels, naming
+from docparser_operator.api.models import ObjectMeta
 from docparser_operator.api.status_models import RolloutStatus, ShadowStatus
 from docparser_operator.core import rollout
 from docparser_operator.core.capacity_status import with_capacity
@@ -23,7 +24,7 @@ from docparser_operator.core.weights_cache_status import CacheVerdict
 
 
 def pass_status(
-    resource: dict[str, Any],
+    owner: ObjectMeta,
     plan: Target | None,
     live: dict[Key, dict[str, Any]],
     pods: list[dict[str, Any]],
@@ -31,9 +32,9 @@ def pass_status(
     now: str,
     cache: CacheVerdict | None = None,
 ) -> dict[str, Any]:
-    meta = resource["metadata"]
-    """The status this pass leads to (pure: the write is controller/reporting.py)."""
-    name, namespace, uid = meta["name"], meta["namespace"], meta["uid"]
+    """The status this pass leads to (pure: the write is controller/reporting.py). ``owner``:
+    the DocParser's parsed metadata (its name, namespace, uid and generation)."""
+    name, namespace, uid = owner.name, owner.namespace, owner.uid or ""
     previous = out.previous_status
 
     # The revision that has served as stable (status.stable.servedSince): its pods' restarts
@@ -111,7 +112,7 @@ def pass_status(
     status = build_status(
         name=name,
         namespace=namespace,
-        generation=meta.get("generation", 1),
+        generation=owner.generation if owner.generation is not None else 1,
         stable=stable,
         canary=canary,
         routed_weight=routed,

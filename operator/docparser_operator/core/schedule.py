@@ -27,6 +27,7 @@ from typing import Any
 import pydantic
 from cronsim import CronSim, CronSimError
 
+from docparser_operator.api.models import DocParser
 from docparser_operator.api.replicas import Replicas, ScheduleWindow, time_zone
 
 _SECOND = datetime.timedelta(seconds=1)
@@ -154,6 +155,19 @@ def raised(resource: dict[str, Any], step: ScheduleStep | None) -> dict[str, Any
     out = copy.deepcopy(resource)
     out["spec"]["replicas"] = {**replicas, "min": step.floor, "max": step.ceiling}
     return out
+
+
+def raised_model(model: DocParser, step: ScheduleStep | None) -> DocParser:
+    """The parsed DocParser as this pass reads it (``raised`` for the typed model): its
+    ``spec.replicas.min``/``max`` raised to the open windows', the replicas validated again
+    (min <= max); the spec's other rules only get looser when the floor goes up. The same
+    object without a window that changes them."""
+    replicas = model.spec.replicas
+    if step is None or (replicas.min == step.floor and replicas.max == step.ceiling):
+        return model
+    bounds = {**replicas.model_dump(), "min": step.floor, "max": step.ceiling}
+    spec = model.spec.model_copy(update={"replicas": Replicas.model_validate(bounds)})
+    return model.model_copy(update={"spec": spec})
 
 
 def resource_schedule(resource: dict[str, Any], now: datetime.datetime) -> ScheduleStep | None:

@@ -78,7 +78,15 @@ def observe(client: KubeClient, namespace: str, name: str) -> Observed:
             continue
         for obj in items:
             live[(kind, obj["metadata"]["name"])] = obj
-    forbidden += read_named(client, namespace, name, live)
+    denied = read_named(client, namespace, name, live)
+    forbidden += denied
+    absent = frozenset(
+        (ref.kind, child)
+        for ref in NAMED_CHILDREN
+        if ref.named is not None
+        and ref.kind not in denied
+        and (ref.kind, child := ref.named(name)) not in live
+    )
     # One list for the runtime pods and the front's, told apart by their app name (as the
     # pods' index holds them: every pod of ours, keyed by its instance).
     pods = client.list(ref_for("Pod"), namespace, selector=selector)
@@ -96,6 +104,7 @@ def observe(client: KubeClient, namespace: str, name: str) -> Observed:
         cordoned_nodes(client),
         front=_front(pods),
         replica_sets=replica_sets,
+        absent=absent,
     )
 
 
@@ -229,7 +238,8 @@ class IndexedObserver:
             index = self.indexes.get(kind) or {}
             for obj in _snapshot(index.get(key)):
                 children[(kind, obj["metadata"]["name"])] = obj
-        forbidden = self._read_named(key, children) if named else []
+        absent: set[Key] = set()
+        forbidden = self._read_named(key, children, absent) if named else []
         pods = _snapshot((self.indexes.get("Pod") or {}).get(key))
         replica_sets = _snapshot((self.indexes.get("ReplicaSet") or {}).get(key))
         self._overlay(key, children)
@@ -240,11 +250,16 @@ class IndexedObserver:
             cordoned=self.cordoned(),
             front=_front(pods),
             replica_sets=tuple(replica_sets),
+            absent=frozenset(absent - children.keys()),
         )
 
-    def _read_named(self, key: IndexKey, children: dict[Key, dict[str, Any]]) -> list[str]:
+    def _read_named(
+        self, key: IndexKey, children: dict[Key, dict[str, Any]], absent: set[Key]
+    ) -> list[str]:
         """The children read by name, from what we last read or wrote of them while that is
-        younger than ``named_ttl_s``, else with one get (returns the kinds RBAC denies)."""
+        younger than ``named_ttl_s``, else with one get (returns the kinds RBAC denies); a
+        get that found none adds the child to ``absent`` (fresh: no second read before its
+        create). What is remembered absent is not: someone may have made it since."""
         if self.client is None:
             return []
         forbidden: list[str] = []
@@ -259,6 +274,8 @@ class IndexedObserver:
                     forbidden.append(ref.kind)
                     continue
                 obj = found.get(child)
+                if obj is None:
+                    absent.add(child)
                 with self._lock:
                     self._named[(key, child)] = (self._trusted_until(ref, obj), obj)
             if obj is not None:

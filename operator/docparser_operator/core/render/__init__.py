@@ -44,11 +44,13 @@ __all__ = ["RoleRevision", "Target", "render_all", "render_target", "roles_of"]
 
 
 def roles_of(resource: DocParser) -> tuple[RoleRevision, ...]:
-    """The spec's tracks with their revisions (the hash of each rendered pod template)."""
-    return tuple(
-        replace(tp, revision=revision_of(pod_template(resource, tp)))
-        for tp in spec_tracks(resource)
-    )
+    """The spec's tracks with their pod templates and revisions (each template's hash): the
+    one rendering of the templates in a pass; every later reader takes them from here."""
+    out = []
+    for tp in spec_tracks(resource):
+        template = pod_template(resource, tp)
+        out.append(replace(tp, revision=revision_of(template), template=template))
+    return tuple(out)
 
 
 def render_target(plan: Target) -> list[dict[str, Any]]:

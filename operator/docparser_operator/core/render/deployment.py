@@ -33,7 +33,7 @@ from docparser_operator.core import sizing
 from docparser_operator.core.render import shadow
 from docparser_operator.core.render.meta import object_meta
 from docparser_operator.core.render.security import container_security, pod_security
-from docparser_operator.core.render.target import RoleRevision, Target, uses_cache
+from docparser_operator.core.render.target import RoleRevision, Target
 from docparser_operator.core.render.weights_init import fetch_container, pod_cpu, wait_container
 
 API_KEYS_DIR = "/var/run/secrets/docparser/api-keys"
@@ -114,11 +114,6 @@ def probe(path: str, *, period: int, failures: int, timeout: int) -> dict[str, A
     }
 
 
-def _fetched_into_pod(spec: DocParserSpec, tp: RoleRevision) -> bool:
-    """The weights are downloaded into this pod's own emptyDir (no cache, no pvc:// source)."""
-    return tp.weights is not None and tp.weights.pvc is None and not uses_cache(spec, tp.weights)
-
-
 def _resources(spec: DocParserSpec, *, weights_in_pod: bool) -> dict[str, Any]:
     memory = sizing.host_memory_request(spec)
     requests = {
@@ -161,7 +156,7 @@ def _runtime_container(spec: DocParserSpec, tp: RoleRevision, meta: ObjectMeta) 
         "ports": [
             {"name": naming.HTTP_PORT_NAME, "containerPort": naming.HTTP_PORT, "protocol": "TCP"}
         ],
-        "resources": _resources(spec, weights_in_pod=_fetched_into_pod(spec, tp)),
+        "resources": _resources(spec, weights_in_pod=tp.source == "pod"),
         "startupProbe": probe(
             "/readyz", period=STARTUP_PERIOD_S, failures=startup_failures, timeout=STARTUP_PERIOD_S
         ),
@@ -187,7 +182,7 @@ def _volumes(spec: DocParserSpec, tp: RoleRevision, name: str) -> list[dict[str,
     weights = tp.weights
     if weights is not None and weights.pvc is not None:
         volumes.append({"name": "weights", "persistentVolumeClaim": _claim(weights.pvc[0])})
-    elif weights is not None and uses_cache(spec, weights):
+    elif weights is not None and tp.cached:
         claim = naming.weights_cache(name, weights.sha256)
         volumes.append({"name": "weights", "persistentVolumeClaim": _claim(claim)})
     elif weights is not None:
@@ -228,10 +223,9 @@ def pod_template(resource: DocParser, tp: RoleRevision) -> dict[str, Any]:
         "containers": [_runtime_container(spec, tp, resource.metadata)],
         "volumes": _volumes(spec, tp, resource.metadata.name),
     }
-    if tp.weights is not None and uses_cache(spec, tp.weights):
+    if tp.weights is not None and tp.cached:
         pod_spec["initContainers"] = [wait_container(spec, tp.weights)]
-    elif _fetched_into_pod(spec, tp):
-        assert tp.weights is not None
+    elif tp.weights is not None and tp.source == "pod":
         pod_spec["initContainers"] = [fetch_container(spec, tp.weights)]
     if spec.resources.node_selector:
         pod_spec["nodeSelector"] = dict(spec.resources.node_selector)
@@ -335,8 +329,11 @@ def _track_spec(resource: DocParser, tp: RoleRevision) -> DocParserSpec:
 def render_deployment(plan: Target, tp: RoleRevision) -> dict[str, Any]:
     spec = _track_spec(plan.resource, tp)
     name = naming.revision_name(plan.name, tp.revision)
-    template = pod_template(plan.resource, tp)
-    template["metadata"]["labels"].update(pod_labels(plan.name, tp.revision, tp.version))
+    # The template rendered (and hashed) once this pass (render.roles_of); a copy of the two
+    # levels that gain the revision label, the rest shared (prepare deep-copies the child).
+    rendered = tp.template if tp.template is not None else pod_template(plan.resource, tp)
+    labels_ = {**rendered["metadata"]["labels"], **pod_labels(plan.name, tp.revision, tp.version)}
+    template = {**rendered, "metadata": {**rendered["metadata"], "labels": labels_}}
     meta = object_meta(plan, name, tp.role, version=tp.version)
     meta["labels"][LABEL_REVISION] = tp.revision
     return {

@@ -13,25 +13,42 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from docparser_operator.api.models import DocParser, DocParserSpec, Weights
 from docparser_operator.api.naming import REVISION_CHARS, Track
 from docparser_operator.core import drain, rollout
 
+# Where a revision's pods find their weights, decided once per pass (``weights_source``) and
+# read by every renderer (the pod's volumes and init container, the cache's claims and Jobs):
+# none (an engine without weights), the user's own pvc:// claim, the operator's shared cache
+# claim (render/weights_cache.py), or a download into each pod's own emptyDir.
+WeightsSource = Literal["none", "pvc", "cache", "pod"]
+
 
 @dataclass(frozen=True)
 class RoleRevision:
-    """The revision the spec asks for in one role (stable or canary), with its weights."""
+    """The revision the spec asks for in one role (stable or canary), with its weights, where
+    they come from, and, once rendered (``render.roles_of``), its pod template and that
+    template's hash: rendered and hashed once per pass, then handed to every reader."""
 
     role: Track  # the value of the docparser.io/track label on its children
     weights: Weights | None
-    revision: str = ""  # filled once the template is rendered (see with_revisions)
+    revision: str = ""  # filled once the template is rendered (render.roles_of)
+    source: WeightsSource = "none"
+    # The pod template without its revision label (the hash input); None until rendered.
+    # Shared, never mutated: readers copy what they change (render/deployment.py).
+    template: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     @property
     def version(self) -> str | None:
         return self.weights.version if self.weights else None
+
+    @property
+    def cached(self) -> bool:
+        """The weights live in a cache claim (render/weights_cache.py)."""
+        return self.source == "cache"
 
 
 @dataclass(frozen=True)
@@ -92,22 +109,26 @@ class Target:
         return step.replicas if step is not None else 0
 
 
-def uses_cache(spec: DocParserSpec, weights: Weights | None) -> bool:
-    """Whether these weights live in a cache claim (render/weights_cache.py), rather than in
-    each pod's emptyDir or their own pvc:// claim."""
-    return (
-        weights is not None
-        and weights.pvc is None
-        and spec.weights_cache.mode == "PersistentVolume"
-    )
+def weights_source(spec: DocParserSpec, weights: Weights | None) -> WeightsSource:
+    """Where these weights come from (``WeightsSource``): the one place that decides it."""
+    if weights is None:
+        return "none"
+    if weights.pvc is not None:
+        return "pvc"
+    return "cache" if spec.weights_cache.mode == "PersistentVolume" else "pod"
 
 
 def spec_tracks(resource: DocParser) -> tuple[RoleRevision, ...]:
+    """The spec's roles with their weights and where those come from (not rendered yet)."""
     spec = resource.spec
-    stable = RoleRevision("stable", spec.weights)
+
+    def role(track: Track, weights: Weights | None) -> RoleRevision:
+        return RoleRevision(track, weights, source=weights_source(spec, weights))
+
+    stable = role("stable", spec.weights)
     if spec.canary is None:
         return (stable,)
-    return (stable, RoleRevision("canary", spec.canary_weights))
+    return (stable, role("canary", spec.canary_weights))
 
 
 def revision_of(template: dict[str, Any]) -> str:

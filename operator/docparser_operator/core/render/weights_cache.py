@@ -24,7 +24,7 @@ from docparser_operator.api import labels, naming
 from docparser_operator.api.models import Weights
 from docparser_operator.core import sizing
 from docparser_operator.core.render.meta import object_meta
-from docparser_operator.core.render.target import Target, uses_cache
+from docparser_operator.core.render.target import Target
 from docparser_operator.core.render.weights_init import fill_pod_spec
 
 COMPONENT = "weights-cache"
@@ -35,11 +35,9 @@ FILL_DEADLINE_S = 4 * 3600  # a slow object store: the Job's whole life, retries
 
 def cached_weights(plan: Target) -> list[Weights]:
     """The spec's weights that need a cache claim, one per sha256, stable first."""
-    spec = plan.resource.spec
     out: dict[str, Weights] = {}
     for tp in plan.roles:
-        if uses_cache(spec, tp.weights):
-            assert tp.weights is not None
+        if tp.cached and tp.weights is not None:
             out.setdefault(tp.weights.sha256, tp.weights)
     return list(out.values())
 

@@ -1,0 +1,111 @@
+"""The per-pass steps of the features that read more than the API: where the canary analysis
+continues from, and scale to zero's reading and decision.
+
+Kept beside controller/reconcile.py, which calls them with what it parsed and rendered once
+per pass (the typed DocParser, its revisions with their pod templates, the open schedule
+window), so none of them parses the resource or renders a template again; controller/
+wakeups.py calls ``idle_step`` between passes with the same inputs.
+"""
+
+from __future__ import annotations
+
+from docparser_operator.analysis import run as analysis_run
+from docparser_operator.analysis import sources as analysis_sources
+from docparser_operator.analysis import walk as analysis_module
+from docparser_operator.analysis.sources import golden
+from docparser_operator.analysis.sources.activity import ActivitySource
+from docparser_operator.analysis.sources.base import SourceUnavailable
+from docparser_operator.analysis.sources.pods import Skipped
+from docparser_operator.api import naming
+from docparser_operator.api.kinds import ref_for
+from docparser_operator.api.models import DocParser
+from docparser_operator.core.children import (
+    Observed,
+    ReadablePods,
+    owned_by,
+    readable_pods,
+    revision_states,
+)
+from docparser_operator.core.idle import IdleMemory, IdleStep, decide_idle, epoch
+from docparser_operator.core.render import RoleRevision, roles_of
+from docparser_operator.core.schedule import ScheduleStep
+from docparser_operator.kube.client import KubeClient
+
+
+def analysis_begin(
+    model: DocParser, roles: tuple[RoleRevision, ...] | None = None
+) -> analysis_module.AnalysisState | None:
+    """The canary analysis' state to plan with, continued from the parsed status (None without
+    an analysis). ``roles``: the pass's revisions (rendered once); rendered here only when the
+    DocParser has an analysis and the caller has none (a reading between passes)."""
+    canary = model.spec.canary
+    if canary is None or canary.analysis is None:
+        return None
+    rendered = roles if roles is not None else roles_of(model)
+    revisions: dict[str, str] = {t.role: t.revision for t in rendered}
+    return analysis_run.begin(model, revisions)
+
+
+def idle_step(
+    model: DocParser,
+    walk: analysis_module.AnalysisState | None,
+    schedule: ScheduleStep | None,
+    observed: Observed,
+    memory: IdleMemory,
+    activity: ActivitySource | None,
+    *,
+    now: str,
+    poll_s: float,
+    skipped: Skipped | None = None,
+) -> IdleStep | None:
+    """Scale to zero's decision for this pass (None unless ``replicas.min: 0``): read the
+    front's and the pods' /metrics when a reading is due (those of the DocParser's own
+    ReplicaSets only), then decide (core/idle.py). ``model``: the parsed DocParser, raised by
+    the open schedule window or not (a floor above 0 keeps it awake either way: raised, it has
+    no idle policy; as stored, ``schedule`` says so); ``walk``: the analysis this pass
+    continues. Also what a reading between passes decides (controller/wakeups.py)."""
+    uid = model.metadata.uid or ""
+    if schedule is not None and schedule.floor > model.spec.replicas.min:
+        return None  # an open window's floor keeps it awake: not one that sleeps meanwhile
+    if model.spec.replicas.idle_policy is None:
+        memory.seen.pop(uid, None)
+        return None
+    seen = memory.of(uid)
+    at = epoch(now)
+    if seen.due(at, poll_s):
+        source = activity or analysis_sources.activity()
+        readable = readable_of(observed, uid, skipped)
+        try:
+            seen.record(source.read(readable.front, readable.pods), at)
+        except SourceUnavailable as exc:
+            seen.failed(str(exc), at)
+    front = observed.children.get(("Deployment", naming.front(model.metadata.name))) or {}
+    front_ok = owned_by(front, uid) and bool((front.get("status") or {}).get("readyReplicas"))
+    return decide_idle(
+        model.spec,
+        model.status.scale_to_zero if model.status is not None else None,
+        seen,
+        ready=sum(s.ready for s in revision_states(observed, uid)),
+        front_ready=front_ok,
+        analysis_running=walk is not None and walk.phase in ("Verifying", "Progressing"),
+        now=now,
+        poll_s=poll_s,
+    )
+
+
+def readable_of(observed: Observed, uid: str, skipped: Skipped | None) -> ReadablePods:
+    """The pods a reading may dial (core/children.readable_pods); the labelled pods it may
+    not are counted as ``not_owned`` and never dialled."""
+    readable = readable_pods(observed, uid)
+    if readable.not_owned and skipped is not None:
+        skipped("not_owned", readable.not_owned)
+    return readable
+
+
+def golden_documents(client: KubeClient, namespace: str, name: str) -> golden.Documents:
+    """The golden set of ``spec.canary.analysis.golden.configMapRef``: the one API read the
+    analysis needs, done here so the analysis package never holds the API client."""
+    config_map = client.get(ref_for("ConfigMap"), namespace, name)
+    if config_map is None:
+        raise golden.GoldenUnavailable(f"ConfigMap {name} not found")
+    return golden.documents_of(config_map)
