@@ -97,3 +97,36 @@ def test_a_pass_builds_on_the_newest_body_it_knows() -> None:
     del state.known["u1"]  # deleted meanwhile (the watch said so)
     state.saw_write(_body(2, 13, "True"))
     assert "u1" not in state.known  # a deleted DocParser is not brought back to the resync
+
+
+def test_the_operator_writes_only_the_status_of_a_docparser(
+    cluster: Cluster, operator: object
+) -> None:
+    """A DocParser created, then its spec changed, gets a pass at once for each generation, and
+    the operator's only writes to it are to its status subresource: no kopf bookkeeping in its
+    annotations (kopf's change handlers kept the last handled spec there, a PATCH per
+    DocParser created or changed), no finalizer."""
+    from docparser_operator.api.kinds import DOCPARSER
+    from dp_helpers import CANARY_WEIGHTS, set_spec, spec_of
+
+    mark = cluster.mark()
+    create(cluster, docparser("own"))
+    wait_for("the first revision", lambda: role_deployment(cluster, "own"), timeout=60)
+    changed = {**spec_of(cluster, "own"), "canary": {"weights": CANARY_WEIGHTS, "weight": 10}}
+    set_spec(cluster, "own", changed)
+
+    def observed_2() -> bool:
+        live = cluster.get(DOCPARSER, "own") or {}
+        return (live.get("status") or {}).get("observedGeneration") == 2
+
+    wait_for("generation 2 observed", observed_2, timeout=60)
+    wait_for("the canary revision", lambda: role_deployment(cluster, "own", "canary"), timeout=60)
+    live = cluster.get(DOCPARSER, "own") or {}
+    assert not [k for k in live["metadata"].get("annotations") or {} if "last-handled" in k]
+    assert not live["metadata"].get("finalizers")
+    writes = [
+        (r.method, r.path)
+        for r in cluster.writes_since(mark)
+        if "/docparsers/own" in r.path and not r.path.endswith("/status")
+    ]
+    assert writes == []

@@ -1,6 +1,7 @@
 """kopf wiring: every trigger calls the one level-triggered ``reconcile``.
 
-Triggers: create / update / resume of a DocParser, a drift resync loop, events of the
+Triggers: a new generation of a DocParser (created, its spec changed, or seen first at the
+operator's start), a drift resync loop, events of the
 Deployments we own (rollout progress and canary readiness change the status and the routed
 weight), state changes of runtime pods (a Degraded reason or a model state shows at once),
 and the deletion of any other child (put back at once). kopf only delivers triggers and
@@ -8,21 +9,20 @@ retries; desired state, apply and status live in ``reconcile``.
 
 Error policy:
 - a spec the API server accepted but the operator cannot serve (an invalid combination, a GPU
-  that cannot hold the batch) becomes a Degraded condition and a Warning Event; the create or
-  update handler then raises ``kopf.PermanentError`` so kopf does not crash-loop on it (the
-  timer still reconciles, and fixing the spec triggers the update handler);
-- transient API errors (5xx, 429, 409, connection trouble) raise ``kopf.TemporaryError`` so
-  kopf retries with a delay.
+  that cannot hold the batch) becomes a Degraded condition and a Warning Event, once per
+  generation (the resync still reconciles it, and fixing the spec is a new generation);
+- transient API errors (5xx, 429, 409, connection trouble) raise ``kopf.TemporaryError``;
+  a pass a new generation started asks for another after the delay (``track``).
 
 State lives in the framework, not in module globals: settings are read and the API client,
 per-object locks and the resync loop's view of every DocParser are created at start-up in
 kopf's ``memo`` (one per operator run), so tests start operators against different clusters
 in one process without resetting anything.
 
-kopf's own writes are kept off the no-op path: it posts Events only for warnings, keeps its
-bookkeeping in annotations (not in ``status``, which the CRD schema owns), and registers no
-deletion handler and no kopf timer (so no finalizer: children go with their owner through
-garbage collection, and deleting a DocParser never waits for the operator).
+kopf writes nothing to a DocParser: it posts Events only for warnings, and the operator
+registers no change handler (no annotation bookkeeping, ``track``), no deletion handler and
+no kopf timer (so no finalizer: children go with their owner through garbage collection, and
+deleting a DocParser never waits for the operator).
 """
 
 from __future__ import annotations
@@ -69,8 +69,9 @@ def _plain(body: Mapping[str, Any]) -> dict[str, Any]:
 def run_reconcile(state: OperatorState, resource: dict[str, Any], *, strict: bool) -> Outcome:
     """Reconcile one DocParser, post its events, translate errors for kopf.
 
-    ``strict`` raises PermanentError for an unservable spec (create/update handlers); the
-    resync loop and the Deployment watcher pass False and just leave the Degraded status.
+    ``strict`` raises PermanentError for an unservable spec; the passes the operator starts
+    (a new generation, the resync, a child's change) pass False and leave the Degraded
+    status, which a fixed spec (a new generation) clears.
     The freshness check is inside the per-object lock: a pass that waited for the lock while
     a newer spec (or our own newer status) arrived works on the newer one, so an old spec is
     never re-applied, ``observedGeneration`` never goes backwards, and the status a pass builds
@@ -102,6 +103,7 @@ def run_reconcile(state: OperatorState, resource: dict[str, Any], *, strict: boo
             delay = state.settings.retry_delay_s * (1 if exc.transient else 6)
             raise kopf.TemporaryError(str(exc), delay=delay) from exc
         state.saw_write(outcome.body)
+        state.handled[uid] = int(resource["metadata"].get("generation") or 0)
         wakeups.after_pass(state, uid, outcome)
         if state.metrics is not None:
             state.metrics.reconciled(namespace, name, outcome.status, time.monotonic() - started)
@@ -195,30 +197,35 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -
     settings.queueing.error_delays = [1, 2, 5, 10, 30, 60]
 
 
-@kopf.on.create(API_GROUP, VERSION, PLURAL)
-@kopf.on.update(API_GROUP, VERSION, PLURAL)
-@kopf.on.resume(API_GROUP, VERSION, PLURAL)
-def on_change(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    if (body.get("metadata") or {}).get("deletionTimestamp"):
-        return
-    run_reconcile(_state(memo), _plain(body), strict=True)
-
-
-# Drift resync. Not a kopf.timer: kopf puts a finalizer on every object with a timer (to stop
-# it before deletion), which costs a write per DocParser and blocks `kubectl delete` (and
-# namespace deletion) whenever the operator is down. Instead an event handler (no finalizer)
-# keeps the latest body of every DocParser in scope, and one background task resyncs them.
+# One event handler, no kopf create/update/resume handler and no kopf timer. Those keep their
+# bookkeeping on the DocParser: the change handlers the last handled spec in an annotation (a
+# PATCH per DocParser created or changed), a timer a finalizer (a write per DocParser, and
+# `kubectl delete`, namespace deletion included, blocked whenever the operator is down). Here
+# the latest body of every DocParser in scope is kept for the drift resync (one background
+# task), and a new generation (a DocParser created or its spec changed, or the operator's
+# start: every DocParser is new to it) gets a pass at once; our own status writes and metadata
+# edits do not (the generation the last pass saw is kept in memory). A transient API error
+# asks for a pass after the retry delay (controller/wakeups.py) instead of kopf's retry.
 @kopf.on.event(API_GROUP, VERSION, PLURAL)
 def track(event: Mapping[str, Any], body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     state = _state(memo)
-    uid = (body.get("metadata") or {}).get("uid")
+    meta = body.get("metadata") or {}
+    uid = meta.get("uid")
     if not uid:
         return
-    if event.get("type") == "DELETED" or (body.get("metadata") or {}).get("deletionTimestamp"):
+    if event.get("type") == "DELETED" or meta.get("deletionTimestamp"):
         state.known.pop(uid, None)
         state.refusals.forget(uid)
-    else:
-        state.known[uid] = _plain(body)
+        state.handled.pop(uid, None)
+        return
+    plain = _plain(body)
+    state.known[uid] = plain
+    if int(meta.get("generation") or 0) <= state.handled.get(uid, 0):
+        return  # seen: our own status write, a label edit (the resync covers drift)
+    try:
+        run_reconcile(state, plain, strict=False)
+    except kopf.TemporaryError as exc:  # transient: a pass after the delay, not kopf's retry
+        state.wakeups[uid] = time.monotonic() + float(exc.delay or state.settings.retry_delay_s)
 
 
 def resync_all(state: OperatorState, uids: Iterable[str] | None = None) -> int:

@@ -50,6 +50,7 @@ class OperatorState:
     deployment_seen: dict[str, tuple[Any, ...]] = field(default_factory=dict[str, Any])
     pod_seen: dict[str, tuple[Any, ...]] = field(default_factory=dict[str, Any])
     known: dict[str, dict[str, Any]] = field(default_factory=dict[str, Any])  # uid -> latest body
+    handled: dict[str, int] = field(default_factory=dict[str, int])  # uid -> generation passed
     resync_task: asyncio.Task[None] | None = None
     event_limiter: events.EventLimiter = field(default_factory=lambda: events.EventLimiter(300.0))
     metrics: OperatorMetrics | None = None
