@@ -18,8 +18,10 @@ to ``on_page``/``on_delta`` callbacks, so streaming clients see the same event s
 
 WHY a ``Parser`` protocol rather than ``ParseService`` itself: the cache sits below the
 server (import-linter layers), so it names what it needs from the service it wraps (the
-``parse`` signature, the engine's identity, the stage clock) and what it reads from a
-request (``CacheableRequest``), and mypy checks ``ParseService`` against both.
+``parse`` signature, the engine's identity, the stage clock), what it reads from a
+request (``CacheableRequest``) and what it does with a reply (``CacheableReply``: store it,
+load it, replay its pages, answer it as a hit), and mypy checks ``ParseService`` and the
+server's ``ParseReply`` against them.
 """
 
 from __future__ import annotations
@@ -30,10 +32,9 @@ import json
 import logging
 import threading
 import time
-import uuid
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, Self, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
@@ -44,8 +45,6 @@ log = logging.getLogger("docparser.cache")
 
 KEY_SPACE = "result:v1:"  # under DOCPARSER_REDIS_PREFIX
 
-# The reply body of ``/v1/document/parse`` (JSON).
-Reply = dict[str, Any]
 # Called on the event loop as each page finishes, with ``PageResult.to_dict()``.
 PageCallback = Callable[[dict[str, Any]], None]
 # Called on the event loop with (page index, text delta) while a page generates.
@@ -99,10 +98,26 @@ class StageClock(Protocol):
     def observe_stage(self, stage: str, seconds: float) -> None: ...
 
 
+class CacheableReply(Protocol):
+    """What the cache does with a reply (the server's ``protocol.ParseReply``)."""
+
+    def page_events(self) -> list[dict[str, Any]]:
+        """The pages as ``on_page`` gets them."""
+        ...
+
+    def cache_bytes(self) -> bytes: ...
+
+    def replayed(self, total_ms: float) -> Self:
+        """The reply as a hit answers it: a new id, marked cached, only the total time."""
+        ...
+
+
 RequestT = TypeVar("RequestT", bound=CacheableRequest, contravariant=True)
+ReplyT = TypeVar("ReplyT", bound=CacheableReply, covariant=True)
+ReplyV = TypeVar("ReplyV", bound=CacheableReply)  # invariant: the cache also loads it
 
 
-class Parser(Protocol[RequestT]):
+class Parser(Protocol[RequestT, ReplyT]):
     """The parse use case the cache wraps (``ParseService``), and offers in turn."""
 
     @property
@@ -118,7 +133,7 @@ class Parser(Protocol[RequestT]):
         on_delta: PageDeltaCallback | None = None,
         deadline: float | None = None,
         on_total: TotalCallback | None = None,
-    ) -> Reply: ...
+    ) -> ReplyT: ...
 
     def close(self) -> None: ...
 
@@ -254,19 +269,22 @@ def create_cache(settings: Settings) -> ResultCache | None:
     return MemoryCache(max_bytes=settings.cache_max_bytes, ttl_s=settings.cache_ttl_s)
 
 
-class CachedParseService(Generic[RequestT]):
-    """``ParseService`` with a result cache in front; everything else is delegated."""
+class CachedParseService(Generic[RequestT, ReplyV]):
+    """``ParseService`` with a result cache in front; everything else is delegated.
+    ``load`` turns stored bytes back into a reply (``ParseReply.from_cache``)."""
 
     def __init__(
         self,
-        inner: Parser[RequestT],
+        inner: Parser[RequestT, ReplyV],
         cache: ResultCache,
         settings: Settings,
         registry: CollectorRegistry,
+        load: Callable[[bytes], ReplyV],
     ) -> None:
         self._inner = inner
         self._cache = cache
         self._settings = settings
+        self._load = load
         backend = "redis" if isinstance(cache, RedisCache) else "memory"
         self.cache_metrics = CacheMetrics(registry, backend)
         self._close_task: asyncio.Task[None] | None = None
@@ -293,7 +311,7 @@ class CachedParseService(Generic[RequestT]):
         on_delta: PageDeltaCallback | None = None,
         deadline: float | None = None,
         on_total: TotalCallback | None = None,
-    ) -> Reply:
+    ) -> ReplyV:
         if not request.cache:  # the caller asked for a fresh parse
             self.cache_metrics.bypassed.inc()
             return await self._inner.parse(
@@ -304,9 +322,15 @@ class CachedParseService(Generic[RequestT]):
         stored = await self._lookup(key)
         if stored is not None:
             self.cache_metrics.hits.inc()
+            pages = stored.page_events()
             if on_total is not None:
-                on_total(len(stored.get("pages", [])))
-            body = self._replay(stored, t0, on_page, on_delta)
+                on_total(len(pages))
+            for page in pages:
+                if on_delta is not None:
+                    on_delta(page["index"], page["content"])
+                if on_page is not None:
+                    on_page(page)
+            body = stored.replayed(round((time.monotonic() - t0) * 1000, 2))
             # The request's latency as the client saw it: a track answering from its cache is
             # fast, and a canary analysis comparing p99s must see that, not no answer at all.
             self._inner.metrics.observe_stage("total", time.monotonic() - t0)
@@ -318,21 +342,18 @@ class CachedParseService(Generic[RequestT]):
         await self._store(key, body)
         return body
 
-    async def _lookup(self, key: str) -> Reply | None:
+    async def _lookup(self, key: str) -> ReplyV | None:
         try:
             raw = await self._cache.get(key)
-            if raw is None:
-                return None
-            body: Reply = json.loads(raw)
-            return body
+            return None if raw is None else self._load(raw)
         except Exception as exc:
             self.cache_metrics.errors.inc()
             log.warning("result cache read failed (%s): serving a miss", type(exc).__name__)
             return None
 
-    async def _store(self, key: str, body: Reply) -> None:
+    async def _store(self, key: str, body: ReplyV) -> None:
         try:
-            await self._cache.set(key, json.dumps(body, separators=(",", ":")).encode())
+            await self._cache.set(key, body.cache_bytes())
         except Exception as exc:
             self.cache_metrics.errors.inc()
             log.warning("result cache write failed (%s)", type(exc).__name__)
@@ -341,30 +362,6 @@ class CachedParseService(Generic[RequestT]):
     def _update_gauge(self) -> None:
         if isinstance(self._cache, MemoryCache):
             self.cache_metrics.bytes.set(self._cache.used_bytes)
-
-    @staticmethod
-    def _replay(
-        body: Reply,
-        t0: float,
-        on_page: PageCallback | None,
-        on_delta: PageDeltaCallback | None,
-    ) -> Reply:
-        for page in body.get("pages", []):
-            if on_delta is not None:
-                on_delta(page["index"], page["content"])
-            if on_page is not None:
-                on_page(page)
-        body["id"] = f"parse-{uuid.uuid4().hex}"
-        body["cached"] = True
-        total_ms = round((time.monotonic() - t0) * 1000, 2)
-        body["timings_ms"] = {
-            "queue": 0.0,
-            "preprocess": 0.0,
-            "inference": 0.0,
-            "audit": 0.0,
-            "total": total_ms,
-        }
-        return body
 
     def close(self) -> None:
         """Sync like ``ParseService.close``; the backend closes on the running loop."""
@@ -377,8 +374,13 @@ class CachedParseService(Generic[RequestT]):
 
 
 def with_result_cache(
-    service: Parser[RequestT], settings: Settings, registry: CollectorRegistry
-) -> Parser[RequestT]:
+    service: Parser[RequestT, ReplyV],
+    settings: Settings,
+    registry: CollectorRegistry,
+    load: Callable[[bytes], ReplyV],
+) -> Parser[RequestT, ReplyV]:
     """Wrap ``service`` when caching is enabled; otherwise return it unchanged."""
     cache = create_cache(settings)
-    return service if cache is None else CachedParseService(service, cache, settings, registry)
+    if cache is None:
+        return service
+    return CachedParseService(service, cache, settings, registry, load)

@@ -11,7 +11,7 @@ import time
 import pytest
 from app_for_tests import make_settings, serving, wait_ready
 from docparser_runtime.preprocess.tiling import plan_tiles
-from docparser_runtime.server.endpoints.parse.serving import PAGE_SEPARATOR
+from docparser_runtime.server.protocol import PAGE_SEPARATOR
 from engines_for_tests import GatedEngine, png_bytes
 from PIL import Image
 

@@ -101,9 +101,9 @@ async def test_hit_replays_pages_and_deltas_to_callbacks():
         body = await service.parse(
             request, on_page=pages.append, on_delta=lambda i, t: deltas.append((i, t))
         )
-        assert body["cached"] is True and len(engine.batches) == calls
-        assert pages == body["pages"]
-        assert deltas == [(0, body["pages"][0]["content"])]
+        assert body.cached is True and len(engine.batches) == calls
+        assert pages == body.body()["pages"]
+        assert deltas == [(0, body.pages[0].content)]
 
 
 async def test_disabled_with_zero_budget():

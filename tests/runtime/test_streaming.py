@@ -12,7 +12,7 @@ import time
 import httpx
 import pytest
 from docparser_runtime.server.app import create_app
-from docparser_runtime.server.endpoints.parse.serving import PAGE_SEPARATOR
+from docparser_runtime.server.protocol import PAGE_SEPARATOR
 from docparser_runtime.settings import Settings
 from documents import png_bytes, single_column
 from engines_for_tests import png_bytes as blank_png

@@ -48,6 +48,7 @@ from docparser_runtime.server.ops.lifecycle import Lifecycle
 from docparser_runtime.server.ops.metrics import Metrics
 from docparser_runtime.server.ops.request_log import RequestLogMiddleware
 from docparser_runtime.server.ops.tracing import install_tracing
+from docparser_runtime.server.protocol import ParseReply
 from docparser_runtime.server.shadow.sender import ShadowMirror
 from docparser_runtime.server.state import RuntimeState, runtime_state
 from docparser_runtime.settings import Settings
@@ -133,7 +134,9 @@ async def _bring_up(app: FastAPI, engine: Engine | None, engine_loaded: bool) ->
         tracing=state.tracing,
         host_budget=budget,
     )
-    state.parse_service = with_result_cache(service, settings, state.metrics.registry)
+    state.parse_service = with_result_cache(
+        service, settings, state.metrics.registry, ParseReply.from_cache
+    )
     state.uncached_parser = service
     state.host_memory = service.memory  # request bodies are charged to it too
     if state.shadow is not None:
@@ -159,7 +162,7 @@ async def _bring_up_front(app: FastAPI) -> None:
     # The pods' result cache answers here too when the front knows the identity they key it
     # by (the operator sets DOCPARSER_MODEL_VERSION on both): a hit wakes no GPU.
     state.parse_service = (
-        with_result_cache(proxy, settings, state.metrics.registry)
+        with_result_cache(proxy, settings, state.metrics.registry, ParseReply.from_cache)
         if settings.model_version
         else proxy
     )

@@ -2,7 +2,11 @@
 
 It sits at the server's floor (the other endpoints keep their own ``protocol.py``, as vLLM's
 ``entrypoints/openai/<endpoint>/`` do) because everything that holds or forwards a parse names
-these types: ``ParseRequest`` (a document and its resolved options) and the reply body.
+these types: ``ParseRequest`` (a document and its resolved options) and ``ParseReply``, the
+body of ``/v1/document/parse`` as a pydantic model (the ``result`` of a stream, a job's result,
+what the cache stores and what the front relays). Its fields are declared in the order they go
+on the wire, and ``body()`` is the dict every route sends, so the JSON stays byte for byte what
+it was when the reply was a hand-built dict.
 
 The options of every parse-like request are ONE pydantic model.
 
@@ -24,14 +28,16 @@ Messages never echo the offending value (it could be megabytes, or nested 100,00
 
 from __future__ import annotations
 
+import json
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal, Self, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import ErrorDetails, PydanticCustomError
 
-from docparser_runtime.engines.base import ParseOptions
+from docparser_runtime.engines.base import PageResult, ParseOptions
 from docparser_runtime.errors import InvalidInput
 from docparser_runtime.preprocess.page_ranges import (
     MAX_SPEC_CHARS,
@@ -186,3 +192,132 @@ def options_schema(*, form: bool, include_stream: bool = True) -> dict[str, dict
             prop.update(variants[0] if len(variants) == 1 else {"anyOf": variants})
         result[name] = prop
     return result
+
+
+# -- the reply ---------------------------------------------------------------------------
+# Between pages in ``content``; the convention of DeepSeek-OCR's own tooling.
+PAGE_SEPARATOR = "\n\n<--- Page Split --->\n\n"
+
+
+class _Wire(BaseModel):
+    """A part of the reply. Fields a newer pod adds are kept (``extra``), so the front and the
+    result cache pass a reply on without dropping what this version does not know."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class BlockReply(_Wire):
+    text: str
+    bbox: list[float]  # x1, y1, x2, y2 in page pixels
+    type: str
+
+
+class WarningReply(_Wire):
+    code: str  # uncovered_text: ink at bbox that no block accounts for
+    bbox: list[float]
+
+
+class PageReply(_Wire):
+    """One page (``PageResult.to_dict()``; a stream's ``page_end`` event less ``content``)."""
+
+    index: int
+    content: str
+    width: int
+    height: int
+    tier: int | None  # the tier the page was read at
+    tiles: int
+    vision_tokens: int
+    blocks: list[BlockReply]
+    output_tokens: int
+    truncated: bool
+    repetition_guarded: bool
+    warnings: list[WarningReply]
+
+
+class ModelRef(_Wire):
+    engine: str
+    version: str
+
+
+class Usage(_Wire):
+    vision_tokens: int
+    output_tokens: int
+    pages: int
+
+
+class StageTimings(_Wire):
+    """Milliseconds per stage; a cache hit has only the total."""
+
+    queue: float
+    preprocess: float
+    inference: float
+    audit: float
+    total: float
+
+
+def new_reply_id() -> str:
+    return f"parse-{uuid.uuid4().hex}"
+
+
+class ParseReply(_Wire):
+    """The body of ``/v1/document/parse``."""
+
+    id: str
+    model: ModelRef
+    content: str  # the pages' content joined by PAGE_SEPARATOR
+    pages: list[PageReply]
+    vision_tokens: int
+    complete: bool  # no page truncated and no coverage warning
+    warnings: int
+    usage: Usage
+    timings_ms: StageTimings
+    cached: bool
+
+    @classmethod
+    def of(
+        cls,
+        results: Sequence[PageResult],
+        *,
+        engine: ModelRef,
+        vision_tokens: int,
+        timings_ms: StageTimings,
+    ) -> ParseReply:
+        """The reply of a parse's pages (``ParseService``): complete when no page was
+        truncated and no coverage warning was raised."""
+        warnings = sum(len(r.warnings) for r in results)
+        output_tokens = sum(r.output_tokens for r in results)
+        return cls(
+            id=new_reply_id(),
+            model=engine,
+            content=PAGE_SEPARATOR.join(r.content for r in results),
+            pages=[PageReply.model_validate(r.to_dict()) for r in results],
+            vision_tokens=vision_tokens,
+            complete=warnings == 0 and not any(r.truncated for r in results),
+            warnings=warnings,
+            usage=Usage(
+                vision_tokens=vision_tokens, output_tokens=output_tokens, pages=len(results)
+            ),
+            timings_ms=timings_ms,
+            cached=False,
+        )
+
+    def body(self) -> dict[str, Any]:
+        """The JSON body every route sends and a job stores."""
+        return self.model_dump()
+
+    # -- what the result cache needs (result_cache.CacheableReply) -----------------------
+    def page_events(self) -> list[dict[str, Any]]:
+        """The pages as ``on_page`` callbacks get them while a parse runs."""
+        return [page.model_dump() for page in self.pages]
+
+    def replayed(self, total_ms: float) -> Self:
+        """This reply as a cache hit answers it: a new id, ``cached``, only the total time."""
+        timings = StageTimings(queue=0.0, preprocess=0.0, inference=0.0, audit=0.0, total=total_ms)
+        return self.model_copy(update={"id": new_reply_id(), "cached": True, "timings_ms": timings})
+
+    def cache_bytes(self) -> bytes:
+        return json.dumps(self.body(), separators=(",", ":")).encode()
+
+    @classmethod
+    def from_cache(cls, raw: bytes) -> ParseReply:
+        return cls.model_validate_json(raw)

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from docparser_runtime.server.ops.lifecycle import Lifecycle
     from docparser_runtime.server.ops.metrics import Metrics
     from docparser_runtime.server.ops.tracing import Tracing
-    from docparser_runtime.server.protocol import ParseRequest
+    from docparser_runtime.server.protocol import ParseReply, ParseRequest
     from docparser_runtime.server.shadow.sender import ShadowMirror
     from docparser_runtime.settings import Settings
     from docparser_runtime.sizing.host_memory import MemoryBudget
@@ -58,9 +58,9 @@ class RuntimeState:
     document_loader: DocumentLoader | None = None  # tests replace the preprocessing pipeline
     batcher: MicroBatcher | None = None  # once the engine is warm
     # ParseService, or CachedParseService around it (result_cache.py): the same parse interface.
-    parse_service: Parser[ParseRequest] | None = None  # once the engine is warm
+    parse_service: Parser[ParseRequest, ParseReply] | None = None  # once the engine is warm
     # The ParseService itself, without the cache: the shadow mirror path parses through it.
-    uncached_parser: Parser[ParseRequest] | None = None
+    uncached_parser: Parser[ParseRequest, ParseReply] | None = None
     shadow: ShadowMirror | None = None  # the shadow canary's sampler and sender
     # set by install_streaming (endpoints/parse/streaming.py)
     stream_responder: Callable[[Request, ParseRequest], Awaitable[Response]] | None = None
@@ -79,7 +79,7 @@ class RuntimeState:
     host_memory: MemoryBudget | None = None
 
     @property
-    def parser(self) -> Parser[ParseRequest]:
+    def parser(self) -> Parser[ParseRequest, ParseReply]:
         """The parse service. Routes run only once the engine is ready (the lifecycle
         refuses them before), and then it is set."""
         if self.parse_service is None:

@@ -53,7 +53,6 @@ from docparser_runtime.result_cache import (
     CacheableRequest,
     PageCallback,
     PageDeltaCallback,
-    Reply,
     TotalCallback,
 )
 from docparser_runtime.server.error_mapping import error_from_reply
@@ -64,6 +63,7 @@ from docparser_runtime.server.front.wire import (
     sse_event,
 )
 from docparser_runtime.server.ops.metrics import FrontMetrics, Metrics
+from docparser_runtime.server.protocol import ParseReply
 from docparser_runtime.settings import Settings
 
 log = logging.getLogger("docparser.front")
@@ -178,7 +178,7 @@ class ProxyParser:
         on_delta: PageDeltaCallback | None = None,
         deadline: float | None = None,
         on_total: TotalCallback | None = None,
-    ) -> Reply:
+    ) -> ParseReply:
         hold_until = time.monotonic() + self.settings.front_hold_seconds
         with self._admitted(len(request.data)):
             for _attempt in range(MAX_ATTEMPTS):
@@ -195,7 +195,7 @@ class ProxyParser:
                     raise
                 self.front.forwarded.labels(outcome="answered").inc()
                 if on_total is not None:
-                    on_total(len(reply.get("pages") or []))
+                    on_total(len(reply.pages))
                 return reply
         self.front.forwarded.labels(outcome="timeout").inc()
         raise self._refuse(
@@ -210,7 +210,7 @@ class ProxyParser:
         on_page: PageCallback | None,
         on_delta: PageDeltaCallback | None,
         deadline: float | None,
-    ) -> Reply:
+    ) -> ParseReply:
         stream = on_delta is not None
         limit = deadline or time.monotonic() + self.settings.sync_deadline_s
         timeout = aiohttp.ClientTimeout(
@@ -233,9 +233,9 @@ class ProxyParser:
                     return await self._relay(resp, on_page, on_delta)
                 body = await self._read(resp)
                 if resp.status == 200:
-                    reply: Reply = json.loads(body)
+                    reply = ParseReply.model_validate_json(body)  # ValueError: backend_failed
                     if on_page is not None:
-                        for page in reply.get("pages") or []:
+                        for page in reply.page_events():
                             on_page(page)
                     return reply
                 raise self._error(resp, body)
@@ -285,7 +285,7 @@ class ProxyParser:
         resp: aiohttp.ClientResponse,
         on_page: PageCallback | None,
         on_delta: PageDeltaCallback | None,
-    ) -> Reply:
+    ) -> ParseReply:
         """Relay the pod's Server-Sent Events to the callbacks; the ``result`` event is the
         reply. Each event is bounded by ``front_max_reply_bytes``."""
         limit = self.settings.front_max_reply_bytes
@@ -305,8 +305,7 @@ class ProxyParser:
                 elif kind == "page_end" and on_page is not None:
                     on_page({**data, "content": "".join(texts.pop(data["index"], []))})
                 elif kind == "result":
-                    result: Reply = data
-                    return result
+                    return ParseReply.model_validate(data)
                 elif kind == "error":
                     detail = data.get("error") or {}
                     raise DocParserError(

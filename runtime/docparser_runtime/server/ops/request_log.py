@@ -20,6 +20,8 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from docparser_runtime.server.protocol import ParseReply
+
 log = logging.getLogger("docparser.access")
 
 HEADER = "x-request-id"
@@ -28,15 +30,14 @@ QUIET_ROUTES = frozenset({"/livez", "/readyz", "/health", "/metrics"})
 _ERROR_BODY_LIMIT = 4096
 
 
-def report_result(state: Any, body: dict[str, Any]) -> None:
+def report_result(state: Any, reply: ParseReply) -> None:
     """What a parse route adds to its request's log line (sizes and timings, no text)."""
-    usage = body.get("usage") or {}
     state.log_fields = {
-        "pages": len(body.get("pages") or []),
-        "vision_tokens": body.get("vision_tokens"),
-        "output_tokens": usage.get("output_tokens"),
-        "cached": body.get("cached"),
-        "timings_ms": body.get("timings_ms"),
+        "pages": len(reply.pages),
+        "vision_tokens": reply.vision_tokens,
+        "output_tokens": reply.usage.output_tokens,
+        "cached": reply.cached,
+        "timings_ms": reply.timings_ms.model_dump(),
     }
 
 

@@ -31,7 +31,6 @@ from docparser_runtime.batches.storage import read_uri
 from docparser_runtime.batches.worker import BatchLimits, BatchWorker, LineRunner
 from docparser_runtime.errors import Overloaded, PayloadTooLarge
 from docparser_runtime.jobs.worker import default_worker_id
-from docparser_runtime.result_cache import Reply
 from docparser_runtime.server.endpoints.batches.metrics import BatchMetrics
 from docparser_runtime.server.endpoints.openai.api_router import (
     completion_reply,
@@ -45,7 +44,7 @@ from docparser_runtime.server.endpoints.parse.request_input import (
 )
 from docparser_runtime.server.inference.priorities import Priority
 from docparser_runtime.server.ops.lifecycle import State
-from docparser_runtime.server.protocol import ParseRequest
+from docparser_runtime.server.protocol import ParseReply, ParseRequest
 from docparser_runtime.server.state import RuntimeState, runtime_state
 from docparser_runtime.settings import Settings
 
@@ -86,7 +85,7 @@ async def document_request(body: dict[str, Any], settings: Settings, key_id: str
     return build_parse_request(data, fields, settings)
 
 
-async def _parse(state: RuntimeState, request: ParseRequest) -> Reply:
+async def _parse(state: RuntimeState, request: ParseRequest) -> ParseReply:
     """Through the parse service with a job's deadline; a full batcher means wait, not fail."""
     deadline = time.monotonic() + state.settings.job_timeout_s
     async with state.lifecycle.request_slot(check=False):
@@ -121,7 +120,7 @@ def make_line_runner(app: FastAPI) -> LineRunner:
         priority = Priority.JOB if urgent else Priority.BATCH
         result = await _parse(state, replace(request, tenant=batch.owner, priority=priority))
         if chat is None:
-            return dict(result)
+            return result.body()
         cid = f"chatcmpl-{uuid.uuid4().hex}"
         return completion_reply(result, cid=cid, model=chat.model, created=int(time.time()))
 

@@ -25,6 +25,7 @@ from docparser_runtime.server.endpoints.parse.request_input import build_parse_r
 from docparser_runtime.server.inference.priorities import Priority
 from docparser_runtime.server.ops.lifecycle import State
 from docparser_runtime.server.ops.metrics import Metrics
+from docparser_runtime.server.protocol import ParseReply
 from docparser_runtime.server.state import runtime_state
 from docparser_runtime.settings import Settings
 
@@ -63,7 +64,7 @@ def make_runner(app: FastAPI) -> JobRunner:
 
         await progress(0, total)
 
-        async def attempt() -> dict[str, Any]:
+        async def attempt() -> ParseReply:
             # A job has its own deadline: long documents are what jobs are for, so the
             # synchronous request timeout does not apply (DOCPARSER_JOB_TIMEOUT_S).
             deadline = time.monotonic() + settings.job_timeout_s
@@ -90,7 +91,7 @@ def make_runner(app: FastAPI) -> JobRunner:
         async with state.lifecycle.request_slot(check=False):
             while True:
                 try:
-                    result = await attempt()
+                    result = (await attempt()).body()  # what the job store keeps (JSON)
                 except Overloaded as exc:
                     # Synchronous traffic filled the batcher: a job waits, it does not fail.
                     await progress(0, total)

@@ -24,7 +24,6 @@ from pydantic import ValidationError
 from starlette.background import BackgroundTask
 
 from docparser_runtime.errors import InvalidInput, NotFound, PayloadTooLarge, UnsupportedMediaType
-from docparser_runtime.result_cache import Reply
 from docparser_runtime.server.endpoints.openai.protocol import (
     BODY_SCHEMA,
     ChatCompletionRequest,
@@ -40,11 +39,10 @@ from docparser_runtime.server.endpoints.parse.request_input import (
     read_body,
     tenant_of,
 )
-from docparser_runtime.server.endpoints.parse.serving import PAGE_SEPARATOR
 from docparser_runtime.server.endpoints.parse.streaming import ParseEvents, streaming_response
 from docparser_runtime.server.error_mapping import CLIENT_CLOSED_STATUS
 from docparser_runtime.server.guards.url_allowlist import check_url_allowed
-from docparser_runtime.server.protocol import ParseRequest
+from docparser_runtime.server.protocol import PAGE_SEPARATOR, ParseReply, ParseRequest
 from docparser_runtime.server.state import RuntimeState, runtime_state
 from docparser_runtime.settings import Settings
 
@@ -145,8 +143,8 @@ async def to_parse_request(body: ChatCompletionRequest, settings: Settings) -> P
     return build_parse_request(await _image_bytes(images[0], settings), fields, settings)
 
 
-def _usage(result: Reply) -> dict[str, int]:
-    prompt, completion = result["vision_tokens"], result["usage"]["output_tokens"]
+def _usage(result: ParseReply) -> dict[str, int]:
+    prompt, completion = result.vision_tokens, result.usage.output_tokens
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
@@ -154,13 +152,13 @@ def _usage(result: Reply) -> dict[str, int]:
     }
 
 
-def _finish_reason(result: Reply) -> str:
-    return "length" if any(p.get("truncated") for p in result["pages"]) else "stop"
+def _finish_reason(result: ParseReply) -> str:
+    return "length" if any(p.truncated for p in result.pages) else "stop"
 
 
-def completion_reply(result: Reply, *, cid: str, model: str, created: int) -> dict[str, Any]:
+def completion_reply(result: ParseReply, *, cid: str, model: str, created: int) -> dict[str, Any]:
     """The ``chat.completion`` object of one parse (also a batch line's response body)."""
-    message = {"role": "assistant", "content": result["content"]}
+    message = {"role": "assistant", "content": result.content}
     return {
         "id": cid,
         "object": "chat.completion",
@@ -175,7 +173,7 @@ def completion_reply(result: Reply, *, cid: str, model: str, created: int) -> di
             }
         ],
         "usage": _usage(result),
-        "system_fingerprint": f"{result['model']['engine']}:{result['model']['version']}",
+        "system_fingerprint": f"{result.model.engine}:{result.model.version}",
     }
 
 
@@ -234,7 +232,8 @@ async def chat_completions(request: Request) -> Response:
             return Response(status_code=CLIENT_CLOSED_STATUS)
     reply = completion_reply(result, cid=cid, model=body.model, created=created)
     shadow = state.shadow  # the shadow canary's sample, once the reply is sent
-    after = None if shadow is None else BackgroundTask(shadow.offer, parse_request, result)
+    offered = result.body()
+    after = None if shadow is None else BackgroundTask(shadow.offer, parse_request, offered)
     return JSONResponse(reply, background=after)
 
 

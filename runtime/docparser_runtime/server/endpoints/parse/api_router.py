@@ -22,7 +22,7 @@ from docparser_runtime.errors import InvalidInput
 from docparser_runtime.server.endpoints.parse.request_input import read_parse_request
 from docparser_runtime.server.error_mapping import CLIENT_CLOSED_STATUS
 from docparser_runtime.server.ops.request_log import report_result
-from docparser_runtime.server.protocol import options_schema
+from docparser_runtime.server.protocol import ParseReply, options_schema
 from docparser_runtime.server.state import runtime_state
 
 router = APIRouter(tags=["parse"])
@@ -62,7 +62,12 @@ def request_body_schema(*, include_stream: bool = True) -> dict[str, Any]:
 _REQUEST_BODY = request_body_schema()
 _ERROR = {"description": "error", "content": {"application/json": {}}}
 _RESPONSES: dict[int | str, dict[str, Any]] = {
-    s: _ERROR for s in (400, 401, 403, 413, 415, 422, 429, 500, 503, 504)
+    200: {
+        "model": ParseReply,
+        "description": "the parsed document (text/event-stream of "
+        "page, delta, page_end and result events with stream: true)",
+    },
+    **{s: _ERROR for s in (400, 401, 403, 413, 415, 422, 429, 500, 503, 504)},
 }
 
 
@@ -120,8 +125,9 @@ async def parse_document(request: Request) -> Response:
         except ClientDisconnected:
             return Response(status_code=CLIENT_CLOSED_STATUS)
     report_result(request.state, body)
+    payload = body.body()
     shadow = state.shadow
     # The shadow canary's sample is taken once the reply is sent (a background task runs
     # after the body): it never delays the client and never sees a reply it could change.
-    after = None if shadow is None else BackgroundTask(shadow.offer, parse_request, body)
-    return JSONResponse(body, background=after)
+    after = None if shadow is None else BackgroundTask(shadow.offer, parse_request, payload)
+    return JSONResponse(payload, background=after)

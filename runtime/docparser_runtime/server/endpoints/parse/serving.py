@@ -15,14 +15,13 @@ import logging
 import os
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 
 from docparser_runtime.engines.base import Engine, PageImage, PageResult, ParseOptions
 from docparser_runtime.errors import InvalidInput, Overloaded
 from docparser_runtime.preprocess.sandbox import release_memory
-from docparser_runtime.result_cache import PageCallback, PageDeltaCallback, Reply, TotalCallback
+from docparser_runtime.result_cache import PageCallback, PageDeltaCallback, TotalCallback
 from docparser_runtime.server.endpoints.parse.timings import ParseTimings
 from docparser_runtime.server.inference.batcher import MicroBatcher
 from docparser_runtime.server.inference.document_loader import (
@@ -34,7 +33,7 @@ from docparser_runtime.server.inference.queued import SubmitTimings
 from docparser_runtime.server.inference.tiers import resolved, submit_by_tier, tag
 from docparser_runtime.server.ops.metrics import Metrics
 from docparser_runtime.server.ops.tracing import Tracing
-from docparser_runtime.server.protocol import ParseRequest
+from docparser_runtime.server.protocol import ModelRef, ParseReply, ParseRequest, StageTimings
 from docparser_runtime.settings import Settings
 from docparser_runtime.sizing.host_memory import (
     HostBudget,
@@ -44,9 +43,6 @@ from docparser_runtime.sizing.host_memory import (
 )
 
 log = logging.getLogger("docparser.parse")
-
-# Between pages in ``content``; the convention of DeepSeek-OCR's own tooling.
-PAGE_SEPARATOR = "\n\n<--- Page Split --->\n\n"
 
 # A parsed page and its visual tokens.
 Served = tuple[PageResult, int]
@@ -93,7 +89,7 @@ class ParseService:
         on_delta: PageDeltaCallback | None = None,
         deadline: float | None = None,
         on_total: TotalCallback | None = None,
-    ) -> Reply:
+    ) -> ParseReply:
         """Parse one document. ``deadline`` (``time.monotonic()``) defaults to now +
         ``sync_deadline_s`` (the request timeout, within the drain window). Pages are
         decoded as the pipeline needs them, at most ``decode_lookahead`` ahead of inference.
@@ -106,10 +102,10 @@ class ParseService:
             reply = await self._parse(request, on_page, on_delta, deadline, on_total)
             span.set_attributes(
                 {
-                    "docparser.pages": len(reply["pages"]),
-                    "docparser.vision_tokens": reply["vision_tokens"],
-                    "docparser.output_tokens": reply["usage"]["output_tokens"],
-                    **{f"docparser.{k}_ms": v for k, v in reply["timings_ms"].items()},
+                    "docparser.pages": len(reply.pages),
+                    "docparser.vision_tokens": reply.vision_tokens,
+                    "docparser.output_tokens": reply.usage.output_tokens,
+                    **{f"docparser.{k}_ms": v for k, v in reply.timings_ms.model_dump().items()},
                 }
             )
             return reply
@@ -121,7 +117,7 @@ class ParseService:
         on_delta: PageDeltaCallback | None,
         deadline: float | None,
         on_total: TotalCallback | None,
-    ) -> Reply:
+    ) -> ParseReply:
         m = self.metrics
         t0 = time.monotonic()
         if deadline is None:
@@ -165,7 +161,7 @@ class ParseService:
             tier = request.options.tier if r.tier is None else r.tier
             m.count_tier(tier=tier, auto=request.options.auto, vision_tokens=r.vision_tokens)
         self._count_outcomes(results)
-        return self._reply(results, tokens, output_tokens, t0, t2, timings)
+        return self._reply(results, tokens, t0, t2, timings)
 
     async def _open(
         self, request: ParseRequest, deadline: float, timings: ParseTimings
@@ -371,35 +367,15 @@ class ParseService:
         )
 
     def _reply(
-        self,
-        results: list[PageResult],
-        tokens: int,
-        output_tokens: int,
-        t0: float,
-        t2: float,
-        timings: ParseTimings,
-    ) -> Reply:
+        self, results: list[PageResult], tokens: int, t0: float, t2: float, timings: ParseTimings
+    ) -> ParseReply:
         audit_s = sum(r.audit_s for r in results)
-        warnings = sum(len(r.warnings) for r in results)
-        return {
-            "id": f"parse-{uuid.uuid4().hex}",
-            "model": {"engine": self.engine.name, "version": self.engine.version},
-            "content": PAGE_SEPARATOR.join(r.content for r in results),
-            "pages": [r.to_dict() for r in results],
-            "vision_tokens": tokens,
-            "complete": warnings == 0 and not any(r.truncated for r in results),
-            "warnings": warnings,
-            "usage": {
-                "vision_tokens": tokens,
-                "output_tokens": output_tokens,
-                "pages": len(results),
-            },
-            "timings_ms": {
-                "queue": round((timings.queue_s or 0.0) * 1000, 2),
-                "preprocess": round(timings.preprocess_s * 1000, 2),
-                "inference": round((timings.inference_s - audit_s) * 1000, 2),
-                "audit": round(audit_s * 1000, 2),
-                "total": round((t2 - t0) * 1000, 2),
-            },
-            "cached": False,
-        }
+        stages = StageTimings(
+            queue=round((timings.queue_s or 0.0) * 1000, 2),
+            preprocess=round(timings.preprocess_s * 1000, 2),
+            inference=round((timings.inference_s - audit_s) * 1000, 2),
+            audit=round(audit_s * 1000, 2),
+            total=round((t2 - t0) * 1000, 2),
+        )
+        engine = ModelRef(engine=self.engine.name, version=self.engine.version)
+        return ParseReply.of(results, engine=engine, vision_tokens=tokens, timings_ms=stages)

@@ -7,7 +7,8 @@ ordered stream of events; the parse route formats them as SSE here, the OpenAI r
 - ``page``   ``{"index"}``: a page starts (before its first delta),
 - ``delta``  ``{"page", "text"}``: text as the engine generates it (``Engine.stream_page``),
 - ``page_end`` the finished page (``PageResult.to_dict()`` without ``content``),
-- ``result`` the full reply of ``/v1/document/parse`` (always last on success),
+- ``result`` the full reply of ``/v1/document/parse`` (a ``ParseReply``; always last on
+  success),
 - ``error``  ``{"error": {"code", "message"}}`` (always last on failure).
 
 Errors that happen before the first event (bad input, queue full, draining) are raised
@@ -35,7 +36,7 @@ from docparser_runtime.server.endpoints.parse.api_router import (
     run_until_disconnect,
 )
 from docparser_runtime.server.error_mapping import CLIENT_CLOSED_STATUS, error_body
-from docparser_runtime.server.protocol import ParseRequest
+from docparser_runtime.server.protocol import ParseReply, ParseRequest
 from docparser_runtime.server.state import runtime_state
 
 log = logging.getLogger("docparser.stream")
@@ -54,7 +55,7 @@ class ParseEvents:
         self._started: set[int] = set()
         self._task: asyncio.Task[None] | None = None
         self._first: Event | None = None
-        self.result: dict[str, Any] | None = None  # the reply, once the stream has sent it
+        self.result: ParseReply | None = None  # the reply, once the stream has sent it
 
     def _page_start(self, index: int) -> None:
         if index not in self._started:
@@ -121,7 +122,8 @@ class ParseEvents:
 
 
 def sse_event(event: str, data: Any) -> bytes:
-    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+    payload = data.body() if isinstance(data, ParseReply) else data
+    return f"event: {event}\ndata: {json.dumps(payload, ensure_ascii=False)}\n\n".encode()
 
 
 # Turns the event stream into the bytes of one wire format (SSE events, OpenAI chunks).
@@ -154,7 +156,7 @@ async def streaming_response(
             finally:
                 await events.aclose()
         if events.result is not None and state.shadow is not None:
-            state.shadow.offer(parse_request, events.result)  # the stream has ended
+            state.shadow.offer(parse_request, events.result.body())  # the stream has ended
 
     return StreamingResponse(body(), media_type="text/event-stream", headers=SSE_HEADERS)
 

@@ -40,7 +40,8 @@ async def mirror_parse(request: Request) -> Response:
             return Response(status_code=CLIENT_CLOSED_STATUS)
     report_result(request.state, body)
     revision = state.settings.revision  # the mirror compares only the revision it judges
-    return JSONResponse(body, headers={REVISION_HEADER: revision} if revision else None)
+    headers = {REVISION_HEADER: revision} if revision else None
+    return JSONResponse(body.body(), headers=headers)
 
 
 @router.get(WORST_PATH)

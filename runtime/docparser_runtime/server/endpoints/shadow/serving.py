@@ -15,10 +15,9 @@ from dataclasses import replace
 from starlette.requests import Request
 
 from docparser_runtime.errors import InvalidInput, Unavailable
-from docparser_runtime.result_cache import Reply
 from docparser_runtime.server.endpoints.parse.request_input import read_parse_request
 from docparser_runtime.server.inference.priorities import Priority
-from docparser_runtime.server.protocol import ParseRequest
+from docparser_runtime.server.protocol import ParseReply, ParseRequest
 from docparser_runtime.server.state import runtime_state
 
 
@@ -31,7 +30,7 @@ async def read_mirrored(request: Request) -> ParseRequest:
     return replace(parsed, tenant="", cache=False, priority=Priority.BACKGROUND)
 
 
-async def parse_mirrored(request: Request, mirrored: ParseRequest) -> Reply:
+async def parse_mirrored(request: Request, mirrored: ParseRequest) -> ParseReply:
     service = runtime_state(request.app).uncached_parser
     if service is None:
         raise Unavailable("the engine is still loading; retry shortly", code="starting")
