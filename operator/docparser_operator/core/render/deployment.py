@@ -39,7 +39,7 @@ from docparser_operator.core.render.weights_init import fetch_container, pod_cpu
 API_KEYS_DIR = "/var/run/secrets/docparser/api-keys"
 PRESTOP_SLEEP_S = 10
 # PID 1 is tini (the image's ENTRYPOINT), which forwards the signal to the server
-# (runtime server/ops/drain.py LEAVING_SIGNAL); the sleep runs whether or not it arrived.
+# (runtime server/drain.py LEAVING_SIGNAL); the sleep runs whether or not it arrived.
 PRESTOP_COMMAND = ("/bin/sh", "-c", f"kill -USR1 1 2>/dev/null; sleep {PRESTOP_SLEEP_S}")
 RUNTIME_DRAIN_GRACE_S = 5  # runtime keeps serving with /readyz 503 after SIGTERM
 # The startup probe runs only until it first passes, so a short period costs a request every
