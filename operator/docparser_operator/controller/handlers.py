@@ -1,17 +1,15 @@
 """kopf wiring: every trigger calls the one level-triggered ``reconcile``.
 
-Triggers: a new generation of a DocParser (created, its spec changed, or seen first at the
-operator's start), a drift resync loop, events of the
-Deployments we own (rollout progress and canary readiness change the status and the routed
-weight), state changes of runtime pods (a Degraded reason or a model state shows at once),
-and the deletion of any other child (put back at once). kopf only delivers triggers and
-retries; desired state, apply and status live in ``reconcile``.
+Triggers: a new generation of a DocParser (created, its spec changed, or first seen at
+start), a drift resync loop, events of the Deployments we own (rollout progress and canary
+readiness change the status and the routed weight), state changes of runtime pods (a Degraded
+reason or a model state shows at once), and the deletion of any other child (put back at
+once). kopf only delivers triggers; desired state, apply and status live in ``reconcile``.
 
 Error policy:
 - a spec the API server accepted but the operator cannot serve (an invalid combination, a GPU
-  that cannot hold the batch) becomes a Degraded condition and a Warning Event, once per
-  generation (the resync still reconciles it, and fixing the spec is a new generation);
-- transient API errors (5xx, 429, 409, connection trouble) raise ``kopf.TemporaryError``;
+  that cannot hold the batch) becomes a Degraded condition and a Warning Event;
+- transient API errors (5xx, 429, 409, connection trouble) raise ``kopf.TemporaryError``:
   a pass a new generation started asks for another after the delay (``track``).
 
 State lives in the framework, not in module globals: settings are read and the API client,
@@ -69,9 +67,8 @@ def _plain(body: Mapping[str, Any]) -> dict[str, Any]:
 def run_reconcile(state: OperatorState, resource: dict[str, Any], *, strict: bool) -> Outcome:
     """Reconcile one DocParser, post its events, translate errors for kopf.
 
-    ``strict`` raises PermanentError for an unservable spec; the passes the operator starts
-    (a new generation, the resync, a child's change) pass False and leave the Degraded
-    status, which a fixed spec (a new generation) clears.
+    ``strict`` raises PermanentError for an unservable spec; the operator's own passes pass
+    False and leave the Degraded status, which a fixed spec (a new generation) clears.
     The freshness check is inside the per-object lock: a pass that waited for the lock while
     a newer spec (or our own newer status) arrived works on the newer one, so an old spec is
     never re-applied, ``observedGeneration`` never goes backwards, and the status a pass builds
@@ -197,15 +194,11 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -
     settings.queueing.error_delays = [1, 2, 5, 10, 30, 60]
 
 
-# One event handler, no kopf create/update/resume handler and no kopf timer. Those keep their
-# bookkeeping on the DocParser: the change handlers the last handled spec in an annotation (a
-# PATCH per DocParser created or changed), a timer a finalizer (a write per DocParser, and
-# `kubectl delete`, namespace deletion included, blocked whenever the operator is down). Here
-# the latest body of every DocParser in scope is kept for the drift resync (one background
-# task), and a new generation (a DocParser created or its spec changed, or the operator's
-# start: every DocParser is new to it) gets a pass at once; our own status writes and metadata
-# edits do not (the generation the last pass saw is kept in memory). A transient API error
-# asks for a pass after the retry delay (controller/wakeups.py) instead of kopf's retry.
+# One event handler: no kopf change handler (it keeps the last handled spec in an annotation,
+# a PATCH per DocParser created or changed) and no kopf timer (a finalizer: a write each, and
+# `kubectl delete` blocked while the operator is down). It keeps the latest body of every
+# DocParser for the resync task, and a new generation (created, spec changed, or first seen at
+# start) gets a pass at once; a transient error asks for one after the delay (wakeups).
 @kopf.on.event(API_GROUP, VERSION, PLURAL)
 def track(event: Mapping[str, Any], body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     state = _state(memo)
@@ -219,9 +212,9 @@ def track(event: Mapping[str, Any], body: kopf.Body, memo: kopf.Memo, **_: Any) 
         state.handled.pop(uid, None)
         return
     plain = _plain(body)
-    state.known[uid] = plain
+    state.known[uid] = plain  # a generation passed already: our status write, a label edit
     if int(meta.get("generation") or 0) <= state.handled.get(uid, 0):
-        return  # seen: our own status write, a label edit (the resync covers drift)
+        return
     try:
         run_reconcile(state, plain, strict=False)
     except kopf.TemporaryError as exc:  # transient: a pass after the delay, not kopf's retry
