@@ -69,6 +69,37 @@ def wait_host_rules_without(target: Target, namespace: str, ips: set[str]) -> No
     )
 
 
+DELETED = re.compile(r"(\d+) flow entries have been deleted")
+
+
+def forget_host_flows_to(ips: set[str]) -> int:
+    """Delete the host's conntrack entries whose replies would come from ``ips`` (a dead node's
+    pods); returns how many. Call it once the host's rules no longer send to them.
+
+    WHY: a connection the host made to a dead pod leaves its conntrack entry behind, DNAT
+    included (SYN_SENT, unreplied: 120 s; a ReadTimeout's FIN_WAIT: 120 s), and kube-proxy
+    deletes such entries for UDP only (kubernetes/kubernetes#101607). The host picks source
+    ports for one destination from an offset it moves every few seconds, so within those
+    120 s a new connection to the same ClusterIP can get a source port an entry still holds:
+    its SYN matches the entry and goes to the dead pod, whatever the rules say now. Measured
+    here: 30 source ports whose connections hit a dead pod failed again, all 30, after its
+    endpoint had left the rules (100 fresh ports and the other 70 worked; the same 30 worked
+    once these entries were deleted), and the leader-node loss saw 2 such ConnectTimeouts in
+    its window after the endpoint had left. The pod is powered off, so these flows can never
+    complete: deleting them drops no live connection, and the window then measures what it
+    is about, new connections through the host's current rules."""
+    deleted = 0
+    for ip in sorted(ips):
+        out = subprocess.run(
+            ["conntrack", "-D", "--reply-src", ip], capture_output=True, text=True, timeout=30
+        )  # fmt: skip
+        said = DELETED.search(out.stderr)  # exit 1 when none matched: read the count instead
+        if said is None:
+            raise AssertionError(f"conntrack -D --reply-src {ip}: {out.stderr.strip()}")
+        deleted += int(said[1])
+    return deleted
+
+
 def node_ctl(action: str, node: str, timeout: float = 180) -> str:
     """`localcluster node-stop|node-start NODE` through the local cluster's supervisor."""
     out = subprocess.run(

@@ -16,6 +16,7 @@ from cluster_nodes import (
     ZONE,
     EchoLoad,
     echo_deployment,
+    forget_host_flows_to,
     node_ctl,
     require_nodes,
     wait_host_rules_without,
@@ -206,6 +207,7 @@ def test_node_failure_recovers_on_the_remaining_nodes(cluster, namespace):
                 120,
             )
             wait_host_rules_without(cluster, namespace, dead_ips)
+            stale_flows = forget_host_flows_to(dead_ips)  # a reused source port follows them
             quiet_from = time.monotonic()
             wait_for(
                 cluster,
@@ -224,7 +226,7 @@ def test_node_failure_recovers_on_the_remaining_nodes(cluster, namespace):
             f"{not_ready - failed_at:.0f}s, last failed request {last_failure - failed_at:.0f}s "
             f"after the loss, {len(failures)} of {total} requests failed "
             f"({sorted({f[2] for f in failures})}), 3 Ready pods on live nodes after "
-            f"{replaced - failed_at:.0f}s",
+            f"{replaced - failed_at:.0f}s; {stale_flows} host flows to the dead pod deleted",
         )
     finally:
         node_ctl("node-start", victim)
