@@ -14,6 +14,7 @@ import json
 import time
 
 import pytest
+import redis.asyncio as aioredis
 from docparser_runtime.batches.models import Batch, BatchStatus, FileRecord, new_id
 from docparser_runtime.batches.redis_store import RedisBatchStore
 from docparser_runtime.batches.storage import BatchStorage
@@ -243,3 +244,94 @@ async def test_expired_files_and_finished_batches_are_collected(harness):
     assert not await harness.storage.exists(done.output_file_id)
     with pytest.raises(Exception, match="not found"):
         await harness.store.get_batch(batch.id)
+
+
+class ReplyDropper:
+    """A TCP proxy to Redis that forwards the first CLAIM script call after ``arm()`` and
+    then closes the client's connection instead of passing the reply on: the script ran,
+    its reply is lost, and redis-py retries the call on a new connection by itself."""
+
+    def __init__(self, port: int, marker: bytes) -> None:
+        self.port, self.marker = port, marker
+        self.armed = False
+        self.dropped = 0
+        self.server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> int:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return self.server.sockets[0].getsockname()[1]
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.server is not None
+        self.server.close()
+
+    async def _serve(self, c_reader: asyncio.StreamReader, c_writer: asyncio.StreamWriter):
+        u_reader, u_writer = await asyncio.open_connection("127.0.0.1", self.port)
+        drop = asyncio.Event()
+
+        async def upstream() -> None:
+            while data := await c_reader.read(65536):
+                if self.armed and self.marker in data:
+                    self.armed = False
+                    drop.set()
+                u_writer.write(data)
+                await u_writer.drain()
+
+        async def downstream() -> None:
+            while data := await u_reader.read(65536):
+                if drop.is_set():  # the script ran on Redis; its reply never arrives
+                    self.dropped += 1
+                    return
+                c_writer.write(data)
+                await c_writer.drain()
+
+        pumps = [asyncio.ensure_future(upstream()), asyncio.ensure_future(downstream())]
+        try:
+            await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for pump in pumps:
+                pump.cancel()
+            for writer in (c_writer, u_writer):
+                writer.close()
+
+
+async def test_a_claim_whose_reply_is_lost_and_retried_by_redis_py_loses_no_line(
+    redis_server, redis_url, tmp_path, caplog
+):
+    """WHY: redis-py retries a call whose connection dropped; a CLAIM that ran but whose
+    reply was lost must not claim a second line, leaving the first held under the live
+    worker's lease (never reaped, never run: the batch would never finish)."""
+    from docparser_runtime.batches import redis_scripts
+
+    direct = RedisBatchStore.from_url(redis_url, prefix="t:")
+    sha = await direct.r.script_load(redis_scripts.CLAIM)  # EVALSHA hits: no NOSCRIPT turn
+    proxy = ReplyDropper(redis_server.port, sha if isinstance(sha, bytes) else sha.encode())
+    async with proxy as port:
+        h = Harness(redis_url, f"file://{tmp_path}/store")
+        await h.store.close()
+        # redis-py's constructor default: a call whose connection dropped is sent again
+        # (``from_url`` in redis-py 8 does not retry; the store must not depend on which)
+        h.store = RedisBatchStore(aioredis.Redis(host="127.0.0.1", port=port), prefix="t:")
+        assert h.store.r.get_retry().get_retries() > 0
+        try:
+            batch = await h.batch(await h.upload(jsonl(5)))
+            worker = h.worker("w1", lease_s=2.0)
+            await worker.coordinate()  # validating -> in_progress, 5 lines queued
+            proxy.armed = True
+            await worker.start()
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                done = await direct.get_batch(batch.id)
+                if done.status is BatchStatus.COMPLETED:
+                    break
+                await asyncio.sleep(0.1)
+            await worker.stop()
+            assert proxy.dropped == 1
+            # redis-py's resend got the same line: no error reached the worker's hand-back
+            assert "claiming a batch line failed" not in caplog.text
+            assert done.status is BatchStatus.COMPLETED, (done.status, done.completed, done.failed)
+            lines = await h.output(done.output_file_id) + await h.output(done.error_file_id)
+            assert sorted(line["custom_id"] for line in lines) == [f"c{i}" for i in range(5)]
+        finally:
+            await h.store.close()
+            await direct.close()

@@ -45,10 +45,15 @@ if #items > 0 then redis.call('RPUSH', KEYS[2], unpack(items)) end
 return 1
 """
 
-# KEYS: queue, held, workers. ARGV: worker, prefix, max lines to look at.
-# The oldest line of a batch still in progress; lines of cancelled or expired batches are
-# dropped on the way (a cancel costs nothing per queued line).
+# KEYS: queue, held, workers, attempt. ARGV: worker, prefix, max lines to look at, the
+# attempt key's lifetime (ms). The oldest line of a batch still in progress; lines of
+# cancelled or expired batches are dropped on the way (a cancel costs nothing per queued line).
+# The attempt key makes the claim idempotent: redis-py sends a call again by itself when its
+# connection dropped, and a claim that ran but whose reply was lost would otherwise take a
+# second line and leave the first held under the live worker's lease, never run.
 CLAIM = """
+local again = redis.call('GET', KEYS[4])
+if again then return again end
 for _ = 1, tonumber(ARGV[3]) do
   local item = redis.call('LPOP', KEYS[1])
   if not item then return false end
@@ -57,6 +62,7 @@ for _ = 1, tonumber(ARGV[3]) do
     redis.call('SADD', KEYS[2], item)
     redis.call('SADD', KEYS[3], ARGV[1])
     redis.call('INCR', ARGV[2] .. 'inflight:' .. id)
+    redis.call('SET', KEYS[4], item, 'PX', ARGV[4])
     return item
   end
 end

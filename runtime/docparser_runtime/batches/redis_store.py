@@ -8,13 +8,15 @@ key's batches by creation), ``active_by:{key}`` and ``active`` (sets of batches 
 finished: the per-key limit and the coordinator's work list), ``queue`` (lines ``id:index``
 in order), ``held:{worker}`` / ``lease:{worker}`` / ``workers`` (the reliable-queue pattern
 of the job store: a dead worker's lease expires and its lines go back to the queue head),
-``lock:{id}`` (one replica validates or finalizes a batch at a time), ``gc`` (zset of
+``lock:{id}`` (one replica validates or finalizes a batch at a time), ``claim:{attempt}``
+(the line one claim took, for a minute: a resent claim gets the same line), ``gc`` (zset of
 files and finished batches by the time they are deleted).
 """
 
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
 import zlib
 from collections.abc import Callable
@@ -29,6 +31,8 @@ from .models import STAMP, Batch, BatchStatus, FileRecord
 
 ANONYMOUS = "-"  # the owner key of callers without an API key (auth off)
 CLAIM_SCAN = 200  # queued lines of stopped batches one claim may drop
+# how long a claim's attempt key lives: past redis-py's resends of that one call (seconds)
+CLAIM_ATTEMPT_TTL_MS = 60_000
 
 
 def file_not_found(file_id: str) -> NotFound:
@@ -190,8 +194,12 @@ class RedisBatchStore:
 
     # lines ---------------------------------------------------------------------------
     async def claim(self, worker_id: str) -> tuple[str, int] | None:
-        keys = [f"{self.p}queue", f"{self.p}held:{worker_id}", f"{self.p}workers"]
-        item = await self._claim(keys=keys, args=[worker_id, self.p, CLAIM_SCAN])
+        """The next line, under a key of its own per attempt, so redis-py's own resend of
+        a claim whose reply was lost returns the same line (scripts.CLAIM)."""
+        attempt = f"{self.p}claim:{secrets.token_hex(12)}"
+        keys = [f"{self.p}queue", f"{self.p}held:{worker_id}", f"{self.p}workers", attempt]
+        args: list[Any] = [worker_id, self.p, CLAIM_SCAN, CLAIM_ATTEMPT_TTL_MS]
+        item = await self._claim(keys=keys, args=args)
         if not item:
             return None
         batch_id, _, index = as_text(item).rpartition(":")
