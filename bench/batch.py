@@ -1,22 +1,19 @@
 """Batch lines beside interactive traffic on the same pods (issue 35).
 
-Why: a backfill of a million pages must not slow the interactive API, and pods that also
-serve interactive traffic must still run batch lines about as fast as a batch-only pod when
-nobody else is there. Real processes: ``serve`` pods of the tiny random-weight DeepSeek-OCR-2
-(continuous batching), a real ``redis-server``, batches through ``/v1/files`` +
-``/v1/batches`` (``/v1/document/parse`` lines, one page each). ``shared`` takes a paced
-interactive client (``--requests`` pages ``--gap-s`` apart), first with no batch (``alone``),
-then beside a batch of more lines than the phase can finish (``backlog``, checked: lines left
-at its end); ``batch-only`` (a ``spec.batch`` pool pod) never gets an interactive request.
-Batch pages/min are counted over ``--window-s`` with no interactive traffic on both. Phases
-alternate over ``--rounds``; the targets are ratios of one run: interactive p99 beside the
-backlog at most +10 %, ``shared`` at least 90 % of ``batch-only``. ``engine p99``: each
-request's latency in the engine thread's CPU time, what an idle CPU device would show.
-Cost: pages per device-hour of a batch on one pod; here the device is a CPU process with
-``--threads`` torch threads, on a GPU host (``--device cuda``) it reads pages per GPU-hour.
+Why: a backfill of a million pages must not slow the interactive API, and pods that also serve
+interactive traffic must still run batch lines about as fast as a batch-only pod when nobody else
+is there. Real processes: ``serve`` pods of the tiny random-weight DeepSeek-OCR-2 (continuous
+batching), a real ``redis-server``, ``/v1/document/parse`` lines of one page through
+``/v1/files`` + ``/v1/batches``. ``shared`` takes a paced interactive client (``--requests``
+pages ``--gap-s`` apart), first alone, then beside a batch of more lines than the phase can
+finish (``backlog``, checked); ``batch-only`` (a ``spec.batch`` pool pod) never gets an
+interactive request. Batch pages/min are counted over ``--window-s`` with no interactive traffic
+on both; phases alternate over ``--rounds``. Targets, ratios of one run: interactive p99 beside
+the backlog at most +10 %, ``shared`` at least 90 % of ``batch-only``. ``engine p99``: each
+request's latency in the engine thread's CPU time (what an idle CPU device would show). Cost:
+pages per device-hour of a batch on one pod (per GPU-hour with ``--device cuda``).
 
-    .venv/bin/python bench/batch.py --markdown                 # ~7 min on 2 busy cores
-    .venv/bin/python bench/batch.py --rounds 8 --requests 20   # steadier p99
+    .venv/bin/python bench/batch.py --markdown   # ~7 min on 2 busy cores; --rounds 8 steadier
 """
 
 from __future__ import annotations
