@@ -192,6 +192,15 @@ def test_a_hostile_state_file_or_output_path_is_refused(server, folder, tmp_path
     assert "storage_error" in capsys.readouterr().err
 
 
+def _sigint_as_a_shell_leaves_it() -> None:
+    """In the child before exec, SIGINT as a shell starts a foreground command: at its default
+    and not blocked. A child inherits an ignored or blocked SIGINT (a full run's worker process
+    can hold one after the stand-ins it ran: the CLI then polled on for 120 s after Ctrl-C), and
+    Python installs no KeyboardInterrupt handler over an ignored one."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def test_ctrl_c_while_waiting_leaves_a_batch_the_same_command_resumes(
     server, folder, tmp_path, monkeypatch
 ):
@@ -205,6 +214,7 @@ def test_ctrl_c_while_waiting_leaves_a_batch_the_same_command_resumes(
         env=env,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_sigint_as_a_shell_leaves_it,
     )
     state_file = dst / ".docparser-batch.json"
     try:
