@@ -139,7 +139,7 @@ cluster-down:
 TEST_WORKERS ?= 2
 test: install-test system-deps controlplane seaweedfs cluster-images
 	@status=0; \
-	( $(BIN)/python -m pytest -p no:cacheprovider -m "cluster" --durations=15 $(PYTEST_ARGS) 2>&1 \
+	( $(BIN)/python -m pytest -p no:cacheprovider -m "cluster and not measure" --durations=15 $(PYTEST_ARGS) 2>&1 \
 		| sed -u 's/^/[cluster] /'; exit $${PIPESTATUS[0]} ) & cluster=$$!; \
 	$(MAKE) --no-print-directory lint-checks || status=$$?; \
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not realcluster and not cluster" \

@@ -15,8 +15,11 @@ of the HPA's decision, the Deployment's new size, the second pod Ready and the p
 Asserted: the causal order only. On this machine the nodes share two cores, so more pods add
 no CPU: what is measured is when the autoscaler acts, not the capacity it buys.
 
-Run (the 3-node local cluster, or any cluster running the operator with
-DOCPARSER_E2E_KUBECONFIG; about 4 minutes):
+A measurement (marked ``measure``): ``make test`` leaves it out, because its step is sized from
+the service time measured at its start, and in ``make test`` the other sessions share the same
+two cores, so the service time moves under it and the step overruns the pods (one full run: 79
+of 245 pages 504). ``make test-cluster-repeat`` includes it. Run (the 3-node local cluster, or
+any cluster running the operator with DOCPARSER_E2E_KUBECONFIG; about 4 minutes):
 
     .venv/bin/python -m pytest -s -m cluster e2e/cluster/test_cluster_latency_autoscaling.py
 """
@@ -37,7 +40,7 @@ sys.path.insert(0, str(REPO / "tests" / "operator"))
 from metrics_adapter import APISERVICE, MetricsAdapter, registration
 from queue_waits import Sample, first, open_loop, p95_crossing, timeline
 
-pytestmark = [pytest.mark.slow, pytest.mark.cluster]
+pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.measure]
 GAUGE = "docparser_estimated_wait_seconds"
 NAME = "latency"
 TARGET_S = 30.0  # > 15 s HPA sync + the 10 % tolerance's share: room for the decision
