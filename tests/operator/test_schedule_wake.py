@@ -227,7 +227,13 @@ def test_the_running_operator_wakes_itself_at_each_window_boundary(
         # (the pass asked for one second after it: status times have whole seconds)
         assert 0 <= opening % 60 < 10, (opening % 60, first_at)
         assert 30 <= closing - (opening - opening % 60) < 40, closing - opening
-        status = cluster.get(DOCPARSER, "minute")["status"]["schedule"]
+        # the pass writes status after it applied the HPA: read it once that write is in
+        deadline = time.monotonic() + 10
+        while True:
+            status = cluster.get(DOCPARSER, "minute")["status"]["schedule"]
+            if "active" not in status or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
         assert "active" not in status and status["next"]["min"] == 2, status
         # at rest until the next start: the Deployment's pods settle, then no write at all
         time.sleep(5)
