@@ -68,19 +68,19 @@ HELM_BUILD_TIMEOUT ?= 900
 GITOPSCHECK_BUILD_TIMEOUT ?= 600
 ENVOY_GATEWAY_BUILD_TIMEOUT ?= 900
 controlplane: install-test
-	@timeout $(GITOPSCHECK_BUILD_TIMEOUT) bash tests/gitopscheck/build.sh \
+	@timeout $(GITOPSCHECK_BUILD_TIMEOUT) bash hack/gitopscheck/build.sh \
 		|| echo "gitopscheck build failed or timed out: Flux/Argo CD verdict tests will be skipped"
-	@timeout $(CONTROLPLANE_BUILD_TIMEOUT) bash tests/controlplane/build.sh \
+	@timeout $(CONTROLPLANE_BUILD_TIMEOUT) bash hack/controlplane/build.sh \
 		|| echo "control plane build failed or timed out: realcluster tests will be skipped"
 	@timeout $(HELM_BUILD_TIMEOUT) bash scripts/build-helm.sh \
 		|| echo "helm build failed or timed out: chart tests will be skipped"
 	@timeout $(ENVOY_GATEWAY_BUILD_TIMEOUT) bash scripts/build-envoy-gateway.sh \
 		|| echo "Envoy Gateway not built or timed out: the local cluster has no Gateway controller and its Gateway scenarios will be skipped"
-	@$(BIN)/python tests/controlplane/gateway_crds.py \
+	@$(BIN)/python hack/controlplane/gateway_crds.py \
 		|| echo "Gateway API CRDs not fetched: realcluster and HTTPRoute schema tests will be skipped"
 
 # The S3 tests' real S3 server: SeaweedFS's `weed` (its S3 gateway), built from its Go module into
-# ~/.cache/docparser/seaweedfs (tests/seaweedfs/build.sh; seconds once cached) and bounded like
+# ~/.cache/docparser/seaweedfs (hack/seaweedfs/build.sh; seconds once cached) and bounded like
 # the control plane: past the bound the S3 tests skip and say why. Those tests run the runtime from
 # .venv/cloud, the runtime with its `cloud` extra (s3fs) as in the runtime image: botocore pins
 # python-dateutil<3, which the test venv's Kubernetes client (>=3) cannot share.
@@ -92,7 +92,7 @@ $(CLOUD_VENV)/.installed-cloud: runtime/pyproject.toml | $(BIN)/python
 	touch $@
 
 seaweedfs: $(CLOUD_VENV)/.installed-cloud
-	@timeout $(SEAWEEDFS_BUILD_TIMEOUT) bash tests/seaweedfs/build.sh \
+	@timeout $(SEAWEEDFS_BUILD_TIMEOUT) bash hack/seaweedfs/build.sh \
 		|| echo "SeaweedFS weed build failed or timed out: the S3 tests will be skipped"
 
 # ruff (check and format), the import contracts of pyproject.toml and mypy --strict. The
@@ -122,10 +122,10 @@ cluster-images: system-deps
 # A real cluster of NODES nodes on this machine (root): see docs/operations.md.
 NODES ?= 3
 cluster-up: install-test system-deps controlplane
-	cd tests && ../$(BIN)/python -m controlplane.localcluster up --nodes $(NODES)
+	cd hack && ../$(BIN)/python -m controlplane.localcluster up --nodes $(NODES)
 
 cluster-down:
-	cd tests && ../$(BIN)/python -m controlplane.localcluster down
+	cd hack && ../$(BIN)/python -m controlplane.localcluster down
 
 # Three sessions, arranged around the longest. The real-pod scenarios on the shared 3-node local
 # cluster (about 20 min) start first, in the background, and stream their lines prefixed with

@@ -14,7 +14,7 @@ For 50 and 200 DocParsers it prints
   (re)opened in that window.
 
 Run: .venv/bin/python bench/operator.py [--sizes 50 200] [--resync 5] [--backend apiserver]
-`--backend apiserver` runs a real kube-apiserver + etcd (tests/controlplane, built by `make
+`--backend apiserver` runs a real kube-apiserver + etcd (hack/controlplane, built by `make
 controlplane`) behind the recording proxy every request of the operator goes through. The
 emulator is in-process (one Python, shared GIL): its times are a lower bound on the operator's
 own cost, not a cluster measurement.
@@ -89,7 +89,7 @@ def backend(name: str) -> Iterator[Callable[[Path, str], Iterator[Any]]]:
     if name == "emulator":
         yield emulator_cluster
         return
-    sys.path.insert(0, str(ROOT / "tests"))
+    sys.path.insert(0, str(ROOT / "hack"))
     from controlplane.harness import start_control_plane
 
     with start_control_plane() as cp:

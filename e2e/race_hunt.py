@@ -103,7 +103,7 @@ def table(hunt: Hunt) -> str:
 def _local_cluster(action: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "controlplane.localcluster", *action.split()],
-        cwd=REPO / "tests",
+        cwd=REPO / "hack",
         capture_output=True,
         text=True,
         timeout=1200,
@@ -111,7 +111,7 @@ def _local_cluster(action: str) -> subprocess.CompletedProcess[str]:
 
 
 def _cluster_running() -> bool:
-    sys.path.insert(0, str(REPO / "tests"))
+    sys.path.insert(0, str(REPO / "hack"))
     from controlplane.localcluster.__main__ import DEFAULT_ROOT
     from controlplane.localcluster.configs import Layout
     from controlplane.localcluster.supervisor import load_state

@@ -10,7 +10,7 @@ need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 # A CJK font for the CPU engine's Chinese test page (tests/runtime/documents.py).
 [ -f /usr/share/fonts/truetype/wqy/wqy-microhei.ttc ] || need+=(fonts-wqy-microhei)
-# The local cluster (tests/controlplane/localcluster): a real node and our images, no registry.
+# The local cluster (hack/controlplane/localcluster): a real node and our images, no registry.
 for pair in containerd:containerd runc:runc iptables:iptables debootstrap:debootstrap \
 	buildah:buildah umoci:umoci conntrack:conntrack; do
 	command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")

@@ -1,7 +1,9 @@
 """Suite-wide pytest setup shared by tests/runtime and tests/operator.
 
-The real control plane (tests/controlplane) is a plugin so its `real_apiserver` fixture and its
-"which backend ran" report lines are available to every suite.
+The real control plane (hack/controlplane) is a plugin so its `real_apiserver` fixture and its
+"which backend ran" report lines are available to every suite. hack/ holds the Go-built tools
+(control plane, gitopscheck, SeaweedFS), not tests; pytest's `pythonpath` (pyproject.toml) puts
+it on sys.path, so the plugins import as `controlplane`, `gitopscheck` and `seaweedfs`.
 """
 
 from __future__ import annotations

@@ -104,7 +104,7 @@ def node_ctl(action: str, node: str, timeout: float = 180) -> str:
     """`localcluster node-stop|node-start NODE` through the local cluster's supervisor."""
     out = subprocess.run(
         [sys.executable, "-m", "controlplane.localcluster", action, node, "--timeout", "150"],
-        cwd=REPO / "tests",
+        cwd=REPO / "hack",
         capture_output=True,
         text=True,
         timeout=timeout,

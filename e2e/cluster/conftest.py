@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from cluster_support import REPO, Target, delete_weights_volume, record
 
-TESTS = REPO / "tests"
-sys.path.insert(0, str(TESTS))  # the local cluster's package lives with the control plane
+HACK = REPO / "hack"
+sys.path.insert(0, str(HACK))  # the local cluster's package lives with the control plane
 
 from controlplane.harness import binaries_dir  # noqa: E402
 from controlplane.localcluster.__main__ import DEFAULT_ROOT, preflight  # noqa: E402
@@ -43,7 +43,7 @@ def _images_built() -> str | None:
 def _cli(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "controlplane.localcluster", *args],
-        cwd=TESTS,
+        cwd=HACK,
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -2,7 +2,7 @@
 
 `cluster` is parametrised by backend so each integration test runs unchanged against
 - the kmock-based emulator (always),
-- a real kube-apiserver + etcd + kube-controller-manager from tests/controlplane (marked
+- a real kube-apiserver + etcd + kube-controller-manager from hack/controlplane (marked
   realcluster; skipped with the harness's reason when the binaries are not built),
 - an existing cluster when ``DOCPARSER_TEST_KUBECONFIG`` names its kubeconfig (opt-in; the
   tests create and delete their own namespace and need the DocParser CRD installed; set

@@ -3,7 +3,7 @@
 Backends:
 - ``emulator`` (default): kmock-based API emulator (tests/operator/kube_emulator.py) served on
   127.0.0.1 from its own thread and event loop, so sync tests and kopf's thread both reach it.
-- ``apiserver``: a real kube-apiserver + etcd from tests/controlplane/harness.py (H5).
+- ``apiserver``: a real kube-apiserver + etcd from hack/controlplane/harness.py (H5).
 - ``kubeconfig``: an existing cluster named by ``DOCPARSER_TEST_KUBECONFIG`` (opt-in).
 
 Every backend is reached through a recording front: the emulator records natively, and real

@@ -10,7 +10,7 @@ records a violation when
 - the Ready pods behind traffic fall below ``floor`` (the DocParser's size; one less with
   ``rollout.maxSurge: 0``) after the DocParser first reached it.
 
-With ``gitops`` (a tests/gitopscheck ``GitOpsCheck``), each sample also reads the DocParser and
+With ``gitops`` (a hack/gitopscheck ``GitOpsCheck``), each sample also reads the DocParser and
 asks Flux's kstatus and Argo CD's health script what they make of it, and records a violation
 when they disagree (Current/Healthy, InProgress/Progressing, Failed/Degraded) or when either
 says Failed: every walk sampled here is a healthy one.

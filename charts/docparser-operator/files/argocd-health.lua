@@ -2,7 +2,7 @@
 -- Argo CD has no generic health check for custom resources; install this as
 --   resource.customizations.health.docparser.io_DocParser
 -- in argocd-cm (see docs/operations.md). It reads the conditions the operator writes in the
--- order Flux's kstatus reads them, so both tools agree on every state (tests/gitopscheck):
+-- order Flux's kstatus reads them, so both tools agree on every state (hack/gitopscheck):
 -- Current/Healthy, InProgress/Progressing, Failed/Degraded. It keys on Stalled, not on
 -- Degraded: an advisory reason (an autoscaler without its metric, a pod restarting after it
 -- served) is Degraded=True but blocks nothing, and a rollout stays Progressing until it ends.

@@ -9,8 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
-from .checker import GitOpsCheck, GitOpsCheckError
+from gitopscheck.checker import GitOpsCheck, GitOpsCheckError
 
 
 def obj(*conditions: tuple[str, str], generation: int = 2, observed: int = 2) -> dict[str, Any]:

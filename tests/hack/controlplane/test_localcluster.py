@@ -9,14 +9,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cryptography import x509
-
 from controlplane.localcluster import configs
 from controlplane.localcluster.agent import NotReady, wait_for_command
 from controlplane.localcluster.configs import Layout, Network
 from controlplane.localcluster.pki import CertificateAuthority
 from controlplane.localcluster.topology import node_by_name, node_routes, plan_nodes
 from controlplane.processes import ManagedProcess, ProcessFailed
+from cryptography import x509
 
 NETWORK = Network(node_ip="192.0.2.2")
 NODES = plan_nodes(3, NETWORK.node_ip)

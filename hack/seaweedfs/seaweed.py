@@ -1,7 +1,7 @@
 """A real S3-compatible server for tests: SeaweedFS's ``weed server`` (master, volume server,
 filer and S3 gateway in one process) on free 127.0.0.1 ports, one access key, given buckets.
 
-The binary comes from ``tests/seaweedfs/build.sh`` (cached under ~/.cache/docparser/seaweedfs);
+The binary comes from ``hack/seaweedfs/build.sh`` (cached under ~/.cache/docparser/seaweedfs);
 when it is not built, ``SeaweedUnavailable`` says why and the fixture skips. Every wait is
 bounded and the process log is kept for the error message.
 """
@@ -42,12 +42,12 @@ def weed_binary() -> Path:
             timeout=30,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise SeaweedUnavailable(f"cannot run tests/seaweedfs/build.sh --path: {exc}") from None
+        raise SeaweedUnavailable(f"cannot run hack/seaweedfs/build.sh --path: {exc}") from None
     if out.returncode != 0 or not out.stdout.strip():
         raise SeaweedUnavailable(
             f"SeaweedFS weed {VERSION} is not built (its cold build is bounded by "
             "SEAWEEDFS_BUILD_TIMEOUT in `make seaweedfs` and may have been cut off); "
-            "run `make seaweedfs` or `bash tests/seaweedfs/build.sh`"
+            "run `make seaweedfs` or `bash hack/seaweedfs/build.sh`"
         )
     return Path(out.stdout.strip())
 

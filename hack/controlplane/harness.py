@@ -2,7 +2,7 @@
 
 WHY: pruning, CEL validation, defaulting, the status subresource, server-side-apply ownership
 and watch semantics are where operators break, and only the real API server implements them
-faithfully. The binaries come from tests/controlplane/build.sh (Go modules, cached outside the
+faithfully. The binaries come from hack/controlplane/build.sh (Go modules, cached outside the
 clone); this module only runs them.
 
 Usage:
@@ -124,7 +124,7 @@ def start_control_plane(
     if missing:
         raise ControlPlaneUnavailable(
             f"no {', '.join(missing)} for kubernetes {KUBE_VERSION} in {bins}; "
-            "build them with `bash tests/controlplane/build.sh` (needs Go and the Go module proxy)"
+            "build them with `bash hack/controlplane/build.sh` (needs Go and the Go module proxy)"
         )
     gateway = gateway_crds or gateway_crds_mod.crds_dir()
     if not (gateway / gateway_crds_mod.HTTPROUTES).is_file():

@@ -31,7 +31,7 @@ def pytest_report_header(config: pytest.Config) -> str:
     if missing:
         return (
             f"control plane: kubernetes {KUBE_VERSION} NOT built ({', '.join(missing)} missing in "
-            f"{binaries_dir()}): realcluster tests skip; run `bash tests/controlplane/build.sh`"
+            f"{binaries_dir()}): realcluster tests skip; run `bash hack/controlplane/build.sh`"
         )
     return f"control plane: kubernetes {KUBE_VERSION} binaries in {binaries_dir()}"
 

@@ -5,7 +5,7 @@ the official CRDs ship inside ``sigs.k8s.io/gateway-api`` (``config/crd/standard
 the Go module proxy serves like any dependency; the control plane is built the same way. The
 module's hash is pinned here, so a tampered or substituted download is refused.
 
-Usage: ``python tests/controlplane/gateway_crds.py`` (``make test`` runs it) copies the standard
+Usage: ``python hack/controlplane/gateway_crds.py`` (``make test`` runs it) copies the standard
 channel CRDs into ``~/.cache/docparser/gateway-api/<version>/`` once; later runs return at once.
 Tests read the folder through ``crds_dir()`` and skip with ``missing_message()`` when it is absent.
 ``DOCPARSER_GATEWAY_CRDS_DIR`` points them at another folder holding the same files.
@@ -48,7 +48,7 @@ def available() -> bool:
 def missing_message() -> str:
     return (
         f"Gateway API {VERSION} CRDs not found in {crds_dir()}: run "
-        "`python tests/controlplane/gateway_crds.py` (needs Go and the Go module proxy; "
+        "`python hack/controlplane/gateway_crds.py` (needs Go and the Go module proxy; "
         "`make test` does it) or set DOCPARSER_GATEWAY_CRDS_DIR"
     )
 

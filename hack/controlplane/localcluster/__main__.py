@@ -1,4 +1,4 @@
-"""`python -m controlplane.localcluster up|down|status|node-stop|node-start` (from tests/).
+"""`python -m controlplane.localcluster up|down|status|node-stop|node-start` (from hack/).
 
 up [--nodes N]: start (or reuse) the supervisor of an N-node cluster, import the images into
 every node, install the chart with the operator running as a pod, print `export

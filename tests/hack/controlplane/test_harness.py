@@ -6,11 +6,10 @@ import os
 import subprocess
 
 import pytest
+from controlplane.harness import ControlPlane, ControlPlaneUnavailable, start_control_plane
+from controlplane.kubeapi import KubeApiError
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
-
-from .harness import ControlPlane, ControlPlaneUnavailable, start_control_plane
-from .kubeapi import KubeApiError
 
 realcluster = pytest.mark.realcluster
 

@@ -25,7 +25,7 @@ REPO_ROOT = HERE.parents[1]
 CHART_FILES = REPO_ROOT / "charts/docparser-operator/files"
 HEALTH_SCRIPT = CHART_FILES / "argocd-health.lua"
 ACTIONS_FILE = CHART_FILES / "argocd-actions.yaml"
-BUILD_HINT = "build it with `bash tests/gitopscheck/build.sh` (or `make controlplane`; needs Go)"
+BUILD_HINT = "build it with `bash hack/gitopscheck/build.sh` (or `make controlplane`; needs Go)"
 # kstatus verdict -> the Argo CD health that must go with it (issue 28's table).
 AGREEING = {"Current": "Healthy", "InProgress": "Progressing", "Failed": "Degraded"}
 
