@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "operator"))
+sys.path.insert(0, str(ROOT / "tests" / "operator"))  # kube_cluster
+sys.path.insert(0, str(ROOT / "tests" / "fakes"))  # kube_emulator, which kube_cluster serves
 
 
 def main() -> int:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "runtime"))  # app_for_tests, tiny_deepseek, tier_pages
+sys.path.insert(0, str(ROOT / "tests" / "fakes"))  # engines_for_tests, which app_for_tests uses
 
 import documents  # noqa: E402
 import tier_pages  # noqa: E402

@@ -1,7 +1,7 @@
 """The `cluster` the operator tests run against, behind one small interface.
 
 Backends:
-- ``emulator`` (default): kmock-based API emulator (tests/operator/kube_emulator.py) served on
+- ``emulator`` (default): kmock-based API emulator (tests/fakes/kube_emulator.py) served on
   127.0.0.1 from its own thread and event loop, so sync tests and kopf's thread both reach it.
 - ``apiserver``: a real kube-apiserver + etcd from hack/controlplane/harness.py (H5).
 - ``kubeconfig``: an existing cluster named by ``DOCPARSER_TEST_KUBECONFIG`` (opt-in).

@@ -17,7 +17,7 @@ import sys
 import threading
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fakes"))  # engines_for_tests
 
 from docparser_runtime import logs
 from docparser_runtime.server.app import create_app

@@ -20,7 +20,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 CRD_FILE = REPO / "crds" / "docparser.yaml"
 EXAMPLES_DIR = REPO / "examples"
-INVALID_DIR = Path(__file__).resolve().parent / "invalid"
+INVALID_DIR = REPO / "tests" / "operator" / "invalid"
 
 
 @functools.lru_cache(maxsize=1)
