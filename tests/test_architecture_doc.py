@@ -1,7 +1,7 @@
 """docs/architecture.md names every module, so the map a newcomer reads cannot fall behind.
 
 Each module is named by its path inside its layer's package (``render/deployment.py`` under
-core, ``sources/pods.py`` under analysis) in backticks; a new module without a sentence in the
+core, ``providers/pods.py`` under analysis) in backticks; a new module without a sentence in the
 map fails here.
 """
 

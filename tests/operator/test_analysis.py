@@ -9,7 +9,6 @@ from dataclasses import replace
 
 import pytest
 from docparser_operator.analysis.counters import TrackCounters
-from docparser_operator.analysis.sources.pods import add, parse_counters, scrape_track
 from docparser_operator.analysis.walk import (
     AnalysisState,
     Check,
@@ -21,6 +20,7 @@ from docparser_operator.analysis.walk import (
 )
 from docparser_operator.api.analysis_spec import CanaryAnalysis
 from docparser_operator.api.status_models import AnalysisStatus
+from docparser_operator.providers.pods import add, parse_counters, scrape_track
 from docparser_runtime.server.ops.metrics import Metrics
 
 CONFIG = CanaryAnalysis(
@@ -259,8 +259,8 @@ def test_generated_steps_and_quantiles() -> None:
 def test_unreadable_pods_say_why_the_walk_does_not_move() -> None:
     """A NetworkPolicy (traffic.allowFrom without the operator's namespace) keeps the
     operator from the pods' /metrics: the status says so instead of waiting silently."""
-    from docparser_operator.analysis import run as analysis_run
     from docparser_operator.api.models import DocParser
+    from docparser_operator.providers import analysis_run
     from dp_helpers import CANARY_WEIGHTS, docparser
 
     resource = docparser("walk", canary={"weights": CANARY_WEIGHTS, "analysis": {}})
@@ -274,8 +274,8 @@ def test_unreadable_pods_say_why_the_walk_does_not_move() -> None:
     def refused(url: str) -> str:
         raise ConnectionRefusedError(url)
 
-    from docparser_operator.analysis import sources
-    from docparser_operator.analysis.sources.pods import PodMetrics
+    from docparser_operator.providers import sources
+    from docparser_operator.providers.pods import PodMetrics
 
     memory = analysis_run.AnalysisMemory()
     pods_refused = replace(sources.guarded((), ()), pods=PodMetrics(refused))
@@ -374,7 +374,7 @@ def test_golden_every_step_gates_each_later_step_holding_the_weight_earned() -> 
 def test_golden_documents_come_from_a_configmap_and_are_read_by_both_tracks() -> None:
     import base64
 
-    from docparser_operator.analysis.sources.golden import GoldenUnavailable, documents_of, read
+    from docparser_operator.providers.golden import GoldenUnavailable, documents_of, read
 
     cm = {
         "binaryData": {"inv.png": base64.b64encode(b"PNG...").decode(), "notes.bin": "AA=="},

@@ -23,12 +23,12 @@ from typing import Any
 import pytest
 from capacity_pods import EmulatedPod
 from docparser_operator.analysis.capacity_reading import parse
-from docparser_operator.analysis.sources import capacity as sources
 from docparser_operator.api.analysis_spec import PrometheusSource
 from docparser_operator.api.models import DocParser
 from docparser_operator.cli import capacity as kubectl_capacity
 from docparser_operator.core.capacity import CapacitySeen, figures
 from docparser_operator.core.capacity_status import report
+from docparser_operator.providers import capacity as sources
 from docparser_runtime import cli
 from docparser_runtime.sizing import live_advise
 from dp_helpers import docparser

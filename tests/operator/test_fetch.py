@@ -1,4 +1,4 @@
-"""The guarded client of the operator's own requests (analysis/sources/fetch.py, urls.py)
+"""The guarded client of the operator's own requests (providers/fetch.py, urls.py)
 against real HTTP servers on 127.0.0.1, counted from the server's side.
 
 What a DocParser's author must not get from the operator's network position: a connection to
@@ -18,17 +18,16 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
-from docparser_operator.analysis import run as analysis_run
-from docparser_operator.analysis import sources
-from docparser_operator.analysis.sources.base import SourceUnavailable, TrackQuery
-from docparser_operator.analysis.sources.fetch import Fetcher, FetchError, NotAllowed
-from docparser_operator.analysis.sources.golden import GoldenUnavailable
-from docparser_operator.analysis.sources.golden import guarded as guarded_post
-from docparser_operator.analysis.sources.golden import read as golden_read
-from docparser_operator.analysis.sources.prometheus import PromQL
-from docparser_operator.analysis.sources.urls import AllowList, BadURL, parse
 from docparser_operator.api.analysis_spec import PrometheusSource
 from docparser_operator.api.models import DocParser
+from docparser_operator.providers import analysis_run, sources
+from docparser_operator.providers.base import SourceUnavailable, TrackQuery
+from docparser_operator.providers.fetch import Fetcher, FetchError, NotAllowed
+from docparser_operator.providers.golden import GoldenUnavailable
+from docparser_operator.providers.golden import guarded as guarded_post
+from docparser_operator.providers.golden import read as golden_read
+from docparser_operator.providers.prometheus import PromQL
+from docparser_operator.providers.urls import AllowList, BadURL, parse
 from dp_helpers import CANARY_WEIGHTS, docparser
 from local_http import LocalServer, closed_port, reply, serving
 
@@ -292,7 +291,7 @@ def test_every_operator_request_goes_through_the_guarded_client() -> None:
                 names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
             if any(n in clients for n in names):
                 found.append(path.relative_to(root).as_posix())
-    assert sorted(set(found)) == ["analysis/sources/fetch.py"]
+    assert sorted(set(found)) == ["providers/fetch.py"]
 
 
 def _tls_pair(tmp_path: Path, name: str) -> tuple[ssl.SSLContext, ssl.SSLContext]:

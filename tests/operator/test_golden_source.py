@@ -9,12 +9,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from docparser_operator.analysis import run as analysis_run
-from docparser_operator.analysis import sources
-from docparser_operator.analysis.sources import golden_uri as golden_source
-from docparser_operator.analysis.sources.golden import MAX_DOCUMENTS, GoldenUnavailable
-from docparser_operator.analysis.sources.golden_uri import GoldenSets, load, refusal
 from docparser_operator.api.models import DocParser
+from docparser_operator.providers import analysis_run, sources
+from docparser_operator.providers import golden_uri as golden_source
+from docparser_operator.providers.golden import MAX_DOCUMENTS, GoldenUnavailable
+from docparser_operator.providers.golden_uri import GoldenSets, load, refusal
 from dp_helpers import CANARY_WEIGHTS, docparser
 
 PNG = b"\x89PNG\r\n\x1a\n fake scan"

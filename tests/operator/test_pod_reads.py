@@ -20,8 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from docparser_operator.analysis import sources as analysis_sources
-from docparser_operator.analysis.sources.pods import ReadLimits
 from docparser_operator.api import naming
 from docparser_operator.api.kinds import DOCPARSER, KNOWN_KINDS
 from docparser_operator.controller.metrics import OperatorMetrics
@@ -29,6 +27,8 @@ from docparser_operator.controller.reconcile import reconcile
 from docparser_operator.controller.settings import OperatorSettings
 from docparser_operator.controller.state import OperatorState
 from docparser_operator.core.idle import IdleMemory
+from docparser_operator.providers import sources as analysis_sources
+from docparser_operator.providers.pods import ReadLimits
 from dp_helpers import create, dep_name, docparser
 from kube_cluster import Cluster, emulator_cluster, pod_status
 

@@ -20,14 +20,12 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from docparser_operator.analysis import run as analysis_run
-from docparser_operator.analysis import sources
 from docparser_operator.analysis.counters import OUTCOMES
-from docparser_operator.analysis.sources import prometheus
-from docparser_operator.analysis.sources.fetch import Fetcher
-from docparser_operator.analysis.sources.urls import AllowList
 from docparser_operator.api.analysis_spec import PrometheusSource
 from docparser_operator.api.models import DocParser
+from docparser_operator.providers import analysis_run, prometheus, sources
+from docparser_operator.providers.fetch import Fetcher
+from docparser_operator.providers.urls import AllowList
 from dp_helpers import CANARY_WEIGHTS, docparser
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))

@@ -10,12 +10,12 @@ import pytest
 from docparser_operator.analysis import gates, shadow
 from docparser_operator.analysis.counters import TrackCounters
 from docparser_operator.analysis.shadow import ShadowCounters, ShadowFigures
-from docparser_operator.analysis.sources.base import ShadowQuery
-from docparser_operator.analysis.sources.pods import parse_shadow
-from docparser_operator.analysis.sources.prometheus import shadow_queries
 from docparser_operator.analysis.walk import Window, advance, current
 from docparser_operator.api.analysis_spec import CanaryAnalysis, PrometheusSource
 from docparser_operator.api.status_models import AnalysisStatus
+from docparser_operator.providers.base import ShadowQuery
+from docparser_operator.providers.pods import parse_shadow
+from docparser_operator.providers.prometheus import shadow_queries
 from shadow_metrics import Pages, exposition
 
 CONFIG = CanaryAnalysis(

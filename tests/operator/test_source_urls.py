@@ -1,4 +1,4 @@
-"""Tenant-chosen URLs and URIs (api/uri.py, analysis/sources/urls.py), one class per test,
+"""Tenant-chosen URLs and URIs (api/uri.py, providers/urls.py), one class per test,
 against real HTTP servers and folders on this machine.
 
 1. An allowed Prometheus URL carrying its own ``?query=`` (or fragment, or userinfo) is
@@ -21,18 +21,17 @@ from pathlib import Path
 
 import pydantic
 import pytest
-from docparser_operator.analysis import run as analysis_run
-from docparser_operator.analysis import sources
-from docparser_operator.analysis.sources.base import SourceUnavailable, TrackQuery
-from docparser_operator.analysis.sources.fetch import Fetcher, NotAllowed
-from docparser_operator.analysis.sources.golden import GoldenUnavailable
-from docparser_operator.analysis.sources.golden_uri import GoldenSets
-from docparser_operator.analysis.sources.urls import AllowList, BadURL, check_entries
 from docparser_operator.api import uri as uris
 from docparser_operator.api.analysis_spec import CanaryAnalysis, PrometheusSource
 from docparser_operator.api.models import DocParser
 from docparser_operator.api.uri import BadURI
 from docparser_operator.core.children import Observed
+from docparser_operator.providers import analysis_run, sources
+from docparser_operator.providers.base import SourceUnavailable, TrackQuery
+from docparser_operator.providers.fetch import Fetcher, NotAllowed
+from docparser_operator.providers.golden import GoldenUnavailable
+from docparser_operator.providers.golden_uri import GoldenSets
+from docparser_operator.providers.urls import AllowList, BadURL, check_entries
 from dp_helpers import CANARY_WEIGHTS, decide_on, docparser
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st

@@ -7,7 +7,7 @@ own, so their ``/metrics`` carry the whole story per revision pair (labels
 character error rate histogram of the canary's text against stable's, pages each side cut
 at ``max_new_tokens``, structure disagreements and copies dropped by reason (the runtime's
 contract, docs/operations.md "Shadow canary"). The sources sum them over the stable pods
-(sources/pods.py) or read their increase over a span from PromQL (sources/prometheus.py);
+(providers/pods.py) or read their increase over a span from PromQL (providers/prometheus.py);
 ``ShadowCounters.minus`` turns two cumulative readings into one span, as ``TrackCounters``
 does for the live-traffic checks.
 

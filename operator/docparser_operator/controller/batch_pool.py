@@ -15,9 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from docparser_operator.analysis.sources.base import SourceUnavailable
-from docparser_operator.analysis.sources.batch import BatchSource, pod_backlog
-from docparser_operator.analysis.sources.pods import ReadLimits, Skipped
 from docparser_operator.api import naming
 from docparser_operator.api.models import DocParser
 from docparser_operator.core.batch_pool import (
@@ -28,6 +25,9 @@ from docparser_operator.core.batch_pool import (
     pool_status,
 )
 from docparser_operator.core.children import Observed, owned_by, readable_pods
+from docparser_operator.providers.base import SourceUnavailable
+from docparser_operator.providers.batch import BatchSource, pod_backlog
+from docparser_operator.providers.pods import ReadLimits, Skipped
 
 
 @dataclass

@@ -18,9 +18,6 @@ from typing import Any
 
 import pydantic
 
-from docparser_operator.analysis.sources.base import SourceUnavailable
-from docparser_operator.analysis.sources.capacity import CapacitySource
-from docparser_operator.analysis.sources.pods import Skipped
 from docparser_operator.api import labels
 from docparser_operator.api.models import DocParser
 from docparser_operator.core.capacity import CapacityMemory, Figures, figures, window_seconds
@@ -29,6 +26,9 @@ from docparser_operator.core.children import Observed, readable_pods
 from docparser_operator.core.outcome import Outcome
 from docparser_operator.core.render import roles_of
 from docparser_operator.core.status import Problem
+from docparser_operator.providers.base import SourceUnavailable
+from docparser_operator.providers.capacity import CapacitySource
+from docparser_operator.providers.pods import Skipped
 
 
 def _published(previous: dict[str, Any] | None, window: str) -> float | None:

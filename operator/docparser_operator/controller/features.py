@@ -9,13 +9,7 @@ wakeups.py calls ``idle_step`` between passes with the same inputs.
 
 from __future__ import annotations
 
-from docparser_operator.analysis import run as analysis_run
-from docparser_operator.analysis import sources as analysis_sources
 from docparser_operator.analysis import walk as analysis_module
-from docparser_operator.analysis.sources import golden
-from docparser_operator.analysis.sources.activity import ActivitySource
-from docparser_operator.analysis.sources.base import SourceUnavailable
-from docparser_operator.analysis.sources.pods import Skipped
 from docparser_operator.api import naming
 from docparser_operator.api.kinds import ref_for
 from docparser_operator.api.models import DocParser
@@ -30,6 +24,11 @@ from docparser_operator.core.idle import IdleMemory, IdleStep, decide_idle, epoc
 from docparser_operator.core.render import RoleRevision, roles_of
 from docparser_operator.core.schedule import ScheduleStep
 from docparser_operator.kube.client import KubeClient
+from docparser_operator.providers import analysis_run, golden
+from docparser_operator.providers import sources as analysis_sources
+from docparser_operator.providers.activity import ActivitySource
+from docparser_operator.providers.base import SourceUnavailable
+from docparser_operator.providers.pods import Skipped
 
 
 def analysis_begin(

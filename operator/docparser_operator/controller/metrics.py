@@ -124,7 +124,7 @@ class OperatorMetrics:
         self.canary_weight.labels(namespace, name).set(weight)
 
     def skipped_pods(self, reason: str, pods: int) -> None:
-        """A reading of pods' /metrics left ``pods`` out, for ``reason`` (analysis/sources/pods.py's
+        """A reading of pods' /metrics left ``pods`` out, for ``reason`` (providers/pods.py's
         ``Skipped``)."""
         self.pod_metrics_skipped.labels(reason).inc(pods)
 

@@ -29,13 +29,7 @@ from typing import Any
 
 import pydantic
 
-from docparser_operator.analysis import run as analysis_run
-from docparser_operator.analysis import sources as analysis_sources
 from docparser_operator.analysis import walk as analysis_module
-from docparser_operator.analysis.run import AnalysisMemory
-from docparser_operator.analysis.sources.activity import ActivitySource
-from docparser_operator.analysis.sources.base import Sources
-from docparser_operator.analysis.sources.pods import Skipped
 from docparser_operator.api import labels
 from docparser_operator.api.kinds import ref_for
 from docparser_operator.api.models import DocParser, ObjectMeta
@@ -58,6 +52,12 @@ from docparser_operator.core.status import Problem
 from docparser_operator.core.weights_cache_status import CacheVerdict, weights_cache_verdict
 from docparser_operator.kube.client import ApiError, KubeClient
 from docparser_operator.kube.observer import ListObserver, Observer
+from docparser_operator.providers import analysis_run
+from docparser_operator.providers import sources as analysis_sources
+from docparser_operator.providers.activity import ActivitySource
+from docparser_operator.providers.analysis_run import AnalysisMemory
+from docparser_operator.providers.base import Sources
+from docparser_operator.providers.pods import Skipped
 
 
 def instant(now: str) -> datetime.datetime:

@@ -10,8 +10,8 @@ from __future__ import annotations
 from pydantic import AliasChoices, Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from docparser_operator.analysis.sources.golden_uri import DEFAULT_SOURCES, http_allow_list
-from docparser_operator.analysis.sources.urls import AllowList
+from docparser_operator.providers.golden_uri import DEFAULT_SOURCES, http_allow_list
+from docparser_operator.providers.urls import AllowList
 
 
 class OperatorSettings(BaseSettings):
@@ -72,7 +72,7 @@ class OperatorSettings(BaseSettings):
         gt=0,
         le=60.0,
         description="one reading of a DocParser's pods' /metrics (scale to zero, canary "
-        "analysis): all of them in parallel, at most this long in all (analysis/sources/pods.py)",
+        "analysis): all of them in parallel, at most this long in all (providers/pods.py)",
     )
     log_level: str = "INFO"
     leader_elect: bool = Field(
@@ -92,13 +92,13 @@ class OperatorSettings(BaseSettings):
     golden_sources: str = Field(
         ",".join(DEFAULT_SOURCES),
         description="comma-separated URI prefixes a golden.uri may name; {namespace} in one is "
-        "the DocParser's namespace (analysis/sources/golden_uri.py)",
+        "the DocParser's namespace (providers/golden_uri.py)",
     )
     prometheus_urls: str = Field(
         "",
         description="comma-separated http(s) URL prefixes a DocParser's "
         "spec.canary.analysis.prometheus.url may name; {namespace} in one is the DocParser's "
-        "namespace (analysis/sources/urls.py); empty: none",
+        "namespace (providers/urls.py); empty: none",
     )
     kubeconfig: str | None = Field(
         None,

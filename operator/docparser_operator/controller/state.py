@@ -11,12 +11,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from docparser_operator.analysis import sources as analysis_sources
-from docparser_operator.analysis.run import AnalysisMemory
-from docparser_operator.analysis.sources import capacity as capacity_source
-from docparser_operator.analysis.sources.activity import ActivitySource
-from docparser_operator.analysis.sources.base import Sources
-from docparser_operator.analysis.sources.pods import ReadLimits
 from docparser_operator.controller import events
 from docparser_operator.controller.batch_pool import BatchArgs
 from docparser_operator.controller.capacity import CapacityArgs
@@ -29,6 +23,12 @@ from docparser_operator.core.refusals import RefusalMemory
 from docparser_operator.kube import observer as cache
 from docparser_operator.kube.client import KubeClient
 from docparser_operator.kube.nodes import CordonedNodes
+from docparser_operator.providers import capacity as capacity_source
+from docparser_operator.providers import sources as analysis_sources
+from docparser_operator.providers.activity import ActivitySource
+from docparser_operator.providers.analysis_run import AnalysisMemory
+from docparser_operator.providers.base import Sources
+from docparser_operator.providers.pods import ReadLimits
 
 
 def _generation(body: Mapping[str, Any]) -> int:
@@ -122,7 +122,7 @@ class OperatorState:
         return ReadLimits(self.settings.pod_metrics_deadline_s, skipped=self.skipped_pods)
 
     def skipped_pods(self, reason: str, pods: int) -> None:
-        """Count pods a reading left out (``Skipped`` of analysis/sources/pods.py)."""
+        """Count pods a reading left out (``Skipped`` of providers/pods.py)."""
         if self.metrics is not None:
             self.metrics.skipped_pods(reason, pods)
 

@@ -11,7 +11,7 @@ window's figures are sums over the intervals inside it and its peak is the busie
 last window of intervals is kept: memory is bounded by window / poll per DocParser.
 
 A Prometheus source (``spec.capacity.prometheus``) keeps the history itself: one query per
-window gives the same ``Figures`` (analysis/sources/capacity.py).
+window gives the same ``Figures`` (providers/capacity.py).
 """
 
 from __future__ import annotations

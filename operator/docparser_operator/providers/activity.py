@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from docparser_operator.analysis.activity import Activity, PodReading, parse
-from docparser_operator.analysis.sources.base import SourceUnavailable
-from docparser_operator.analysis.sources.pods import Fetch, ReadLimits, read_pods
 from docparser_operator.api import naming
+from docparser_operator.providers.base import SourceUnavailable
+from docparser_operator.providers.pods import Fetch, ReadLimits, read_pods
 
 UNREADABLE = (
     "cannot read the /metrics of {pod} (port {port}); with traffic.allowFrom, admit the "

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from docparser_operator.analysis.batch_reading import BatchReading, combine, parse
-from docparser_operator.analysis.sources.base import SourceUnavailable
-from docparser_operator.analysis.sources.fetch import Fetcher, Resolve, system_resolve
-from docparser_operator.analysis.sources.pods import Fetch, ReadLimits, guarded, read_pods
-from docparser_operator.analysis.sources.urls import AllowList
 from docparser_operator.api import naming
+from docparser_operator.providers.base import SourceUnavailable
+from docparser_operator.providers.fetch import Fetcher, Resolve, system_resolve
+from docparser_operator.providers.pods import Fetch, ReadLimits, guarded, read_pods
+from docparser_operator.providers.urls import AllowList
 
 UNREADABLE = (
     f"no Ready stable pod (or front) reports the batch backlog on /metrics (port "

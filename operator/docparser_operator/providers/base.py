@@ -1,10 +1,10 @@
 """What the analysis run reads from, as interfaces: a ``MetricSource`` per way of counting a
 track's requests and a ``GoldenReader`` for the golden gate, bundled in ``Sources``.
 
-Why: the run (analysis/run.py) decides *when* to read and what a reading means for the walk;
+Why: the run (analysis_run.py) decides *when* to read and what a reading means for the walk;
 *how* a reading is made (HTTP to pods, PromQL, fsspec) and where it may go (the allow-lists)
 belong to the sources. The controller builds them once from settings
-(``analysis.sources.guarded``) and passes them in, as Argo Rollouts' analysis controller gets
+(``providers.sources.guarded``) and passes them in, as Argo Rollouts' analysis controller gets
 a ``metricproviders.Provider`` per metric from its factory; tests pass the same public types
 with their own transports. The run never reaches for a source's private function.
 """
@@ -17,8 +17,8 @@ from typing import Any, Protocol
 
 from docparser_operator.analysis.counters import TrackCounters
 from docparser_operator.analysis.shadow import ShadowCounters
-from docparser_operator.analysis.sources.golden import Documents
 from docparser_operator.api.analysis_spec import CanaryAnalysis, PrometheusSource
+from docparser_operator.providers.golden import Documents
 
 
 class SourceUnavailable(Exception):

@@ -37,9 +37,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from docparser_operator.analysis import shadow
 from docparser_operator.analysis.counters import OUTCOMES, TrackCounters
 from docparser_operator.analysis.shadow import ShadowCounters
-from docparser_operator.analysis.sources.base import ShadowQuery, SourceUnavailable, TrackQuery
-from docparser_operator.analysis.sources.fetch import Fetcher
 from docparser_operator.api import naming
+from docparser_operator.providers.base import ShadowQuery, SourceUnavailable, TrackQuery
+from docparser_operator.providers.fetch import Fetcher
 
 Fetch = Callable[[str], str]  # URL -> body; raises on any failure
 Skipped = Callable[[str, int], None]  # (reason, pods): a reading left these pods out

@@ -22,14 +22,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from docparser_operator.analysis.capacity_reading import CapacityCounters, parse
-from docparser_operator.analysis.sources import prometheus
-from docparser_operator.analysis.sources.base import SourceUnavailable
-from docparser_operator.analysis.sources.fetch import Fetcher, Resolve, system_resolve
-from docparser_operator.analysis.sources.pods import UNREADABLE, Fetch, ReadLimits, read_pods
-from docparser_operator.analysis.sources.pods import guarded as guarded_fetch
-from docparser_operator.analysis.sources.urls import AllowList
 from docparser_operator.api import naming
 from docparser_operator.api.analysis_spec import PrometheusSource
+from docparser_operator.providers import prometheus
+from docparser_operator.providers.base import SourceUnavailable
+from docparser_operator.providers.fetch import Fetcher, Resolve, system_resolve
+from docparser_operator.providers.pods import UNREADABLE, Fetch, ReadLimits, read_pods
+from docparser_operator.providers.pods import guarded as guarded_fetch
+from docparser_operator.providers.urls import AllowList
 
 PROMETHEUS_SETTING = "DOCPARSER_OPERATOR_PROMETHEUS_URLS"
 WHERE = "spec.capacity.prometheus.url"

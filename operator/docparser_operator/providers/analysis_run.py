@@ -8,7 +8,7 @@ quiet resync reads nothing. A window whose start the memory does not know (the o
 restarted, another replica took over) starts again now: a verdict always covers a whole
 interval it measured.
 
-What is read, and where from, is the ``Sources`` the controller passes in (sources/base.py):
+What is read, and where from, is the ``Sources`` the controller passes in (providers/base.py):
 a ``MetricSource`` (the pods' own ``/metrics``, cumulative, or a Prometheus, which keeps the
 history) and a ``GoldenReader``. A source the allow-lists refuse is never read
 (``refusals``: the controller reports it as Degraded ``SourceNotAllowed``).
@@ -24,17 +24,17 @@ from docparser_operator.analysis import gates, golden_score
 from docparser_operator.analysis import walk as analysis
 from docparser_operator.analysis.counters import TrackCounters
 from docparser_operator.analysis.shadow import ShadowCounters, ShadowFigures
-from docparser_operator.analysis.sources import golden
-from docparser_operator.analysis.sources.base import (
+from docparser_operator.api import labels
+from docparser_operator.api.analysis_spec import CanaryAnalysis
+from docparser_operator.api.models import DocParser
+from docparser_operator.providers import golden
+from docparser_operator.providers.base import (
     MetricSource,
     ShadowQuery,
     Sources,
     SourceUnavailable,
     TrackQuery,
 )
-from docparser_operator.api import labels
-from docparser_operator.api.analysis_spec import CanaryAnalysis
-from docparser_operator.api.models import DocParser
 
 WindowKey = tuple[str, str, int, str]  # canary revision, retry, step, window start
 GATE_POLL_S = 15.0  # how often the shadow gate reads the stable pods while it waits for pages

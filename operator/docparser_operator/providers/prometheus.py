@@ -35,11 +35,11 @@ from dataclasses import dataclass, replace
 from docparser_operator.analysis import shadow
 from docparser_operator.analysis.counters import OUTCOMES, TrackCounters
 from docparser_operator.analysis.shadow import ShadowCounters
-from docparser_operator.analysis.sources.base import ShadowQuery, SourceUnavailable, TrackQuery
-from docparser_operator.analysis.sources.fetch import Fetcher, FetchError
-from docparser_operator.analysis.sources.urls import parse
 from docparser_operator.api.analysis_spec import PrometheusSource
 from docparser_operator.api.uri import BadURI
+from docparser_operator.providers.base import ShadowQuery, SourceUnavailable, TrackQuery
+from docparser_operator.providers.fetch import Fetcher, FetchError
+from docparser_operator.providers.urls import parse
 
 QUERY_TIMEOUT_S = 5.0
 QUERY_MAX_BYTES = 8 * 1024 * 1024  # a few summed series; anything near this is not ours

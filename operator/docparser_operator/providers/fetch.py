@@ -38,8 +38,8 @@ import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
-from docparser_operator.analysis.sources.urls import AllowList, Target, parse
 from docparser_operator.api.uri import BadURI
+from docparser_operator.providers.urls import AllowList, Target, parse
 
 # Never dialled, by name or by literal: where the cloud's instance metadata (and its
 # credentials) answer, and addresses that are never a service.

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from docparser_operator.analysis.sources import golden, pods, prometheus
-from docparser_operator.analysis.sources.activity import ActivitySource, PodActivity
-from docparser_operator.analysis.sources.base import Sources
-from docparser_operator.analysis.sources.fetch import Fetcher, Resolve, system_resolve
-from docparser_operator.analysis.sources.golden_uri import DEFAULT_SOURCES as DEFAULT_GOLDEN
-from docparser_operator.analysis.sources.golden_uri import GoldenSets, http_allow_list
-from docparser_operator.analysis.sources.urls import AllowList
 from docparser_operator.api import naming
 from docparser_operator.api.analysis_spec import PrometheusSource
+from docparser_operator.providers import golden, pods, prometheus
+from docparser_operator.providers.activity import ActivitySource, PodActivity
+from docparser_operator.providers.base import Sources
+from docparser_operator.providers.fetch import Fetcher, Resolve, system_resolve
+from docparser_operator.providers.golden_uri import DEFAULT_SOURCES as DEFAULT_GOLDEN
+from docparser_operator.providers.golden_uri import GoldenSets, http_allow_list
+from docparser_operator.providers.urls import AllowList
 
 PROMETHEUS_SETTING = "DOCPARSER_OPERATOR_PROMETHEUS_URLS"
 __all__ = ["DEFAULT_GOLDEN", "PROMETHEUS_SETTING", "ActivitySource", "activity", "guarded"]

@@ -19,8 +19,8 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from docparser_operator.analysis.sources.fetch import Fetcher, FetchError
 from docparser_operator.api import naming
+from docparser_operator.providers.fetch import Fetcher, FetchError
 
 MAX_DOCUMENTS = 20
 PARSE_TIMEOUT_S = 120.0

@@ -35,12 +35,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from docparser_operator.analysis.sources import golden
-from docparser_operator.analysis.sources.fetch import Fetcher, FetchError
-from docparser_operator.analysis.sources.golden import Documents, GoldenUnavailable, pair
-from docparser_operator.analysis.sources.urls import AllowList, check_entries, prefix, refused_by
 from docparser_operator.api import uri as uris
 from docparser_operator.api.uri import URI, BadURI
+from docparser_operator.providers import golden
+from docparser_operator.providers.fetch import Fetcher, FetchError
+from docparser_operator.providers.golden import Documents, GoldenUnavailable, pair
+from docparser_operator.providers.urls import AllowList, check_entries, prefix, refused_by
 
 MAX_DOCUMENT_BYTES = 32 * 1024 * 1024
 MAX_TOTAL_BYTES = 128 * 1024 * 1024
@@ -197,7 +197,7 @@ def load(
 
 @dataclass(frozen=True)
 class GoldenSets:
-    """The ``GoldenReader`` (sources/base.py): golden sets by URI under ``sources``, parsed by
+    """The ``GoldenReader`` (providers/base.py): golden sets by URI under ``sources``, parsed by
     each track's pod through ``post``."""
 
     sources: tuple[str, ...]
