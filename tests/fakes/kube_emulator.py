@@ -348,6 +348,9 @@ class KubeEmulator(kmock.KubernetesEmulator):
         body = copy.deepcopy(body)
         body.pop("status", None)
         meta = body.get("metadata") or {}
+        rv = meta.pop("resourceVersion", None)  # a precondition, as on the real server
+        if rv and key in self.store and rv != self.store[key]["metadata"]["resourceVersion"]:
+            raise kmock.KubernetesError(status=409, reason="Conflict", message="modified")
         entry = {
             "manager": manager,
             "operation": "Apply",

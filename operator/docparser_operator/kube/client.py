@@ -10,6 +10,7 @@ or KUBECONFIG). Every request is counted so benchmarks and tests can assert on w
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import threading
 import urllib.parse
@@ -25,6 +26,7 @@ from docparser_operator.api.naming import FIELD_MANAGER
 
 USER_AGENT = "docparser-operator/0.1"
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+IMPOSSIBLE_RESOURCE_VERSION = str(2**63 - 1)  # a precondition no object meets (apply_new)
 
 
 class ApiError(Exception):
@@ -210,6 +212,28 @@ class KubeClient:
             content_type="application/apply-patch+yaml",
         )
         return answer
+
+    def apply_new(self, obj: dict[str, Any]) -> dict[str, Any] | None:
+        """Server-side apply that only creates: the object, or None when one of that name
+        exists already (nothing written then).
+
+        Why: a forced apply on an existing object takes it over, so a child the watched view
+        lacks was read before its first apply (two requests to create it). The apply carries a
+        ``resourceVersion`` no object can have (etcd's revisions are far below 2^63 - 1): the
+        API server ignores it when it creates the object and answers 409 Conflict when an
+        object of that name exists, as it does for any stale resourceVersion. The object
+        created is the same as a plain apply's, owned by our field manager with an ``Apply``
+        entry (a POST would leave an ``Update`` entry, and fields we stop applying would
+        then never be removed). A server that refuses a resourceVersion on a create (kube
+        1.22's Services answered 500) also reads as None: the caller reads the object then."""
+        body = copy.deepcopy(obj)
+        body["metadata"]["resourceVersion"] = IMPOSSIBLE_RESOURCE_VERSION
+        try:
+            return self.apply(body, force=True)
+        except ApiError as exc:
+            if exc.status == 409 or (exc.status == 500 and "resourceVersion" in exc.message):
+                return None
+            raise
 
     def patch_status(
         self, ref: ResourceRef, namespace: str, name: str, status: dict[str, Any]
