@@ -10,7 +10,7 @@ Both policies run the same simulated cluster in 10-second ticks: a pod serves
 it is created (a GPU pod's weights from the cache, model load and warm-up; an estimate until a
 GPU run measures it, docs/benchmarks.md). The autoscaler is the HPA's behaviour as rendered
 (scale up at once, down after 600 s of stabilization and one pod per 300 s). Scale to zero runs
-the operator's own decision, ``core/idle.py`` ``decide_idle``, on readings shaped as the
+the operator's own decision, ``core/plan/idle.py`` ``decide_idle``, on readings shaped as the
 front's and the pods' /metrics would be every tick.
 
 Run: .venv/bin/python bench/scale_to_zero.py [--after 5m 15m 60m] [--cold-start 150]
@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT / "operator"))
 from docparser_operator.analysis.activity import Activity, PodReading  # noqa: E402
 from docparser_operator.api.models import DocParserSpec  # noqa: E402
 from docparser_operator.api.status_models import ScaleToZeroStatus  # noqa: E402
-from docparser_operator.core.idle import Seen, decide_idle, rfc3339  # noqa: E402
+from docparser_operator.core.plan.idle import Seen, decide_idle, rfc3339  # noqa: E402
 
 TICK_S = 10
 DAY_S = 24 * 3600

@@ -2,7 +2,7 @@
 
 The operator waits for the Gateway's controller to judge each HTTPRoute generation before it
 calls a gateway-routed DocParser Ready or scales down what a route stopped sending traffic to
-(core/route_verdict.py). No backend of the operator suite runs such a controller (the local
+(core/status/route_verdict.py). No backend of the operator suite runs such a controller (the local
 cluster's e2e scenarios run the real Envoy Gateway), so ``GatewayController`` plays it for one
 namespace: every route's parents get ``Accepted=True`` and ``ResolvedRefs=True`` with the
 route's current ``observedGeneration``, ``delay`` seconds after that generation first

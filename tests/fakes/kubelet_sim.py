@@ -162,7 +162,7 @@ class Kubelet(Ticker):
     def _replica_set(self, dep: dict[str, Any]) -> dict[str, Any]:
         """The Deployment controller's part on the emulator: the ReplicaSet of its current
         template (``<deployment>-<pod-template-hash>``), controlled by the Deployment's uid
-        (the operator reads the /metrics of such pods only: core/children.readable_pods)."""
+        (the operator reads the /metrics of such pods only: core/plan/children.readable_pods)."""
         template = dep["spec"]["template"]
         digest = hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()[:10]
         name = f"{dep['metadata']['name']}-{digest}"

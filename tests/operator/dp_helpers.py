@@ -13,8 +13,8 @@ from typing import Any
 import pydantic
 from docparser_operator.api.kinds import DOCPARSER, KNOWN_KINDS
 from docparser_operator.api.models import DocParser, ObjectMeta
-from docparser_operator.core.children import Observed
 from docparser_operator.core.decide import Decision, decide, invalid
+from docparser_operator.core.plan.children import Observed
 from docparser_operator.core.render import render_all, roles_of
 from kube_cluster import Cluster
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from docparser_operator.core.status import Problem, TrackObservation
+from docparser_operator.core.plan.problem import Problem
+from docparser_operator.core.status.conditions import TrackObservation
 from gitopscheck.checker import AGREEING, GitOpsCheck
 from test_status import deployment, pod, status
 
@@ -74,7 +75,7 @@ def test_spec_problem_is_failed_with_its_message(gitops_check: GitOpsCheck) -> N
 
 
 def test_an_advisory_reason_is_healthy(gitops_check: GitOpsCheck) -> None:
-    """Degraded=True but nothing waits on it (core/stalls.py): the script keys on Stalled."""
+    """Degraded=True but nothing waits on it (core/status/stalls.py): the script keys on Stalled."""
     st = status(
         track("ready", ready=1),
         problems=[Problem("MetricsUnavailable", "no custom metrics API")],

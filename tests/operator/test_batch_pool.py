@@ -13,10 +13,16 @@ import yaml
 from docparser_operator.analysis.batch_reading import BatchReading, combine, parse
 from docparser_operator.api import labels, naming
 from docparser_operator.api.batch_spec import BatchSpec
-from docparser_operator.core.batch_pool import PoolSeen, decide_pool, need, pool_status, two_digits
+from docparser_operator.core.plan.batch_pool import (
+    PoolSeen,
+    decide_pool,
+    need,
+    pool_status,
+    two_digits,
+)
 from docparser_operator.core.render import render_all
 from docparser_operator.core.render.batch_pool import PRESTOP_SLEEP_S
-from docparser_operator.core.status_patch import status_write
+from docparser_operator.core.status.status_patch import status_write
 from golden import EXAMPLES_DIR
 
 EXAMPLE = EXAMPLES_DIR / "deepseek-batch-pool.yaml"
@@ -222,8 +228,8 @@ def test_without_spec_batch_nothing_of_the_pool_renders() -> None:
 
 
 def test_a_pass_without_a_reading_keeps_the_live_pool_within_the_bounds() -> None:
-    from docparser_operator.core.batch_pool import kept_size
-    from docparser_operator.core.children import Observed
+    from docparser_operator.core.plan.batch_pool import kept_size
+    from docparser_operator.core.plan.children import Observed
 
     uid = "0b7d3c5e-0000-4000-8000-00000000003a"
     live = {
@@ -243,7 +249,7 @@ def test_a_pass_without_a_reading_keeps_the_live_pool_within_the_bounds() -> Non
 
 
 def test_an_event_when_the_pool_changes_size_only() -> None:
-    from docparser_operator.core.batch_pool import batch_events
+    from docparser_operator.core.plan.batch_pool import batch_events
 
     at_rest = {"batch": {"replicas": 0, "pagesQueued": 0, "batchesInProgress": 0}}
     busy = {"batch": {"replicas": 3, "pagesQueued": 25, "batchesInProgress": 1}}

@@ -11,9 +11,9 @@ import pytest
 from capacity_pods import GIB, EmulatedPod
 from docparser_operator.analysis.capacity_reading import CapacityCounters, add, parse
 from docparser_operator.api.models import DocParser, DocParserSpec
-from docparser_operator.core import capacity_sizing as eq
-from docparser_operator.core.capacity import CapacitySeen, figures, significant, window_seconds
-from docparser_operator.core.capacity_status import (
+from docparser_operator.core.plan.sizing import estimate_gpu_memory
+from docparser_operator.core.status import capacity_sizing as eq
+from docparser_operator.core.status.capacity_status import (
     CONDITION,
     CapacityStep,
     advice,
@@ -21,9 +21,14 @@ from docparser_operator.core.capacity_status import (
     same_figures,
     with_capacity,
 )
-from docparser_operator.core.events import events_for
-from docparser_operator.core.outcome import Outcome
-from docparser_operator.core.sizing import estimate_gpu_memory
+from docparser_operator.core.status.capacity_window import (
+    CapacitySeen,
+    figures,
+    significant,
+    window_seconds,
+)
+from docparser_operator.core.status.outcome import Outcome
+from docparser_operator.core.status.transition_events import events_for
 from dp_helpers import docparser
 
 
@@ -210,7 +215,7 @@ def test_advice_says_what_to_change_and_why_and_goes_once_fixed() -> None:
 
 
 def test_the_condition_is_advisory_for_flux_and_argo_cd(gitops_check: Any) -> None:
-    from docparser_operator.core.status import TrackObservation
+    from docparser_operator.core.status.conditions import TrackObservation
     from test_argocd_health import judged
     from test_status import deployment, pod, status
 
@@ -255,9 +260,9 @@ def test_window_lengths() -> None:
 
 def test_turning_capacity_off_removes_the_section_and_the_condition() -> None:
     from docparser_operator.controller.capacity import capacity_step
-    from docparser_operator.core.capacity import CapacityMemory
-    from docparser_operator.core.children import Observed
-    from docparser_operator.core.status_patch import status_write
+    from docparser_operator.core.plan.children import Observed
+    from docparser_operator.core.status.capacity_window import CapacityMemory
+    from docparser_operator.core.status.status_patch import status_write
 
     got = _report(5.6, 2)
     sp = spec(replicas={"min": 1, "max": 2})

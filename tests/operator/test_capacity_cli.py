@@ -26,8 +26,8 @@ from docparser_operator.analysis.capacity_reading import parse
 from docparser_operator.api.analysis_spec import PrometheusSource
 from docparser_operator.api.models import DocParser
 from docparser_operator.cli import capacity as kubectl_capacity
-from docparser_operator.core.capacity import CapacitySeen, figures
-from docparser_operator.core.capacity_status import report
+from docparser_operator.core.status.capacity_status import report
+from docparser_operator.core.status.capacity_window import CapacitySeen, figures
 from docparser_operator.providers import capacity as sources
 from docparser_runtime import cli
 from docparser_runtime.sizing import live_advise

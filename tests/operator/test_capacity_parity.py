@@ -4,7 +4,7 @@ operator's, so the advisor's "fits gpuMemory" is the verdict the operator will r
 from __future__ import annotations
 
 import pytest
-from docparser_operator.core import sizing
+from docparser_operator.core.plan import sizing
 
 capacity = pytest.importorskip("docparser_runtime.sizing.capacity")
 
@@ -47,8 +47,9 @@ def test_quantities_parse_alike() -> None:
 
 
 def test_live_capacity_equations_equal_the_operators() -> None:
-    """status.capacity and `advise --from-metrics` recommend alike (core/capacity_sizing.py)."""
-    from docparser_operator.core import capacity_sizing as ours
+    """status.capacity and `advise --from-metrics` recommend alike
+    (core/status/capacity_sizing.py)."""
+    from docparser_operator.core.status import capacity_sizing as ours
 
     for name in (
         "TARGET_WAIT_S",

@@ -27,9 +27,9 @@ from capacity_pods import GIB, EmulatedPod
 from docparser_operator.api.analysis_spec import PrometheusSource
 from docparser_operator.api.models import DocParser
 from docparser_operator.controller.capacity import capacity_step
-from docparser_operator.core.capacity import CapacityMemory
-from docparser_operator.core.children import Observed
+from docparser_operator.core.plan.children import Observed
 from docparser_operator.core.render import roles_of
+from docparser_operator.core.status.capacity_window import CapacityMemory
 from docparser_operator.providers import capacity as capacity_source
 from docparser_runtime.sizing import live_advise
 from dp_helpers import docparser

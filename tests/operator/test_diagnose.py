@@ -9,7 +9,7 @@ import pytest
 from docparser_operator.api.kinds import KNOWN_KINDS
 from docparser_operator.api.models import DocParser
 from docparser_operator.api.naming import FETCH_CONTAINER, RUNTIME_CONTAINER
-from docparser_operator.core.diagnose import diagnose
+from docparser_operator.core.status.diagnose import diagnose
 from dp_helpers import (
     CANARY_WEIGHTS,
     GATEWAY,
@@ -210,7 +210,7 @@ def test_operator_reports_what_the_cluster_says(cluster: Cluster, operator: Any)
         timeout=30,
     )
     assert "docparser_outstanding_pages" in degraded["message"]
-    # advisory (core/stalls.py): the DocParser serves at its size, nothing waits on the metric
+    # advisory (core/status/stalls.py): the DocParser serves at its size, nothing waits on it
     assert condition(cluster, "inv", "Stalled")["status"] == "False"
 
 

@@ -1,4 +1,4 @@
-"""Node drains on the emulator and the real API server (core/drain.py, render/pdb.py).
+"""Node drains on the emulator and the real API server (core/plan/drain.py, render/pdb.py).
 
 Nodes here are Node objects without a kubelet; the kubelet stand-in (kubelet_sim.py) plays the
 scheduler (a Binding to a schedulable node) and the kubelet (Ready after a delay). On the real

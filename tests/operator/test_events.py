@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from docparser_operator.controller.events import EventLimiter
-from docparser_operator.core.events import Event
+from docparser_operator.controller.post_events import EventLimiter
+from docparser_operator.core.status.transition_events import Event
 
 
 class Clock:
@@ -55,8 +55,8 @@ def test_memory_stays_bounded() -> None:
 def test_canary_analysis_milestones_are_events_once_each() -> None:
     """Golden gate passed, a step passed, the walk done: each an Event on its transition;
     the same status again posts nothing, and a failure is left to the Degraded Warning."""
-    from docparser_operator.core.events import events_for
-    from docparser_operator.core.outcome import Outcome
+    from docparser_operator.core.status.outcome import Outcome
+    from docparser_operator.core.status.transition_events import events_for
 
     def status(phase: str, step: int, message: str = "m", revision: str = "c1") -> dict:
         walk = {"revision": revision, "phase": phase, "step": step, "message": message}

@@ -4,7 +4,8 @@ do not go: a serving pod that restarts, and each stalled reason.
 
 - a pod of the serving revision restarting after it served (the kubelet's statuses, played
   through the pod's status subresource) leaves the DocParser Current/Healthy at every moment,
-  for as many restarts as core/stalls.py tolerates; one more is a crash loop: Failed/Degraded;
+  for as many restarts as core/status/stalls.py tolerates; one more is a crash loop:
+  Failed/Degraded;
 - each stalled reason the cluster reports is Failed/Degraded in the very status write that
   names it (within one reconcile), never InProgress while someone has to act."""
 
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 from docparser_operator.api.kinds import DOCPARSER, KNOWN_KINDS
-from docparser_operator.core.stalls import RESTARTS_TOLERATED
+from docparser_operator.core.status.stalls import RESTARTS_TOLERATED
 from dp_helpers import GATEWAY, ROUTE, condition, create, dep_name, docparser, scale_to
 from gitopscheck.checker import GitOpsCheck
 from kube_cluster import Cluster, pod_status, simulate_pods, wait_for

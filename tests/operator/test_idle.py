@@ -11,12 +11,12 @@ import pytest
 from docparser_operator.analysis.activity import Activity, PodReading, parse
 from docparser_operator.api.models import DocParser
 from docparser_operator.api.status_models import ScaleToZeroStatus
-from docparser_operator.core.children import Observed, prepare
-from docparser_operator.core.events import events_for
-from docparser_operator.core.idle import IdleStep, Seen, decide_idle, epoch, rfc3339
-from docparser_operator.core.outcome import Outcome
+from docparser_operator.core.plan.children import Observed, prepare
+from docparser_operator.core.plan.idle import IdleStep, Seen, decide_idle, epoch, rfc3339
 from docparser_operator.core.render import render_all, render_target
-from docparser_operator.core.report import pass_status
+from docparser_operator.core.status.outcome import Outcome
+from docparser_operator.core.status.report import pass_status
+from docparser_operator.core.status.transition_events import events_for
 from dp_helpers import GATEWAY, decide_on, docparser, owner
 from gitopscheck.checker import AGREEING, GitOpsCheck
 
@@ -462,6 +462,6 @@ def test_a_reading_starts_a_pass_only_when_its_decision_differs_from_status() ->
 
 
 def _problem() -> Any:
-    from docparser_operator.core.status import Problem
+    from docparser_operator.core.plan.problem import Problem
 
     return Problem("ActivityUnknown", "x: the DocParser neither scales to zero nor wakes until")

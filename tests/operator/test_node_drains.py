@@ -1,10 +1,11 @@
-"""Drains that never drop serving capacity: the pure planner (core/drain.py, rollout rule 4)."""
+"""Drains that never drop serving capacity: the pure planner (core/plan/drain.py, rule 4)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from docparser_operator.core import drain, rollout
+from docparser_operator.core.plan import drain
+from docparser_operator.core.plan import rollout_planner as rollout
 from docparser_operator.kube.nodes import CordonedNodes
 
 REV = "aaaaaa"
@@ -189,9 +190,9 @@ def test_past_the_deadline_status_names_the_capacity_lost() -> None:
 
 
 def test_events_follow_the_phase_changes_and_the_deadline_names_the_capacity_lost() -> None:
-    from docparser_operator.core.events import events_for
-    from docparser_operator.core.outcome import Outcome
-    from docparser_operator.core.status import Problem
+    from docparser_operator.core.plan.problem import Problem
+    from docparser_operator.core.status.outcome import Outcome
+    from docparser_operator.core.status.transition_events import events_for
 
     def entry(phase: str) -> dict[str, Any]:
         return {"node": "n1", "since": NOW, "deadline": NOW, "pods": 1, "phase": phase}
@@ -219,7 +220,7 @@ def test_events_follow_the_phase_changes_and_the_deadline_names_the_capacity_los
 def test_an_eviction_or_a_binding_alone_is_worth_a_pass() -> None:
     """A pod evicted from a dead node keeps its last status for ever: its deletionTimestamp
     alone must wake the owner (back to its size now, not at the next resync)."""
-    from docparser_operator.core.triggers import pod_signature
+    from docparser_operator.core.plan.triggers import pod_signature
 
     bound = pod("p1", "n1")
     assert pod_signature(bound) != pod_signature({**bound, "spec": {}})
@@ -245,7 +246,7 @@ def test_an_unanswered_start_up_check_keeps_the_budget_guarding() -> None:
 
 
 def test_replacements_starting_are_progressing_with_reason_draining() -> None:
-    from docparser_operator.core.status import build_status
+    from docparser_operator.core.status.conditions import build_status
 
     wait = "drain of node n1: 1 pod(s) held until their replacements are Ready"
     status = build_status(

@@ -26,7 +26,7 @@ from docparser_operator.controller.metrics import OperatorMetrics
 from docparser_operator.controller.reconcile import reconcile
 from docparser_operator.controller.settings import OperatorSettings
 from docparser_operator.controller.state import OperatorState
-from docparser_operator.core.idle import IdleMemory
+from docparser_operator.core.plan.idle import IdleMemory
 from docparser_operator.providers import sources as analysis_sources
 from docparser_operator.providers.pods import ReadLimits
 from dp_helpers import create, dep_name, docparser

@@ -1,4 +1,4 @@
-"""core/quantity.py reads quantities exactly as the kubernetes client does (its reference
+"""core/plan/quantity.py reads quantities exactly as the kubernetes client does (its reference
 implementation of apimachinery's grammar), without the pure core importing that client."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
-from docparser_operator.core import quantity, sizing
+from docparser_operator.core.plan import quantity, sizing
 from kubernetes.utils.quantity import parse_quantity as reference
 
 SAMPLES = [

@@ -11,15 +11,15 @@ from docparser_operator.api.kinds import DOCPARSER, KNOWN_KINDS
 from docparser_operator.api.naming import FIELD_MANAGER
 from docparser_operator.controller.credential import CredentialMemory
 from docparser_operator.controller.reconcile import reconcile as reconcile_pass
-from docparser_operator.core.children import (
+from docparser_operator.core.plan.children import (
     HASH_ANNOTATION,
     Observed,
     needs_apply,
     owned_by,
     prepare,
 )
-from docparser_operator.core.events import events_for
 from docparser_operator.core.render import render_all
+from docparser_operator.core.status.transition_events import events_for
 from docparser_operator.kube.client import KubeClient
 from dp_helpers import CANARY_WEIGHTS, GATEWAY, decide_on, docparser, owner, revision_in
 from kube_cluster import Cluster, client_for
@@ -248,7 +248,7 @@ def test_delete_precondition_spares_a_same_named_newcomer(cluster: Cluster) -> N
 
 
 def test_weight_change_event() -> None:
-    from docparser_operator.core.outcome import Outcome
+    from docparser_operator.core.status.outcome import Outcome
 
     old = {"canary": {"version": "v2", "weight": 10, "readyReplicas": 1}}
     new = {"canary": {"version": "v2", "weight": 30, "readyReplicas": 1}}
@@ -289,7 +289,7 @@ def test_switch_to_the_gateway_routes_there_before_the_service_narrows() -> None
     """Pure: `router: service` with a live 50 % canary, then `router: gateway`. The endpoint
     Service narrows to the stable revision in the same pass that creates the HTTPRoute; the
     route is written first, so the canary's pods never stand outside every entry point."""
-    from docparser_operator.core.children import Observed
+    from docparser_operator.core.plan.children import Observed
 
     spec = {"replicas": {"min": 2, "max": 2}, "canary": {"weights": CANARY_WEIGHTS, "weight": 50}}
     before = live_resource(**spec)

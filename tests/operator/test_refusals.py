@@ -1,6 +1,6 @@
 """A child the API server refuses is tried again after a capped, doubling wait (issue 37).
 
-Pure parts (core/refusals.py): the delay per attempt, the reason code read from the API
+Pure parts (core/plan/refusals.py): the delay per attempt, the reason code read from the API
 server's answer (never its free text), and the memory that holds a refused child until its
 wait is over, starting over on a new generation or a successful apply. What the operator does
 with them against a real kube-apiserver and a ResourceQuota is
@@ -10,14 +10,14 @@ tests/operator/test_realcluster_refusals.py.
 from __future__ import annotations
 
 import pytest
-from docparser_operator.core.refusals import (
+from docparser_operator.core.plan.refusals import (
     RefusalMemory,
     Refused,
     backoff_s,
     refusal_code,
     refused_problem,
 )
-from docparser_operator.core.stalls import REASONS
+from docparser_operator.core.status.stalls import REASONS
 
 SERVICE = ("Service", "p-front")
 QUOTA = (

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from docparser_operator.api.models import DocParser
-from docparser_operator.core import sizing
+from docparser_operator.core.plan import sizing
 from docparser_operator.core.render import render_all
 from docparser_operator.core.render.deployment import (
     PRESTOP_SLEEP_S,

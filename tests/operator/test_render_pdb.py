@@ -1,14 +1,14 @@
 """PDB renderer: one budget over all runtime pods that holds a drain's eviction until a
-replacement is Ready, and relaxes when it must (core/drain.py)."""
+replacement is Ready, and relaxes when it must (core/plan/drain.py)."""
 
 from __future__ import annotations
 
 import pytest
 from docparser_operator.api.models import DocParser
-from docparser_operator.core.drain import DrainPlan, NodeDrain
+from docparser_operator.core.plan.drain import DrainPlan, NodeDrain
+from docparser_operator.core.plan.target import target_at_rest
 from docparser_operator.core.render import Target, render_all, roles_of
 from docparser_operator.core.render.pdb import render_pdb
-from docparser_operator.core.render.target import target_at_rest
 from golden import CASES, Case, check_golden, of_kind
 
 MINIMAL = Case("rapidocr-minimal")
@@ -30,7 +30,7 @@ def test_one_budget_selecting_every_runtime_pod(case: Case) -> None:
         # batch pool (spec.batch: spot pods, evicted at will; their lines requeue)
         outside = dep["metadata"]["name"].endswith(("-front", "-batch"))
         assert (selector.items() <= pod_labels.items()) != outside
-    # At rest it keeps the size Ready: an eviction waits for a replacement (core/drain.py).
+    # At rest it keeps the size Ready: an eviction waits for a replacement (core/plan/drain.py).
     size = sum(
         d["spec"]["replicas"]
         for d in of_kind(objects, "Deployment")

@@ -1,4 +1,5 @@
-"""The rollout planner (rollout.py) driven through whole transitions on a simulated cluster.
+"""The rollout planner (core/plan/rollout_planner.py) driven through whole transitions on a
+simulated cluster.
 
 The simulation plays the Deployment controller and the kubelet: a revision's pods appear when
 its replicas grow, become Ready ``delay`` ticks later, and go unready-first when it shrinks.
@@ -17,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 import pytest
-from docparser_operator.core.rollout import (
+from docparser_operator.core.plan.rollout_planner import (
     Desired,
     RevisionState,
     Rollout,

@@ -11,10 +11,14 @@ from typing import Any
 
 from docparser_operator.api.models import DocParser
 from docparser_operator.api.naming import FIELD_MANAGER
-from docparser_operator.core.children import Observed, prepare
+from docparser_operator.core.plan.children import Observed, prepare
 from docparser_operator.core.render import render_all
-from docparser_operator.core.route_verdict import JUDGE_GRACE_S, route_problems, route_verdict
-from docparser_operator.core.status import build_status
+from docparser_operator.core.status.conditions import build_status
+from docparser_operator.core.status.route_verdict import (
+    JUDGE_GRACE_S,
+    route_problems,
+    route_verdict,
+)
 from dp_helpers import CANARY_WEIGHTS, GATEWAY, decide_on, docparser, owner
 
 WRITTEN = "2026-01-01T00:00:00Z"

@@ -1,5 +1,5 @@
 """Scheduled capacity (issue 36), the pure part: which windows are open at a given instant,
-what they raise, and the next change (core/schedule.py), with the clock an argument."""
+what they raise, and the next change (core/plan/schedule.py), with the clock an argument."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pydantic
 import pytest
 from docparser_operator.api.models import DocParser
 from docparser_operator.api.replicas import Replicas
-from docparser_operator.core.schedule import raised, resource_schedule, schedule_step
+from docparser_operator.core.plan.schedule import raised, resource_schedule, schedule_step
 
 UTC = datetime.UTC
 

@@ -23,7 +23,7 @@ from docparser_operator.api import naming
 from docparser_operator.api.kinds import DOCPARSER, KNOWN_KINDS
 from docparser_operator.controller.credential import CredentialMemory
 from docparser_operator.controller.reconcile import reconcile
-from docparser_operator.core.idle import IdleMemory
+from docparser_operator.core.plan.idle import IdleMemory
 from dp_helpers import create, docparser
 from kube_cluster import Cluster, client_for, wait_for
 from kubelet_sim import Kubelet

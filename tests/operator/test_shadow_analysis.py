@@ -7,9 +7,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from docparser_operator.analysis import gates, shadow
+from docparser_operator.analysis import gates
+from docparser_operator.analysis import shadow_score as shadow
 from docparser_operator.analysis.counters import TrackCounters
-from docparser_operator.analysis.shadow import ShadowCounters, ShadowFigures
+from docparser_operator.analysis.shadow_score import ShadowCounters, ShadowFigures
 from docparser_operator.analysis.walk import Window, advance, current
 from docparser_operator.api.analysis_spec import CanaryAnalysis, PrometheusSource
 from docparser_operator.api.status_models import AnalysisStatus

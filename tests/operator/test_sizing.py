@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 from docparser_operator.api.models import DocParser, DocParserSpec
-from docparser_operator.core import sizing
-from docparser_operator.core.children import Observed
+from docparser_operator.core.plan import sizing
+from docparser_operator.core.plan.children import Observed
 from dp_helpers import CANARY_WEIGHTS, decide_on, docparser
 from golden import Case
 

@@ -25,7 +25,7 @@ from docparser_operator.api import uri as uris
 from docparser_operator.api.analysis_spec import CanaryAnalysis, PrometheusSource
 from docparser_operator.api.models import DocParser
 from docparser_operator.api.uri import BadURI
-from docparser_operator.core.children import Observed
+from docparser_operator.core.plan.children import Observed
 from docparser_operator.providers import analysis_run, sources
 from docparser_operator.providers.base import SourceUnavailable, TrackQuery
 from docparser_operator.providers.fetch import Fetcher, NotAllowed

@@ -1,7 +1,7 @@
-"""core/stalls.py and the conditions status.py derives from it: Stalled and Reconciling are
-never True together, each stalled reason reads Failed/Degraded to Flux and Argo CD at once, a
-crash loop never flickers between Failed and InProgress, and a serving pod's restart or an
-autoscaler's unschedulable pod leaves the DocParser Current/Healthy.
+"""core/status/stalls.py and the conditions core/status/conditions.py derives from it: Stalled
+and Reconciling are never True together, each stalled reason reads Failed/Degraded to Flux
+and Argo CD at once, a crash loop never flickers between Failed and InProgress, and a serving pod's
+restart or an autoscaler's unschedulable pod leaves the DocParser Current/Healthy.
 
 Verdicts come from the tools' own code (tests/gitopscheck) when it is built; the condition
 assertions run either way."""
@@ -14,13 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from docparser_operator.core.stalls import (
+from docparser_operator.core.plan.problem import Problem
+from docparser_operator.core.status.conditions import TrackObservation
+from docparser_operator.core.status.stalls import (
     REASONS,
     RESTARTS_TOLERATED,
     UNSCHEDULABLE_GRACE_S,
     classify,
 )
-from docparser_operator.core.status import Problem, TrackObservation
 from gitopscheck.checker import AGREEING, GitOpsCheck
 from test_status import T0, T1, conditions, deployment, pod, status
 
@@ -61,7 +62,7 @@ def test_every_reason_the_operator_writes_is_classed() -> None:
     written = set(re.findall(r'Problem\(\s*"([A-Za-z]+)"', source))
     written |= set(re.findall(r'reason="([A-Za-z]+)"', source))  # the analysis walk's verdicts
     written |= set(re.findall(r'Problem\("([A-Za-z]+)"', source))
-    assert written - set(REASONS) == set(), "class them in core/stalls.py and docs/crd.md"
+    assert written - set(REASONS) == set(), "class them in core/status/stalls.py and docs/crd.md"
     assert {"NodeLost", "DrainBlocked", "ShadowRegression", "Idle"} <= set(REASONS)
 
 
@@ -153,7 +154,7 @@ def test_a_crash_loop_never_flickers(gitops_check_optional: GitOpsCheck | None) 
     """FailedToLoad reruns: once the runtime has failed, every state of its restart cycle
     reads Stalled (Failed), never back to Reconciling (InProgress)."""
     from docparser_operator.api.models import DocParser
-    from docparser_operator.core.diagnose import diagnose
+    from docparser_operator.core.status.diagnose import diagnose
     from dp_helpers import docparser
 
     spec = DocParser.from_resource(docparser("inv")).spec
@@ -177,7 +178,7 @@ def test_a_serving_pod_restart_stays_current_until_a_crash_loop(
     gitops_check_optional: GitOpsCheck | None,
 ) -> None:
     from docparser_operator.api.models import DocParser
-    from docparser_operator.core.diagnose import diagnose
+    from docparser_operator.core.status.diagnose import diagnose
     from dp_helpers import docparser
 
     spec = DocParser.from_resource(docparser("inv")).spec

@@ -1,4 +1,5 @@
-"""Unit tests of status.py: model states from pods, conditions, kstatus shape, transitions."""
+"""Unit tests of core/status/conditions.py: model states from pods, conditions, kstatus shape,
+transitions."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import get_args, get_origin
 import pytest
 from docparser_operator.api.status_models import SECTIONS, DocParserStatus, ShadowStatus
 from docparser_operator.api.wire import WireModel
-from docparser_operator.core.status import (
+from docparser_operator.core.status.conditions import (
     DOWNLOADING,
     FAILED,
     LOADED,
@@ -22,7 +23,7 @@ from docparser_operator.core.status import (
     pod_model_state,
     track_state,
 )
-from docparser_operator.core.status_patch import merged, status_changed, status_write
+from docparser_operator.core.status.status_patch import merged, status_changed, status_write
 from kube_cluster import pod_status
 
 T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:05:00Z"

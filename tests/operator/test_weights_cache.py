@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from docparser_operator.api.kinds import KNOWN_KINDS
 from docparser_operator.api.models import DocParserSpec
-from docparser_operator.core.weights_cache_status import weights_cache_verdict
+from docparser_operator.core.status.weights_cache_status import weights_cache_verdict
 from dp_helpers import (
     SHA_A,
     SHA_B,
@@ -188,7 +188,7 @@ def test_a_deleted_claim_takes_its_fill_job_along() -> None:
     """Pure: a claim deleted (to refill it, or by mistake) leaves a Job whose success speaks
     of a volume that is gone: the pass recreates the claim and deletes that Job, so the next
     pass fills the new claim instead of pods waiting on an empty one."""
-    from docparser_operator.core.children import Observed, prepare
+    from docparser_operator.core.plan.children import Observed, prepare
     from docparser_operator.core.render import render_all
 
     resource = docparser("wc", weights=weights("v1", SHA_A), weightsCache=CACHE)

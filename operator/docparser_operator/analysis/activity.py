@@ -1,6 +1,6 @@
 """What a DocParser that scales to zero is doing, read from ``/metrics`` (pure: text in,
 numbers out): the front's held requests and queued jobs, the runtime pods' requests in flight
-and running jobs, and every pod's count of client API requests (core/idle.py decides on it).
+and running jobs, and every pod's count of client API requests (core/plan/idle.py decides on it).
 
 Why the pods' and the front's own ``/metrics``, not Prometheus or the API server: the
 operator must see a job queued at the front within seconds, with no Prometheus in the

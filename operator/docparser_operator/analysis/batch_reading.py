@@ -3,7 +3,7 @@
 The names are the contract with the runtime (server/endpoints/batches/metrics.py): every pod
 with the DocParser's Redis reports the same shared figures, so a reading of several pods takes
 the largest of each (a pod whose Redis read lagged reports less, never more), never the sum.
-core/batch_pool.py sizes the batch pool and writes ``status.batch`` from it.
+core/plan/batch_pool.py sizes the batch pool and writes ``status.batch`` from it.
 """
 
 from __future__ import annotations

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from docparser_operator.analysis import shadow as shadow_figures
+from docparser_operator.analysis import shadow_score as shadow_figures
 from docparser_operator.analysis.golden_score import GoldenScore
-from docparser_operator.analysis.shadow import ShadowCounters
+from docparser_operator.analysis.shadow_score import ShadowCounters
 from docparser_operator.analysis.walk import AnalysisState
 from docparser_operator.api.analysis_spec import CanaryAnalysis
 

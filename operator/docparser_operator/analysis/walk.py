@@ -18,7 +18,8 @@ total-stage latency histogram, differenced over the window by ``scrape.py``) dec
   ``analysis.retry`` gets a new value;
 - passed: the next step, a pause (``pause: true`` on a step waits for any spec change, i.e. a
   new generation), or after the last step ``Succeeded``: the canary carries 100 % (the
-  make-before-break promotion of rollout.py) until its weights move into ``spec.weights``.
+  make-before-break promotion of core/plan/rollout_planner.py) until its weights move into
+  ``spec.weights``.
 
 The counters come from the pods' own ``/metrics`` (scrape.py) or, with ``prometheus``, from
 PromQL over the window (prometheus.py): the same ``TrackCounters``, the same checks.
@@ -34,7 +35,7 @@ With ``canary.shadow`` (stable's pods copy live requests to the canary and compa
 outputs) the walk holds ``Shadowing`` at weight 0 before step 1 (after the golden gate):
 gates.py judges the stable pods' comparison once ``minShadowPages`` pages were compared
 (``ShadowRegression`` on failure, no traffic sent); every later window also carries the
-comparison over its minutes (shadow.py's checks; a step's ``minShadowPages`` waits for them).
+comparison over its minutes (shadow_score.py's checks; a step's ``minShadowPages`` waits for them).
 
 The operator never writes ``spec``: the step, the effective weight, the last checks and the
 verdict live in ``status.canary.analysis`` and survive an operator restart or a new leader.
@@ -48,7 +49,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from docparser_operator.analysis import shadow
+from docparser_operator.analysis import shadow_score as shadow
 from docparser_operator.analysis.counters import (
     OUTCOMES,
     Check,
@@ -56,7 +57,7 @@ from docparser_operator.analysis.counters import (
     supported_quantile,
 )
 from docparser_operator.analysis.golden_score import GoldenScore
-from docparser_operator.analysis.shadow import ShadowCounters, ShadowFigures
+from docparser_operator.analysis.shadow_score import ShadowCounters, ShadowFigures
 from docparser_operator.api.analysis_spec import AnalysisStep, CanaryAnalysis
 from docparser_operator.api.status_models import AnalysisStatus
 

@@ -4,7 +4,7 @@ A batch pool is a Deployment of the stable revision that serves no interactive t
 (core/render/batch_pool.py): it runs the lines of ``/v1/batches`` only, on nodes of its own
 (spot capacity: ``nodeSelector``, ``tolerations``, ``priorityClassName``), sized on the
 batch backlog in pages from ``replicas.min`` (0 by default) to ``replicas.max``
-(core/batch_pool.py). Kept apart from models.py and status_models.py, which name them, so the
+(core/plan/batch_pool.py). Kept apart from models.py and status_models.py, which name them, so the
 feature's fields read in one place; tests/operator/test_models.py holds them to the CRD.
 """
 

@@ -34,7 +34,7 @@ class CapacityTier(WireModel):
 
 
 class CapacityRecommended(WireModel):
-    """What the spec should say for the traffic measured (core/capacity_sizing.py)."""
+    """What the spec should say for the traffic measured (core/status/capacity_sizing.py)."""
 
     replicas: int | None = None
     tier: str | None = None  # "auto" or a tier number

@@ -93,7 +93,7 @@ KINDS: tuple[ResourceRef, ...] = (
     _child("v1", "PersistentVolumeClaim", "persistentvolumeclaims", "deletion"),
     _child("batch/v1", "Job", "jobs", "changes"),
     ResourceRef("v1", "Pod", "pods", indexed=True, watch="pods", verbs=("get", "list", "watch")),
-    # Which pods our Deployments made (the ownerReferences uid chain, core/children.py): only
+    # Which pods our Deployments made (the ownerReferences uid chain, core/plan/children.py): only
     # theirs have their /metrics read. Indexed (metadata only), never written.
     ResourceRef(
         "apps/v1", "ReplicaSet", "replicasets", indexed=True, verbs=("get", "list", "watch")

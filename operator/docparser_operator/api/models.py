@@ -72,7 +72,7 @@ class Weights(WireModel):
 
 class Rollout(WireModel):
     max_surge: Annotated[int, Field(ge=0, le=100)] = 1
-    # how long a drain's eviction is held while no replacement can come up (core/drain.py)
+    # how long a drain's eviction is held while no replacement can come up (core/plan/drain.py)
     drain_timeout_seconds: Annotated[int, Field(ge=0, le=86400)] = 600
 
 
@@ -320,7 +320,7 @@ class DocParserSpec(WireModel):
     @property
     def autoscaled(self) -> bool:
         """An HPA manages replicas exactly when the range is open (floor < max; at 0 the
-        idle decision, not the HPA, scales: core/idle.py)."""
+        idle decision, not the HPA, scales: core/plan/idle.py)."""
         return self.replicas.floor < self.replicas.max
 
 

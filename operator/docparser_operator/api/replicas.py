@@ -1,7 +1,7 @@
 """``spec.replicas``: the DocParser's size, and how one with ``min: 0`` sleeps and wakes.
 
 Apart from models.py because scale to zero gave it a policy of its own (the idle window,
-the front's hold), read by core/idle.py and core/render/front.py without the rest of the spec.
+the front's hold), read by core/plan/idle.py and core/render/front.py without the rest of the spec.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def duration_seconds(text: str) -> int:
 
 
 class ScaleToZero(WireModel):
-    """How a DocParser with ``replicas.min: 0`` sleeps and wakes (core/idle.py): after
+    """How a DocParser with ``replicas.min: 0`` sleeps and wakes (core/plan/idle.py): after
     ``after`` without client requests and without queued or running jobs its GPU pods go; the
     front (a CPU pod of the same image) takes requests meanwhile, holding a synchronous one up
     to ``holdSeconds`` while pods start (else 503 with ``Retry-After: retryAfterSeconds``)."""
@@ -57,7 +57,7 @@ def cron_error(expr: str) -> str | None:
 
 
 class ScheduleWindow(WireModel):
-    """One recurring window of ``spec.replicas.schedule`` (core/schedule.py): from each time
+    """One recurring window of ``spec.replicas.schedule`` (core/plan/schedule.py): from each time
     ``cron`` names (in ``replicas.timeZone``) for ``duration``, the autoscaler's floor is at
     least ``min`` and its ceiling at least ``max`` (``min`` without it)."""
 
@@ -124,7 +124,7 @@ class Replicas(WireModel):
     @property
     def floor(self) -> int:
         """Fewest pods while awake: min, and 1 for a DocParser that scales to zero (it goes
-        to 0 only by the idle decision, core/idle.py, never by the autoscaler)."""
+        to 0 only by the idle decision, core/plan/idle.py, never by the autoscaler)."""
         return max(1, self.min)
 
     @property

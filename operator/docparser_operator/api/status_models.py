@@ -1,11 +1,11 @@
 """Typed DocParser status (pydantic v2), mirroring the CRD's ``status`` schema.
 
-Written by the operator through these models (core/status.py builds them) and read back with
-them (``DocParser.status``), so writer and reader cannot drift apart;
+Written by the operator through these models (core/status/conditions.py builds them) and
+read back with them (``DocParser.status``), so writer and reader cannot drift apart;
 tests/operator/test_models.py holds the CRD and the code to the same fields.
 
 ``SECTIONS`` is the one table of the optional parts of ``status`` and the feature that owns
-each: the status write (core/status_patch.py) removes a section its feature no longer writes,
+each: the status write (core/status/status_patch.py) removes a section its feature no longer writes,
 and compares exactly what it would write, so a feature turned off leaves nothing behind and
 the resync at rest writes nothing.
 """
@@ -111,7 +111,7 @@ class RolloutStatus(WireModel):
 
 
 class DrainStatus(WireModel):
-    """One cordoned node holding our pods (core/drain.py)."""
+    """One cordoned node holding our pods (core/plan/drain.py)."""
 
     node: str | None = None
     since: str | None = None
@@ -145,7 +145,8 @@ class ScheduleNext(WireModel):
 
 
 class ScheduleStatus(WireModel):
-    """``spec.replicas.schedule`` now (core/schedule.py): the window in effect, the next change."""
+    """``spec.replicas.schedule`` now (core/plan/schedule.py): the window in effect, the next
+    change."""
 
     active: ScheduleActive | None = None
     next: ScheduleNext | None = None

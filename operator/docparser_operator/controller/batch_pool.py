@@ -1,5 +1,5 @@
 """One pass's part of the batch pool (``spec.batch``): read the backlog when a reading is due,
-size the pool (core/batch_pool.py) and build ``status.batch``.
+size the pool (core/plan/batch_pool.py) and build ``status.batch``.
 
 A reading is due every ``poll_s`` (the scale-to-zero poll, ``DOCPARSER_OPERATOR_IDLE_POLL_S``,
 5 s by default) and the pass asks to be woken for the next one, so a batch submitted to an
@@ -17,14 +17,14 @@ from typing import Any
 
 from docparser_operator.api import naming
 from docparser_operator.api.models import DocParser
-from docparser_operator.core.batch_pool import (
+from docparser_operator.core.plan.batch_pool import (
     COOLDOWN_S,
     PoolMemory,
     PoolStep,
     decide_pool,
     pool_status,
 )
-from docparser_operator.core.children import Observed, owned_by, readable_pods
+from docparser_operator.core.plan.children import Observed, owned_by, readable_pods
 from docparser_operator.providers.base import SourceUnavailable
 from docparser_operator.providers.batch import BatchSource, pod_backlog
 from docparser_operator.providers.pods import ReadLimits, Skipped

@@ -20,12 +20,17 @@ import pydantic
 
 from docparser_operator.api import labels
 from docparser_operator.api.models import DocParser
-from docparser_operator.core.capacity import CapacityMemory, Figures, figures, window_seconds
-from docparser_operator.core.capacity_status import CapacityStep, report, same_figures
-from docparser_operator.core.children import Observed, readable_pods
-from docparser_operator.core.outcome import Outcome
+from docparser_operator.core.plan.children import Observed, readable_pods
+from docparser_operator.core.plan.problem import Problem
 from docparser_operator.core.render import roles_of
-from docparser_operator.core.status import Problem
+from docparser_operator.core.status.capacity_status import CapacityStep, report, same_figures
+from docparser_operator.core.status.capacity_window import (
+    CapacityMemory,
+    Figures,
+    figures,
+    window_seconds,
+)
+from docparser_operator.core.status.outcome import Outcome
 from docparser_operator.providers.base import SourceUnavailable
 from docparser_operator.providers.capacity import CapacitySource
 from docparser_operator.providers.pods import Skipped

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 
 from docparser_operator.api import naming
 from docparser_operator.api.kinds import ref_for
+from docparser_operator.core.plan.problem import Problem
 from docparser_operator.core.render import Target
 from docparser_operator.core.render.credential import render_internal_secret
-from docparser_operator.core.status import Problem
 from docparser_operator.kube.client import ApiError, KubeClient
 
 TOKEN_BYTES = 32

@@ -1,7 +1,7 @@
 """The cordon watch's loop: a node cordoned or uncordoned wakes only the DocParsers with pods on it.
 
 kube/nodes.py keeps the set of cordoned nodes (a watch read in its own thread); every pass reads
-it (core/drain.py). Between resyncs a change must still reach the owners at once (their
+it (core/plan/drain.py). Between resyncs a change must still reach the owners at once (their
 replacements should start now, not at the next resync), but only theirs: a cordon of a node
 none of our pods run on costs nothing, and a quiet cluster sends no event and wakes no one.
 The watch thread only hands the changed names to the event loop: the pod index it is matched

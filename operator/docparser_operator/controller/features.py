@@ -13,16 +13,16 @@ from docparser_operator.analysis import walk as analysis_module
 from docparser_operator.api import naming
 from docparser_operator.api.kinds import ref_for
 from docparser_operator.api.models import DocParser
-from docparser_operator.core.children import (
+from docparser_operator.core.plan.children import (
     Observed,
     ReadablePods,
     owned_by,
     readable_pods,
     revision_states,
 )
-from docparser_operator.core.idle import IdleMemory, IdleStep, decide_idle, epoch
+from docparser_operator.core.plan.idle import IdleMemory, IdleStep, decide_idle, epoch
+from docparser_operator.core.plan.schedule import ScheduleStep
 from docparser_operator.core.render import RoleRevision, roles_of
-from docparser_operator.core.schedule import ScheduleStep
 from docparser_operator.kube.client import KubeClient
 from docparser_operator.providers import analysis_run, golden
 from docparser_operator.providers import sources as analysis_sources
@@ -59,7 +59,7 @@ def idle_step(
 ) -> IdleStep | None:
     """Scale to zero's decision for this pass (None unless ``replicas.min: 0``): read the
     front's and the pods' /metrics when a reading is due (those of the DocParser's own
-    ReplicaSets only), then decide (core/idle.py). ``model``: the parsed DocParser, raised by
+    ReplicaSets only), then decide (core/plan/idle.py). ``model``: the parsed DocParser, raised by
     the open schedule window or not (a floor above 0 keeps it awake either way: raised, it has
     no idle policy; as stored, ``schedule`` says so); ``walk``: the analysis this pass
     continues. Also what a reading between passes decides (controller/wakeups.py)."""
@@ -93,7 +93,7 @@ def idle_step(
 
 
 def readable_of(observed: Observed, uid: str, skipped: Skipped | None) -> ReadablePods:
-    """The pods a reading may dial (core/children.readable_pods); the labelled pods it may
+    """The pods a reading may dial (core/plan/children.readable_pods); the labelled pods it may
     not are counted as ``not_owned`` and never dialled."""
     readable = readable_pods(observed, uid)
     if readable.not_owned and skipped is not None:

@@ -38,18 +38,18 @@ import kopf
 from docparser_operator.api import labels
 from docparser_operator.api.kinds import DOCPARSER, INDEXED, KINDS
 from docparser_operator.api.naming import API_GROUP, KIND, PLURAL
-from docparser_operator.controller import drains, events, wakeups
+from docparser_operator.controller import drains, post_events, wakeups
 from docparser_operator.controller.metrics import OperatorMetrics
 from docparser_operator.controller.reconcile import reconcile
 from docparser_operator.controller.settings import OperatorSettings
 from docparser_operator.controller.state import OperatorState
-from docparser_operator.core import triggers
-from docparser_operator.core.events import Event, events_for
-from docparser_operator.core.outcome import Outcome
-from docparser_operator.core.refusals import RefusalMemory
-from docparser_operator.kube import observer as cache
+from docparser_operator.core.plan import triggers
+from docparser_operator.core.plan.refusals import RefusalMemory
+from docparser_operator.core.status.outcome import Outcome
+from docparser_operator.core.status.transition_events import Event, events_for
 from docparser_operator.kube.client import ApiError, KubeClient, load_configuration
 from docparser_operator.kube.nodes import CordonedNodes
+from docparser_operator.kube.observer import IndexedObserver, IndexKey, index_key
 
 VERSION = DOCPARSER.api_version.split("/")[1]
 ANNOTATION_PREFIX = "docparser.io"
@@ -96,7 +96,7 @@ def run_reconcile(state: OperatorState, resource: dict[str, Any], *, strict: boo
             if state.metrics is not None:
                 state.metrics.failed(namespace, name, exc.status, time.monotonic() - started)
             failed = [Event("Warning", "ReconcileFailed", str(exc))]
-            events.post(api, resource, state.event_limiter.admit(uid, failed))
+            post_events.post(api, resource, state.event_limiter.admit(uid, failed))
             delay = state.settings.retry_delay_s * (1 if exc.transient else 6)
             raise kopf.TemporaryError(str(exc), delay=delay) from exc
         state.saw_write(outcome.body)
@@ -104,7 +104,7 @@ def run_reconcile(state: OperatorState, resource: dict[str, Any], *, strict: boo
         wakeups.after_pass(state, uid, outcome)
         if state.metrics is not None:
             state.metrics.reconciled(namespace, name, outcome.status, time.monotonic() - started)
-    events.post(api, resource, state.event_limiter.admit(uid, events_for(outcome)))
+    post_events.post(api, resource, state.event_limiter.admit(uid, events_for(outcome)))
     if strict and outcome.spec_invalid:
         message = "; ".join(p.message for p in outcome.problems if p.reason == "SpecInvalid")
         raise kopf.PermanentError(message)
@@ -137,9 +137,9 @@ def _index_id(kind: str) -> str:
     return f"{kind.lower()}_index"
 
 
-def _by_owner(body: kopf.Body, **_: Any) -> dict[cache.IndexKey, dict[str, Any]]:
+def _by_owner(body: kopf.Body, **_: Any) -> dict[IndexKey, dict[str, Any]]:
     obj = _plain(body)
-    key = cache.index_key(obj)
+    key = index_key(obj)
     if obj.get("kind") == "Pod":
         obj["metadata"].pop("managedFields", None)  # never read for pods: keep the index small
     elif obj.get("kind") == "ReplicaSet":  # only its owner chain is read (readable_pods)
@@ -173,11 +173,9 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -
     memo.state = OperatorState(
         settings=ours,
         client=client,
-        event_limiter=events.EventLimiter(ours.event_interval_s),
+        event_limiter=post_events.EventLimiter(ours.event_interval_s),
         metrics=metrics,
-        observer=cache.IndexedObserver(
-            indexes, client=client, cordoned=nodes if aware else lambda: None
-        ),
+        observer=IndexedObserver(indexes, client=client, cordoned=nodes if aware else lambda: None),
         nodes=nodes if aware else None,
         refusals=RefusalMemory(ours.refusal_backoff_s, ours.refusal_backoff_max_s),
     )
@@ -212,7 +210,7 @@ def track(event: Mapping[str, Any], body: kopf.Body, memo: kopf.Memo, **_: Any) 
         state.handled.pop(uid, None)
         return
     plain = _plain(body)
-    state.known[uid] = plain  # a generation passed already: our status write, a label edit
+    state.saw_event(uid, plain)  # a generation passed already: our status write, a label edit
     if int(meta.get("generation") or 0) <= state.handled.get(uid, 0):
         return
     try:
@@ -299,7 +297,7 @@ async def stop_resync(memo: kopf.Memo, **_: Any) -> None:
 def on_deployment(event: Mapping[str, Any], body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """A child Deployment moved (pods became ready, a rollout stalled), a weights cache fill
     Job finished or failed, or a Gateway's controller judged the HTTPRoute (what a held
-    scale-down waits for, core/route_verdict.py): refresh its owner."""
+    scale-down waits for, core/status/route_verdict.py): refresh its owner."""
     state = _state(memo)
     meta = body.get("metadata") or {}
     owner = _controller_owner(meta)
@@ -346,7 +344,7 @@ def on_pod(event: Mapping[str, Any], body: kopf.Body, memo: kopf.Memo, **_: Any)
 
 def _forget(state: OperatorState, body: Mapping[str, Any]) -> None:
     """A child is gone: the observer must not keep showing our last write of it."""
-    key = cache.index_key(body)
+    key = index_key(body)
     if state.observer is not None and key is not None:
         meta = body.get("metadata") or {}
         child = (body.get("kind") or "", meta.get("name") or "")

@@ -8,7 +8,7 @@ mid-way and lost events harmless: the next pass converges from whatever state it
 Decide, then act (as KServe's reconcilers do): the observer (kube/observer.py) reads the
 cluster into an ``Observed``; ``decide`` (core/decide.py) is pure and returns a ``Decision``;
 ``execute`` here only performs its actions, in the order the decision gives; the status is
-built by core/report.py and written by controller/reporting.py.
+built by core/status/report.py and written by controller/reporting.py.
 
 Writes are kept to what is needed, so a no-op resync sends zero writes:
 - a child is applied only when it is missing, lacks our field manager, carries a different
@@ -38,18 +38,23 @@ from docparser_operator.controller.batch_pool import BatchArgs, batch_step
 from docparser_operator.controller.capacity import CapacityArgs, capacity_pass
 from docparser_operator.controller.credential import CredentialMemory, ensure_internal_secret
 from docparser_operator.controller.reporting import write_status
-from docparser_operator.core.children import Key, Observed, needs_read, owned_by
 from docparser_operator.core.decide import Decision, conflict_problem, decide, invalid
-from docparser_operator.core.diagnose import diagnose
-from docparser_operator.core.drain import drains_since
-from docparser_operator.core.idle import IdleMemory, epoch
-from docparser_operator.core.outcome import Outcome
-from docparser_operator.core.refusals import RefusalMemory, Refused, refusal_code, refused_problem
+from docparser_operator.core.plan.children import Key, Observed, needs_read, owned_by
+from docparser_operator.core.plan.drain import drains_since
+from docparser_operator.core.plan.idle import IdleMemory, epoch
+from docparser_operator.core.plan.problem import Problem
+from docparser_operator.core.plan.refusals import (
+    RefusalMemory,
+    Refused,
+    refusal_code,
+    refused_problem,
+)
+from docparser_operator.core.plan.schedule import raised_model, resource_schedule, schedule_step
 from docparser_operator.core.render import roles_of
 from docparser_operator.core.render.weights_cache import cached_weights
-from docparser_operator.core.schedule import raised_model, resource_schedule, schedule_step
-from docparser_operator.core.status import Problem
-from docparser_operator.core.weights_cache_status import CacheVerdict, weights_cache_verdict
+from docparser_operator.core.status.diagnose import diagnose
+from docparser_operator.core.status.outcome import Outcome
+from docparser_operator.core.status.weights_cache_status import CacheVerdict, weights_cache_verdict
 from docparser_operator.kube.client import ApiError, KubeClient
 from docparser_operator.kube.observer import ListObserver, Observer
 from docparser_operator.providers import analysis_run
@@ -69,7 +74,7 @@ def now_rfc3339() -> str:
 
 
 def _apply_problem(key: Key, exc: ApiError) -> Problem | None:
-    """A child the API server refuses (core/refusals.py): our RBAC lacks a verb, its API is
+    """A child the API server refuses (core/plan/refusals.py): our RBAC lacks a verb, its API is
     missing (the Gateway API CRDs are not installed), or a quota, an IP range or an admission
     policy refuses it. Reported as Degraded; the other children proceed. None: not a refusal
     (server trouble, throttling, a conflict), the caller retries."""
@@ -96,7 +101,7 @@ def _taken(client: KubeClient, namespace: str, obj: dict[str, Any]) -> bool:
     may be missing from it. A forced server-side apply on it would not fail but take it over
     (our ownerReference, labels and fields on someone's Service), so a would-be create reads
     the object first, unless the observation just read it by name or its name carries its
-    content's hash (core/children.needs_read). What remains is the round trip between this
+    content's hash (core/plan/children.needs_read). What remains is the round trip between this
     read and the apply."""
     kind, name = obj["kind"], obj["metadata"]["name"]
     owner = obj["metadata"]["ownerReferences"][0]["uid"]
@@ -188,10 +193,10 @@ def reconcile(
     ``credentials``: the DocParsers whose internal token Secret this run created or found
     (default: none, so the pass creates it or learns that it exists); ``idle`` keeps what
     scale to zero read of each DocParser, ``activity`` reads it (the pods' and the front's
-    /metrics), at most every ``poll_s`` (core/idle.py). Only the pods of the DocParser's own
+    /metrics), at most every ``poll_s`` (core/plan/idle.py). Only the pods of the DocParser's own
     ReplicaSets are read (``readable_pods``); ``skipped`` counts the others (the operator's
     metric; default: not counted). ``refusals`` keeps the children the API server refused and
-    their backoff between passes (core/refusals.py; default: none, every pass tries them).
+    their backoff between passes (core/plan/refusals.py; default: none, every pass tries them).
     ``batch``: spec.batch's backlog readings and source (controller/batch_pool.py; default:
     none, the pool keeps its size).
 

@@ -1,8 +1,8 @@
 """Write a pass's status: the one place the status write happens.
 
 Kept apart from reconcile.py (which decides and acts); the status *content* is built by
-core/report.py (pure, never the API client), its patch by core/status_patch.py. Written only
-when the patch changes the live status: the no-op resync writes nothing.
+core/status/report.py (pure, never the API client), its patch by core/status/status_patch.py.
+Written only when the patch changes the live status: the no-op resync writes nothing.
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from typing import Any
 
 from docparser_operator.api.kinds import DOCPARSER
 from docparser_operator.api.models import ObjectMeta
-from docparser_operator.core.children import Key
-from docparser_operator.core.outcome import Outcome
+from docparser_operator.core.plan.children import Key
 from docparser_operator.core.render import Target
-from docparser_operator.core.report import pass_status
-from docparser_operator.core.status_patch import status_write
-from docparser_operator.core.weights_cache_status import CacheVerdict
+from docparser_operator.core.status.outcome import Outcome
+from docparser_operator.core.status.report import pass_status
+from docparser_operator.core.status.status_patch import status_write
+from docparser_operator.core.status.weights_cache_status import CacheVerdict
 from docparser_operator.kube.client import KubeClient
 
 
@@ -31,7 +31,7 @@ def write_status(
     cache: CacheVerdict | None = None,
 ) -> dict[str, Any]:
     """Build the pass's status and patch it when that changes it (a merge patch that also
-    removes what a feature turned off left: core/status_patch.py)."""
+    removes what a feature turned off left: core/status/status_patch.py)."""
     status = pass_status(owner, plan, live, pods, out, now, cache)
     patch = status_write(out.previous_status, status)
     if patch is not None:

@@ -25,7 +25,7 @@ class OperatorSettings(BaseSettings):
         5.0,
         gt=0,
         description="a child the API server refuses (quota, IP range, admission, RBAC) is "
-        "tried again after this, then twice as long each time (core/refusals.py)",
+        "tried again after this, then twice as long each time (core/plan/refusals.py)",
     )
     refusal_backoff_max_s: float = Field(
         300.0, gt=0, description="the longest wait before a refused child is tried again"

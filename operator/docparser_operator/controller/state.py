@@ -11,18 +11,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from docparser_operator.controller import events
+from docparser_operator.controller import post_events
 from docparser_operator.controller.batch_pool import BatchArgs
 from docparser_operator.controller.capacity import CapacityArgs
 from docparser_operator.controller.credential import CredentialMemory
 from docparser_operator.controller.metrics import OperatorMetrics
 from docparser_operator.controller.settings import OperatorSettings
-from docparser_operator.core.capacity import CapacityMemory
-from docparser_operator.core.idle import IdleMemory
-from docparser_operator.core.refusals import RefusalMemory
-from docparser_operator.kube import observer as cache
+from docparser_operator.core.plan.idle import IdleMemory
+from docparser_operator.core.plan.refusals import RefusalMemory
+from docparser_operator.core.status.capacity_window import CapacityMemory
 from docparser_operator.kube.client import KubeClient
 from docparser_operator.kube.nodes import CordonedNodes
+from docparser_operator.kube.observer import IndexedObserver, resource_version
 from docparser_operator.providers import capacity as capacity_source
 from docparser_operator.providers import sources as analysis_sources
 from docparser_operator.providers.activity import ActivitySource
@@ -36,7 +36,7 @@ def _generation(body: Mapping[str, Any]) -> int:
 
 
 def _age(body: Mapping[str, Any]) -> tuple[int, int]:
-    return _generation(body), cache.resource_version(body) or 0
+    return _generation(body), resource_version(body) or 0
 
 
 @dataclass
@@ -52,9 +52,11 @@ class OperatorState:
     known: dict[str, dict[str, Any]] = field(default_factory=dict[str, Any])  # uid -> latest body
     handled: dict[str, int] = field(default_factory=dict[str, int])  # uid -> generation passed
     resync_task: asyncio.Task[None] | None = None
-    event_limiter: events.EventLimiter = field(default_factory=lambda: events.EventLimiter(300.0))
+    event_limiter: post_events.EventLimiter = field(
+        default_factory=lambda: post_events.EventLimiter(300.0)
+    )
     metrics: OperatorMetrics | None = None
-    observer: cache.IndexedObserver | None = None  # None: list on every pass
+    observer: IndexedObserver | None = None  # None: list on every pass
     analysis: AnalysisMemory = field(default_factory=AnalysisMemory)  # canary window starts
     sources: Sources | None = None  # what the analysis may read (from settings at start-up)
     wakeups: dict[str, float] = field(default_factory=dict[str, float])  # uid -> monotonic due
@@ -134,6 +136,16 @@ class OperatorState:
         """``resource`` or the newer body we know of (by generation, then resourceVersion)."""
         known = self.known.get(resource["metadata"]["uid"])
         return known if known is not None and _age(known) > _age(resource) else resource
+
+    def saw_event(self, uid: str, body: dict[str, Any]) -> None:
+        """A watch event's body: kept unless the one we know is newer. Why: kopf can hand the
+        event of a DocParser's creation over again after our first pass wrote its status
+        (seen for most of 60 DocParsers created at once); taken as the latest, it made the
+        next pass start from no status and write it all again, one status PATCH more."""
+        with self.locks_guard:
+            known = self.known.get(uid)
+            if known is None or _age(body) >= _age(known):
+                self.known[uid] = body
 
     def saw_write(self, body: dict[str, Any] | None) -> None:
         """Our status write returned ``body``: later passes start from it (their ``previous``

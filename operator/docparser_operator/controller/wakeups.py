@@ -19,11 +19,11 @@ import pydantic
 
 from docparser_operator.controller import features, reconcile
 from docparser_operator.controller.state import OperatorState
-from docparser_operator.core.idle import IdleStep
-from docparser_operator.core.outcome import Outcome
-from docparser_operator.core.schedule import schedule_step
+from docparser_operator.core.plan.idle import IdleStep
+from docparser_operator.core.plan.schedule import schedule_step
+from docparser_operator.core.status.outcome import Outcome
 
-BLIND = "neither scales to zero nor wakes"  # in ActivityUnknown's message (core/idle.py)
+BLIND = "neither scales to zero nor wakes"  # in ActivityUnknown's message (core/plan/idle.py)
 
 
 def after_pass(state: OperatorState, uid: str, outcome: Outcome) -> None:

@@ -2,10 +2,11 @@
 
 Pure, as KServe's reconcilers split it: ``decide`` takes the parsed DocParser, its revisions
 (each pod template rendered and hashed once per pass), what it needs of the last status, and
-the ``Observed`` children, and returns a ``Decision`` (the rollout step from rollout.py, the
-named ``Action``s in the order that keeps capacity behind traffic, the problems).
-controller/reconcile.py only performs the actions. Order: grow and create first, then traffic
-objects, then shrink, then prune, so no moment routes to a revision that has not got its pods.
+the ``Observed`` children, and returns a ``Decision`` (the rollout step from
+plan/rollout_planner.py, the named ``Action``s in the order that keeps capacity behind traffic, the
+problems). controller/reconcile.py only performs the actions. Order: grow and create first, then
+traffic objects, then shrink, then prune, so no moment routes to a revision that has not got its
+pods.
 
 A child is applied only when it is missing, lacks our field manager, carries a different hash
 of the desired object or its live values differ on the fields we set (drift); ownership is
@@ -22,9 +23,10 @@ import pydantic
 
 from docparser_operator.api import labels, naming
 from docparser_operator.api.models import DocParser, DocParserSpec
-from docparser_operator.core import drain, rollout, sizing
-from docparser_operator.core.batch_pool import kept_size
-from docparser_operator.core.children import (
+from docparser_operator.core.plan import drain, sizing
+from docparser_operator.core.plan import rollout_planner as rollout
+from docparser_operator.core.plan.batch_pool import kept_size
+from docparser_operator.core.plan.children import (
     CREATE_ONCE,
     Key,
     Observed,
@@ -34,11 +36,11 @@ from docparser_operator.core.children import (
     revision_states,
     stays_mounted,
 )
-from docparser_operator.core.idle import IdleStep
+from docparser_operator.core.plan.idle import IdleStep
+from docparser_operator.core.plan.problem import Problem
+from docparser_operator.core.plan.target import desired as desired_rollout
 from docparser_operator.core.render import RoleRevision, Target, render_target
-from docparser_operator.core.render.target import desired as desired_rollout
-from docparser_operator.core.route_verdict import route_verdict
-from docparser_operator.core.status import Problem
+from docparser_operator.core.status.route_verdict import route_verdict
 
 
 def _pod_specs(spec: DocParserSpec) -> list[tuple[str, DocParserSpec]]:
@@ -135,10 +137,10 @@ def decide(
     ``previous_weight``: the weight routed so far (status.canary.weight); ``drains_since``:
     when each node's drain began (``drain.drains_since`` of status.drains); ``canary_weight``:
     the canary analysis' effective weight (analysis.py), which replaces spec.canary.weight;
-    ``now`` dates the drains' deadlines (core/drain.py); ``mirror``: False once the analysis
+    ``now`` dates the drains' deadlines (core/plan/drain.py); ``mirror``: False once the analysis
     failed (the shadow stops copying to that canary); ``idle``: the scale-to-zero decision
-    (core/idle.py), whose size replaces the spec's; ``batch_replicas``: the batch pool's size
-    (core/batch_pool.py; None: the live pool's, within spec.batch's bounds)."""
+    (core/plan/idle.py), whose size replaces the spec's; ``batch_replicas``: the batch pool's size
+    (core/plan/batch_pool.py; None: the live pool's, within spec.batch's bounds)."""
     uid = model.metadata.uid or ""
     tracks = roles
     drains = drain.plan_drain(
@@ -249,7 +251,7 @@ def _hold_until_observed(
     """Make-before-break through a Gateway: no Deployment shrinks or goes while the route's
     controller has not observed its current generation (or this pass rewrites the route), as
     the data plane may still send traffic by the previous weights. The route's status change
-    wakes the next pass (it is watched), which does what was held (core/route_verdict.py)."""
+    wakes the next pass (it is watched), which does what was held (core/status/route_verdict.py)."""
     gateway = model.spec.traffic.gateway_ref if model.spec.traffic.router == "gateway" else None
     if gateway is None:
         return actions

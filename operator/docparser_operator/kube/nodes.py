@@ -1,4 +1,4 @@
-"""The cordoned nodes, as the operator knows them (core/drain.py reads the names).
+"""The cordoned nodes, as the operator knows them (core/plan/drain.py reads the names).
 
 Why a watch of one filtered list rather than a kopf watch of every Node: a Node object changes
 every few seconds (heartbeats, conditions, images) on every node of the cluster, and the
@@ -35,7 +35,7 @@ from typing import Any
 from kubernetes.watch.watch import iter_resp_lines
 
 from docparser_operator.api.kinds import ref_for
-from docparser_operator.core import drain
+from docparser_operator.core.plan import drain
 from docparser_operator.kube import permissions
 from docparser_operator.kube.client import ApiError, KubeClient
 
@@ -71,7 +71,7 @@ class CordonedNodes:
 
     def start(self) -> bool:
         """Ask RBAC whether nodes may be listed, then take the first view. False: not allowed
-        (PDB-only protection for drains, core/drain.py)."""
+        (PDB-only protection for drains, core/plan/drain.py)."""
         try:
             denied = permissions.missing(self.client, [("", "nodes")], [""], ("list",))
         except ApiError as exc:  # no answer: try the list itself

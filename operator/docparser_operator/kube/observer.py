@@ -41,8 +41,8 @@ from docparser_operator.api.kinds import (
     ResourceRef,
     ref_for,
 )
-from docparser_operator.core import drain
-from docparser_operator.core.children import Key, Observed
+from docparser_operator.core.plan import drain
+from docparser_operator.core.plan.children import Key, Observed
 from docparser_operator.kube.client import ApiError, KubeClient
 
 IndexKey = tuple[str, str]  # (namespace, DocParser name)
@@ -90,7 +90,7 @@ def observe(client: KubeClient, namespace: str, name: str) -> Observed:
     # One list for the runtime pods and the front's, told apart by their app name (as the
     # pods' index holds them: every pod of ours, keyed by its instance).
     pods = client.list(ref_for("Pod"), namespace, selector=selector)
-    try:  # which of those pods our Deployments made (core/children.readable_pods)
+    try:  # which of those pods our Deployments made (core/plan/children.readable_pods)
         replica_sets = tuple(client.list(ref_for("ReplicaSet"), namespace, selector=selector))
     except ApiError as exc:
         if exc.status != 403:
@@ -122,7 +122,7 @@ def _front(pods: Iterable[dict[str, Any]]) -> tuple[dict[str, Any], ...]:
 
 def cordoned_nodes(client: KubeClient) -> frozenset[str] | None:
     """The cordoned nodes (one list, filtered by the server), or None when RBAC denies it:
-    then drains get PDB-only protection (core/drain.py)."""
+    then drains get PDB-only protection (core/plan/drain.py)."""
     try:
         nodes = client.list(ref_for("Node"), None, fields="spec.unschedulable=true")
     except ApiError as exc:

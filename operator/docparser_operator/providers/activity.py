@@ -1,7 +1,7 @@
 """The activity source of scale to zero: the front's and the runtime pods' ``/metrics``.
 
 Each Ready pod (the front's, and every runtime pod of the DocParser's own ReplicaSets:
-core/children.readable_pods) is read at ``<podIP>:8000/metrics`` through the one guarded
+core/plan/children.readable_pods) is read at ``<podIP>:8000/metrics`` through the one guarded
 client with the pods' rule (an IP literal on the runtime's port, never a metadata address),
 bounded in time and bytes, all of them in parallel under one deadline, as the canary analysis
 reads its pods (pods.read_pods). No API request: the pod addresses come from the operator's

@@ -23,7 +23,7 @@ from typing import Any
 from docparser_operator.analysis import gates, golden_score
 from docparser_operator.analysis import walk as analysis
 from docparser_operator.analysis.counters import TrackCounters
-from docparser_operator.analysis.shadow import ShadowCounters, ShadowFigures
+from docparser_operator.analysis.shadow_score import ShadowCounters, ShadowFigures
 from docparser_operator.api import labels
 from docparser_operator.api.analysis_spec import CanaryAnalysis
 from docparser_operator.api.models import DocParser

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from docparser_operator.analysis.counters import TrackCounters
-from docparser_operator.analysis.shadow import ShadowCounters
+from docparser_operator.analysis.shadow_score import ShadowCounters
 from docparser_operator.api.analysis_spec import CanaryAnalysis, PrometheusSource
 from docparser_operator.providers.golden import Documents
 

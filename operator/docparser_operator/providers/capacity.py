@@ -3,8 +3,8 @@
 The pods are read as scale to zero and the canary analysis read them (pods.read_pods: the
 DocParser's own ReplicaSets' Ready pods only, all at once under one deadline, through the
 guarded client with the pods' rule). A pod that does not answer makes the reading unusable
-(core/capacity.py then starts a new interval: a window is measured on every pod or not at
-all).
+(core/status/capacity_window.py then starts a new interval: a window is measured on every
+pod or not at all).
 
 With ``spec.capacity.prometheus`` one query per measure gives the whole window (Prometheus
 keeps the history): ``increase()`` over the window for the counters, the busiest minute as

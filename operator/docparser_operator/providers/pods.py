@@ -10,7 +10,7 @@ steered by the repetition guard). A pod that does not answer makes the whole sam
 
 The address is the kubelet's ``status.podIP``, so whoever may create pods in the DocParser's
 namespace could pick it. Hence: only the pods of the DocParser's own ReplicaSets are handed
-here (core/children.readable_pods checks the ownerReferences uids), and every request goes
+here (core/plan/children.readable_pods checks the ownerReferences uids), and every request goes
 through the guarded client (fetch.py) with the pods' rule (an IP literal on the runtime's
 port, never a metadata or link-local address), bounded in time and size; nothing it returns
 reaches status.
@@ -34,9 +34,9 @@ from typing import Any, TypeVar
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from docparser_operator.analysis import shadow
+from docparser_operator.analysis import shadow_score as shadow
 from docparser_operator.analysis.counters import OUTCOMES, TrackCounters
-from docparser_operator.analysis.shadow import ShadowCounters
+from docparser_operator.analysis.shadow_score import ShadowCounters
 from docparser_operator.api import naming
 from docparser_operator.providers.base import ShadowQuery, SourceUnavailable, TrackQuery
 from docparser_operator.providers.fetch import Fetcher

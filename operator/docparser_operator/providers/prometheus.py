@@ -32,9 +32,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 
-from docparser_operator.analysis import shadow
+from docparser_operator.analysis import shadow_score as shadow
 from docparser_operator.analysis.counters import OUTCOMES, TrackCounters
-from docparser_operator.analysis.shadow import ShadowCounters
+from docparser_operator.analysis.shadow_score import ShadowCounters
 from docparser_operator.api.analysis_spec import PrometheusSource
 from docparser_operator.api.uri import BadURI
 from docparser_operator.providers.base import ShadowQuery, SourceUnavailable, TrackQuery

@@ -16,6 +16,13 @@ from dataclasses import replace
 from typing import Any
 
 from docparser_operator.api.models import DocParser
+from docparser_operator.core.plan.target import (
+    RoleRevision,
+    Target,
+    revision_of,
+    spec_tracks,
+    target_at_rest,
+)
 from docparser_operator.core.render.batch_pool import render_batch_pool
 from docparser_operator.core.render.deployment import pod_template, render_deployment
 from docparser_operator.core.render.front import render_front
@@ -31,13 +38,6 @@ from docparser_operator.core.render.service import (
     render_serving_service,
 )
 from docparser_operator.core.render.shadow import render_shadow_config
-from docparser_operator.core.render.target import (
-    RoleRevision,
-    Target,
-    revision_of,
-    spec_tracks,
-    target_at_rest,
-)
 from docparser_operator.core.render.weights_cache import render_weights_cache
 
 __all__ = ["RoleRevision", "Target", "render_all", "render_target", "roles_of"]

@@ -31,6 +31,7 @@ from typing import Any
 
 from docparser_operator.api import labels, naming
 from docparser_operator.api.models import DocParserSpec
+from docparser_operator.core.plan.target import Target
 from docparser_operator.core.render.deployment import (
     DOWNLOAD_ALLOWANCE_S,
     PRESTOP_SLEEP_S,
@@ -39,7 +40,6 @@ from docparser_operator.core.render.deployment import (
     pod_template,
 )
 from docparser_operator.core.render.meta import object_meta
-from docparser_operator.core.render.target import Target
 
 POOL_DRAIN_FACTOR = 4  # a document of up to 4 x maxBatchSize pages finishes its line
 MAX_POOL_DRAIN_S = 3600

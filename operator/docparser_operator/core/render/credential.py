@@ -17,8 +17,8 @@ from typing import Any
 
 from docparser_operator.api import naming
 from docparser_operator.api.labels import TRACK_SHARED
+from docparser_operator.core.plan.target import Target
 from docparser_operator.core.render.meta import object_meta
-from docparser_operator.core.render.target import Target
 
 
 def render_internal_secret(plan: Target) -> dict[str, Any]:

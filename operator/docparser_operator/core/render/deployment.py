@@ -1,8 +1,9 @@
 """Deployment of one revision: the GPU runtime pod, its weights init container and probes.
 
-A revision's pod template never changes (any change is a new revision, see rollout.py), so
-the Deployment's own rolling update never runs: the operator moves capacity between
-revisions by their replicas. Choices a GPU OCR service needs (and generic charts get wrong):
+A revision's pod template never changes (any change is a new revision, see
+plan/rollout_planner.py), so the Deployment's own rolling update never runs: the operator
+moves capacity between revisions by their replicas. Choices a GPU OCR service needs (and generic
+charts get wrong):
 - replicas always set by the operator (the one HPA scales the DocParser, not a Deployment).
 - The init container runs ``docparser-runtime fetch-weights`` into an emptyDir and exits
   non-zero on a sha256 mismatch, so unverified weights are never served. A pvc://CLAIM/PATH
@@ -29,11 +30,11 @@ from typing import Any
 from docparser_operator.api import naming
 from docparser_operator.api.labels import LABEL_REVISION, pod_labels, pod_selector
 from docparser_operator.api.models import DocParser, DocParserSpec, ObjectMeta
-from docparser_operator.core import sizing
+from docparser_operator.core.plan import sizing
+from docparser_operator.core.plan.target import RoleRevision, Target
 from docparser_operator.core.render import shadow
 from docparser_operator.core.render.meta import object_meta
 from docparser_operator.core.render.security import container_security, pod_security
-from docparser_operator.core.render.target import RoleRevision, Target
 from docparser_operator.core.render.weights_init import fetch_container, pod_cpu, wait_container
 
 API_KEYS_DIR = "/var/run/secrets/docparser/api-keys"

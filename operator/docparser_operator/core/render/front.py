@@ -11,7 +11,7 @@ by its ClusterIP once it has one (its DNS name in the first pass, before it exis
 without DNS for pods (the local cluster) can wake the DocParser and then never hand over a held
 parse. A Service's ClusterIP never changes, so this rolls the front once, right after creation.
 Its ``/metrics`` (held requests, queued jobs, requests) is what wakes the DocParser
-(core/idle.py).
+(core/plan/idle.py).
 
 Why one front per DocParser, not one shared front: auth, quotas, the result cache and the
 Redis prefix are per DocParser, so a shared front would have to hold every DocParser's API
@@ -35,6 +35,7 @@ from typing import Any
 from docparser_operator.api import naming
 from docparser_operator.api.labels import front_pod_labels, front_selector
 from docparser_operator.api.replicas import ScaleToZero
+from docparser_operator.core.plan.target import Target
 from docparser_operator.core.render.deployment import (
     API_KEYS_DIR,
     PRESTOP_SLEEP_S,
@@ -43,7 +44,6 @@ from docparser_operator.core.render.deployment import (
 )
 from docparser_operator.core.render.meta import object_meta
 from docparser_operator.core.render.security import container_security, pod_security
-from docparser_operator.core.render.target import Target
 
 # What the front shares with the stable pods' environment: the request defaults and limits
 # (a request the pods refuse with a 4xx the front refuses too), the result cache's key (model
@@ -69,7 +69,7 @@ DRAIN_MARGIN_S = 30
 
 def _env(plan: Target, policy: ScaleToZero) -> list[dict[str, Any]]:
     stable = plan.role("stable")
-    assert stable is not None  # every spec has a stable role (render/target.py)
+    assert stable is not None  # every spec has a stable role (plan/target.py)
     spec = plan.resource.spec
     shared = [
         e for e in runtime_env(spec, stable, plan.resource.metadata) if e["name"] in SHARED_ENV

@@ -25,8 +25,8 @@ from typing import Any
 from docparser_operator.api import naming
 from docparser_operator.api.models import Autoscaling
 from docparser_operator.api.naming import API_VERSION, KIND
+from docparser_operator.core.plan.target import Target
 from docparser_operator.core.render.meta import object_meta
-from docparser_operator.core.render.target import Target
 
 POD_METRICS = {
     "queue": "docparser_outstanding_pages",
@@ -73,7 +73,7 @@ def render_hpa(plan: Target) -> dict[str, Any]:
         "metadata": object_meta(plan, naming.hpa(plan.name), "shared"),
         "spec": {
             "scaleTargetRef": {"apiVersion": API_VERSION, "kind": KIND, "name": plan.name},
-            "minReplicas": replicas.floor,  # 0 is the idle decision's (core/idle.py)
+            "minReplicas": replicas.floor,  # 0 is the idle decision's (core/plan/idle.py)
             "maxReplicas": replicas.max,
             "metrics": [_metric(autoscaling)],
             "behavior": {

@@ -6,7 +6,7 @@ from typing import Any
 
 from docparser_operator.api.labels import TrackLabel, child_labels
 from docparser_operator.api.naming import API_VERSION, KIND
-from docparser_operator.core.render.target import Target
+from docparser_operator.core.plan.target import Target
 
 
 def object_meta(

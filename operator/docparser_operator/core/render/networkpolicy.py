@@ -26,8 +26,8 @@ from docparser_operator.api.labels import (
     front_selector,
     pod_selector,
 )
+from docparser_operator.core.plan.target import Target
 from docparser_operator.core.render.meta import object_meta
-from docparser_operator.core.render.target import Target
 
 
 def render_network_policy(plan: Target) -> dict[str, Any]:

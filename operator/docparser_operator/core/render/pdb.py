@@ -4,7 +4,7 @@ While the operator reads nodes (the chart grants it), ``minAvailable`` is the Do
 at rest (the spec's revisions' targets, canary included): an eviction is allowed only while
 more pods are Ready than that, so ``kubectl drain`` of the node holding a ``replicas: 1``
 DocParser's only pod waits until the replacement the operator started elsewhere is Ready
-(core/drain.py), then proceeds. It must hold from the start: ``kubectl drain`` evicts
+(core/plan/drain.py), then proceeds. It must hold from the start: ``kubectl drain`` evicts
 milliseconds after it cordons, before any controller can react to the cordon.
 
 When a drain's deadline (``rollout.drainTimeoutSeconds``) has passed, ``minAvailable`` drops to
@@ -27,8 +27,8 @@ from typing import Any
 
 from docparser_operator.api import naming
 from docparser_operator.api.labels import TRACK_SHARED, pod_selector
+from docparser_operator.core.plan.target import Target
 from docparser_operator.core.render.meta import object_meta
-from docparser_operator.core.render.target import Target
 
 
 def render_pdb(plan: Target) -> dict[str, Any]:

@@ -22,9 +22,9 @@ from typing import Any
 
 from docparser_operator.api import labels, naming
 from docparser_operator.api.models import Weights
-from docparser_operator.core import sizing
+from docparser_operator.core.plan import sizing
+from docparser_operator.core.plan.target import Target
 from docparser_operator.core.render.meta import object_meta
-from docparser_operator.core.render.target import Target
 from docparser_operator.core.render.weights_init import fill_pod_spec
 
 COMPONENT = "weights-cache"

@@ -9,7 +9,7 @@ from typing import Any
 
 from docparser_operator.api import naming
 from docparser_operator.api.models import DocParserSpec, Weights
-from docparser_operator.core import sizing
+from docparser_operator.core.plan import sizing
 from docparser_operator.core.render.security import container_security, pod_security
 
 INIT_CPU_MILLIS = 500  # the weights fetcher: download and sha256, one core is plenty

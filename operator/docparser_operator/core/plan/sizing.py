@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 
 from docparser_operator.api.models import DocParserSpec
-from docparser_operator.core import quantity
+from docparser_operator.core.plan import quantity
 
 GIB = 1024**3
 # Kept equal to docparser_runtime.preprocess.tiling (tests/operator/test_sizing.py checks it).

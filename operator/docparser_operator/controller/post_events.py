@@ -1,6 +1,8 @@
-"""Posting the Events that core/events.py derives, at most one Warning per reason and interval.
+"""Posting the Events that core/status/transition_events.py derives, at most one Warning per
+reason and interval.
 
-``post`` is the only I/O; which Events a pass deserves is decided purely in core/events.py.
+``post`` is the only I/O; which Events a pass deserves is decided purely in
+core/status/transition_events.py.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from docparser_operator.api import naming
-from docparser_operator.core.events import Event
+from docparser_operator.core.status.transition_events import Event
 from docparser_operator.kube.client import ApiError, KubeClient
 
 log = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ A copy of ``docparser_runtime.sizing.capacity``'s, because the operator may not 
 (separate distributions; an import-linter contract): ``docparser-runtime advise
 --from-metrics`` and the operator must recommend the same replicas, tier, memory and batch
 from the same figures. tests/operator/test_capacity_parity.py holds the two equal over grids
-of inputs. The GPU memory equation itself is core/sizing.py's (already held equal).
+of inputs. The GPU memory equation itself is core/plan/sizing.py's (already held equal).
 
 - **replicas at the peak**: the busy decode slots the peak minute needs
   (pages/s x seconds a page holds a slot), over the slots one pod may keep busy. How busy is
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 
-from docparser_operator.core.sizing import GIB, estimate_gpu_memory, vision_tokens
+from docparser_operator.core.plan.sizing import GIB, estimate_gpu_memory, vision_tokens
 
 MAX_TIER = 6
 TARGET_WAIT_S = 5.0

@@ -1,6 +1,6 @@
 """The status write: its merge patch, and whether it would change anything (pure).
 
-A pass builds its whole status (core/status.py) and writes it as a JSON merge patch (RFC
+A pass builds its whole status (core/status/conditions.py) and writes it as a JSON merge patch (RFC
 7386). A merge patch merges objects key by key: a section the pass no longer writes, or a
 field a section lost, stays on the server unless the patch says ``null`` for it, and a
 nested one only by a nested null (``{"canary": {"shadow": null}}``: the canary stays, its

@@ -26,7 +26,7 @@ Every pass moves each revision one safe step towards its target size and recompu
    to what Ready pods can carry: at most the canary's Ready share of ``N`` until it is full,
    at least what the stable side cannot carry until it is full. With ``router: service`` the
    split is the ratio of Ready pods behind the one endpoint Service, reported as such.
-4. Drains. Pods on a cordoned node (``Desired.leaving``, core/drain.py) are replaced first: the
+4. Drains. Pods on a cordoned node (``Desired.leaving``, core/plan/drain.py) are replaced first: the
    revision may grow by them on top of its target, within the same ``N + maxSurge`` budget
    (a rollout's stable revision first), and keeps them until they are gone.
 
@@ -132,7 +132,7 @@ def clamp_size(desired: int | None, lo: int, hi: int) -> int:
 
 def split(size: int, weight: int, *, has_canary: bool) -> tuple[int, int]:
     """(stable, canary) pods at rest for ``size`` pods and a canary ``weight`` percent."""
-    if not has_canary or size <= 0:  # at zero (core/idle.py) neither role has pods
+    if not has_canary or size <= 0:  # at zero (core/plan/idle.py) neither role has pods
         return max(0, size), 0
     if weight >= 100:
         return 0, size

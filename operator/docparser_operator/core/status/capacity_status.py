@@ -1,7 +1,7 @@
 """``status.capacity`` and the ``CapacityAdvice`` condition (pure).
 
 The report is the last whole window's figures, each rounded to two significant digits, and
-what the spec should say for them (core/capacity_sizing.py, the equations ``advise`` shares).
+what the spec should say for them (core/status/capacity_sizing.py, the equations ``advise`` shares).
 It is replaced at most once per window, and only when a rounded figure moved: at rest the
 status stays byte for byte what it was, so the operator writes nothing.
 
@@ -20,15 +20,15 @@ from typing import Any
 
 from docparser_operator.api.capacity_spec import CapacityStatus
 from docparser_operator.api.models import DocParserSpec
-from docparser_operator.core import capacity_sizing as eq
-from docparser_operator.core.capacity import Figures, significant
-from docparser_operator.core.sizing import (
+from docparser_operator.core.plan.sizing import (
     GIB,
     WEIGHTS_BYTES,
     host_memory_request,
     parse_quantity,
     vision_tokens,
 )
+from docparser_operator.core.status import capacity_sizing as eq
+from docparser_operator.core.status.capacity_window import Figures, significant
 
 CONDITION = "CapacityAdvice"
 ADVICE_RATIO = 1.25  # a recommendation this far from the spec (either way) is advice

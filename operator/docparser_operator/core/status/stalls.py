@@ -2,14 +2,14 @@
 
 Flux reads kstatus (``Reconciling=True`` -> InProgress, else ``Stalled=True`` -> Failed, else the
 ``Ready`` condition) and the chart's Argo CD health script reads the same conditions in the same
-order. So each reason is classed once, here, and status.py derives both conditions from it:
+order. So each reason is classed once, here, and conditions.py derives both conditions from it:
 
 - ``stalled``: the operator cannot make progress until someone acts (a spec fix, a Secret, RBAC,
   a Gateway that admits the route): ``Stalled=True``, ``Reconciling=False``, so Flux says Failed
   with the cause within one reconcile instead of waiting out its timeout;
 - ``progressing``: the cluster is still working on it (a lost node's pods being replaced):
   ``Reconciling=True``, ``Stalled=False``. A drain whose replacements are coming is no problem
-  at all but a wait (``Progressing`` reason ``Draining``, core/drain.py);
+  at all but a wait (``Progressing`` reason ``Draining``, core/plan/drain.py);
 - ``advisory``: worth a Degraded condition (and ``kubectl get dp``), but the DocParser serves
   and nothing it was asked to do waits on it: neither condition changes.
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from docparser_operator.api import naming
 from docparser_operator.api.models import GatewayRef
-from docparser_operator.core.status import Problem
+from docparser_operator.core.plan.problem import Problem
 
 JUDGE_GRACE_S = 30.0
 MESSAGE_LIMIT = 300

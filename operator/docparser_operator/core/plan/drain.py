@@ -10,10 +10,11 @@ operator therefore makes the drain make-before-break, as rollouts are:
    terminating. A terminating pod (``deletionTimestamp``: evicted, or stuck on a dead node) is
    neither leaving nor capacity: its ReplicaSet has replaced it already and the Deployment's
    ``spec.replicas`` (what ``maxSurge`` is counted against) never included it twice.
-2. **Replacements first.** The rollout planner (core/rollout.py) raises each revision by its
-   leaving pods, within ``size + rollout.maxSurge`` together with any rollout, so replacements
-   start on other nodes (the scheduler never picks a cordoned one). Once the leaving pods are
-   gone the revision returns to its size (the ReplicaSet removes a not-yet-Ready extra first).
+2. **Replacements first.** The rollout planner (core/plan/rollout_planner.py) raises each
+   revision by its leaving pods, within ``size + rollout.maxSurge`` together with any rollout,
+   so replacements start on other nodes (the scheduler never picks a cordoned one). Once the
+   leaving pods are gone the revision returns to its size (the ReplicaSet removes a
+   not-yet-Ready extra first).
 3. **The PDB holds the eviction** (render/pdb.py): ``minAvailable`` is the at-rest size, so an
    eviction is allowed only while more pods are Ready than that, i.e. once a replacement is
    Ready. This holds from the start, not only once the operator has seen the cordon:
@@ -44,8 +45,8 @@ from typing import Any, Literal
 
 from docparser_operator.api import labels
 from docparser_operator.api.status_models import DrainStatus
-from docparser_operator.core import rollout
-from docparser_operator.core.status import Problem
+from docparser_operator.core.plan import rollout_planner as rollout
+from docparser_operator.core.plan.problem import Problem
 
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 Phase = Literal["Replacing", "Evictable", "Blocked", "DeadlineExceeded"]

@@ -22,8 +22,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from docparser_operator.core.children import Key
-from docparser_operator.core.status import Problem
+from docparser_operator.core.plan.children import Key
+from docparser_operator.core.plan.problem import Problem
 
 BASE_S = 5.0  # the first retry
 CAP_S = 300.0  # the longest wait between two tries

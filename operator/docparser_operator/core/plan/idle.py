@@ -38,7 +38,7 @@ from typing import Any, Literal
 from docparser_operator.analysis.activity import Activity
 from docparser_operator.api.models import DocParserSpec
 from docparser_operator.api.status_models import ScaleToZeroStatus
-from docparser_operator.core.status import Problem
+from docparser_operator.core.plan.problem import Problem
 
 State = Literal["Awake", "Idle", "Waking"]
 STATES: tuple[State, ...] = ("Awake", "Idle", "Waking")

@@ -2,7 +2,7 @@
 
 Events are derived from transitions only (previous status vs new status, children applied or
 pruned), never from the state itself, so a no-op resync posts nothing: zero writes stays zero.
-``events_for`` is pure (here, in core); posting them is controller/events.py.
+``events_for`` is pure (here, in core); posting them is controller/post_events.py.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from docparser_operator.core.batch_pool import batch_events
-from docparser_operator.core.outcome import Outcome
+from docparser_operator.core.plan.batch_pool import batch_events
+from docparser_operator.core.status.outcome import Outcome
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ def events_for(outcome: Outcome) -> list[Event]:
 
 
 def _drain_events(outcome: Outcome) -> list[Event]:
-    """A drain's phase changes (core/drain.py): started, replacement Ready, blocked, and its
+    """A drain's phase changes (core/plan/drain.py): started, replacement Ready, blocked, and its
     deadline passing, which names the capacity the eviction takes away."""
     before = {d.get("node"): d.get("phase") for d in outcome.previous_status.get("drains") or []}
     out = []
@@ -154,7 +154,7 @@ def _analysis_events(old: dict[str, Any], new: dict[str, Any]) -> list[Event]:
     return []
 
 
-# scaleToZero.state transitions (core/idle.py) -> the Event that says so
+# scaleToZero.state transitions (core/plan/idle.py) -> the Event that says so
 _IDLE_EVENTS = {"Idle": "ScaledToZero", "Waking": "Waking", "Awake": "Awake"}
 
 

@@ -18,7 +18,8 @@ from typing import Any, Literal
 
 from docparser_operator.api.models import DocParser, DocParserSpec, Weights
 from docparser_operator.api.naming import REVISION_CHARS, Track
-from docparser_operator.core import drain, rollout
+from docparser_operator.core.plan import drain
+from docparser_operator.core.plan import rollout_planner as rollout
 
 # Where a revision's pods find their weights, decided once per pass (``weights_source``) and
 # read by every renderer (the pod's volumes and init container, the cache's claims and Jobs):
@@ -67,14 +68,14 @@ class Target:
         return sum(r.target for r in self.rollout.revisions if r.desired)
 
     mirror: bool = True  # False once the canary analysis failed: the shadow stops copying
-    awake: bool = True  # False while at (or waking from) zero: no autoscaler (core/idle.py)
+    awake: bool = True  # False while at (or waking from) zero: no autoscaler (core/plan/idle.py)
     # The live canary Service's ClusterIP (render/shadow.py aims the copies at it; "" before
     # the Service exists, or offline: its DNS name then).
     canary_address: str = ""
     # The live serving Service's ClusterIP (render/front.py sends held parses to it; "" before
     # the Service exists: its DNS name then, so the front needs no cluster DNS once it is known).
     serving_address: str = ""
-    # The batch pool's size (spec.batch: core/batch_pool.py); None: batch.replicas.min.
+    # The batch pool's size (spec.batch: core/plan/batch_pool.py); None: batch.replicas.min.
     batch_replicas: int | None = None
 
     @property
@@ -146,8 +147,8 @@ def desired(
     size: int | None = None,
 ) -> rollout.Desired:
     """``weight``: the canary analysis' effective weight, instead of spec.canary.weight;
-    ``leaving``: pods on cordoned nodes per revision, to replace first (core/drain.py);
-    ``size``: the idle decision's (core/idle.py), instead of the spec's."""
+    ``leaving``: pods on cordoned nodes per revision, to replace first (core/plan/drain.py);
+    ``size``: the idle decision's (core/plan/idle.py), instead of the spec's."""
     spec = resource.spec
     by_role = {t.role: t.revision for t in tracks}
     if weight is None:

@@ -1,7 +1,7 @@
 """The status one pass leads to: what the executor left, as conditions and track views.
 
 Pure (no client): controller/reporting.py writes it, and only when it differs from the live
-status, so the no-op resync writes nothing. The conditions themselves are core/status.py.
+status, so the no-op resync writes nothing. The conditions themselves are core/status/conditions.py.
 """
 
 from __future__ import annotations
@@ -12,15 +12,15 @@ from docparser_operator.analysis.walk import AnalysisState
 from docparser_operator.api import labels, naming
 from docparser_operator.api.models import ObjectMeta
 from docparser_operator.api.status_models import RolloutStatus, ShadowStatus
-from docparser_operator.core import rollout
-from docparser_operator.core.capacity_status import with_capacity
-from docparser_operator.core.children import Key, owned_by
-from docparser_operator.core.outcome import Outcome
+from docparser_operator.core.plan import rollout_planner as rollout
+from docparser_operator.core.plan.children import Key, owned_by
 from docparser_operator.core.render import Target
 from docparser_operator.core.render.shadow import shadow_config
-from docparser_operator.core.route_verdict import route_verdict
-from docparser_operator.core.status import RoleView, TrackObservation, build_status
-from docparser_operator.core.weights_cache_status import CacheVerdict
+from docparser_operator.core.status.capacity_status import with_capacity
+from docparser_operator.core.status.conditions import RoleView, TrackObservation, build_status
+from docparser_operator.core.status.outcome import Outcome
+from docparser_operator.core.status.route_verdict import route_verdict
+from docparser_operator.core.status.weights_cache_status import CacheVerdict
 
 
 def pass_status(
@@ -38,7 +38,7 @@ def pass_status(
     previous = out.previous_status
 
     # The revision that has served as stable (status.stable.servedSince): its pods' restarts
-    # are tolerated (core/status.py); a revision that never served gets none.
+    # are tolerated (core/status/conditions.py); a revision that never served gets none.
     before = previous.get("stable") or {}
     serving = before.get("revision") if before.get("servedSince") else None
 
@@ -135,11 +135,13 @@ def pass_status(
         scale_to_zero=out.idle.to_status() if out.idle is not None else None,
         schedule=out.schedule.to_status() if out.schedule is not None else None,
     )
-    if out.capacity is not None:  # status.capacity and CapacityAdvice: core/capacity_status.py
+    if (
+        out.capacity is not None
+    ):  # status.capacity and CapacityAdvice: core/status/capacity_status.py
         spec = plan.resource.spec if plan is not None else None
         generation = int(status.get("observedGeneration") or 1)
         status = with_capacity(status, out.capacity, spec, previous, generation, now)
-    if out.batch is not None:  # status.batch: core/batch_pool.py (no condition changes)
+    if out.batch is not None:  # status.batch: core/plan/batch_pool.py (no condition changes)
         status = {**status, "batch": out.batch.status}
     return status
 
@@ -175,7 +177,7 @@ def _at_zero(
     name: str, live: dict[Key, dict[str, Any]], out: Outcome
 ) -> tuple[bool, str, str] | None:
     """(Ready, reason, message) of a DocParser at or waking from zero: it serves through its
-    front (core/idle.py) as long as the front has a Ready pod."""
+    front (core/plan/idle.py) as long as the front has a Ready pod."""
     step = out.idle
     if step is None or step.state == "Awake":
         return None

@@ -10,10 +10,10 @@ A platform engineer should read *why* in ``kubectl get dp`` and Argo CD, not "Pe
   exited non-zero; its termination message (the last log lines, see the Deployment's
   ``terminationMessagePolicy``) says which;
 - ``FailedToLoad``: the runtime container exited; the runtime's own message (``Restarting``
-  instead for a pod of the serving revision within its first few restarts: core/stalls.py);
+  instead for a pod of the serving revision within its first few restarts: core/status/stalls.py);
 - ``RouteNotAccepted``: the Gateway's controller refused the current HTTPRoute for our
   parentRef (``status.parents``), in its words; ``RouteNotJudged``: no controller has answered
-  for a while (core/route_verdict.py);
+  for a while (core/status/route_verdict.py);
 - ``MetricsUnavailable``: the HPA cannot read its metric (``ScalingActive=False``);
 - ``NodeLost``: a pod's node stopped reporting (the node controller marked the pod not Ready
   while its containers' last word was ready), naming the node.
@@ -30,8 +30,9 @@ from typing import Any
 
 from docparser_operator.api import labels, naming
 from docparser_operator.api.models import DocParserSpec
-from docparser_operator.core.route_verdict import route_problems, route_verdict
-from docparser_operator.core.status import Problem, tolerated_restart
+from docparser_operator.core.plan.problem import Problem
+from docparser_operator.core.status.conditions import tolerated_restart
+from docparser_operator.core.status.route_verdict import route_problems, route_verdict
 
 Key = tuple[str, str]
 MESSAGE_LIMIT = 300
@@ -130,7 +131,7 @@ def _pod_problems(pod: dict[str, Any], spec: DocParserSpec, serving: bool) -> li
             mismatch = "weights_error" in said and "sha256" in said
             reason = "WeightsChecksumMismatch" if mismatch else "FailedToLoad"
             if reason == "FailedToLoad" and serving and tolerated_restart(ctr):
-                reason = "Restarting"  # core/stalls.py: advisory until a crash loop
+                reason = "Restarting"  # core/status/stalls.py: advisory until a crash loop
                 said = f"{said} (restart {ctr.get('restartCount') or 0} after it served)"
             found.append(Problem(reason, _short(f"pod {name}: {said}")))
     return found

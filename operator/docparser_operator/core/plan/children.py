@@ -20,7 +20,7 @@ from typing import Any
 
 from docparser_operator.api import labels, naming
 from docparser_operator.api.models import ObjectMeta
-from docparser_operator.core import quantity, rollout
+from docparser_operator.core.plan import quantity, rollout_planner
 
 HASH_ANNOTATION = "docparser.io/desired-hash"
 WEIGHTS_SHA_ANNOTATION = "docparser.io/weights-sha256"  # a weights cache claim's and Job's
@@ -205,7 +205,7 @@ def readable_pods(observed: Observed, uid: str) -> ReadablePods:
     return ReadablePods(pods, tuple(front), left)
 
 
-def revision_states(observed: Observed, uid: str) -> list[rollout.RevisionState]:
+def revision_states(observed: Observed, uid: str) -> list[rollout_planner.RevisionState]:
     """Our Deployments, one per revision, as the planner sees them."""
     states = []
     for (kind, _), obj in observed.children.items():
@@ -217,7 +217,7 @@ def revision_states(observed: Observed, uid: str) -> list[rollout.RevisionState]
         status = obj.get("status") or {}
         retired = (meta.get("labels") or {}).get(labels.LABEL_RETIRED, "")
         states.append(
-            rollout.RevisionState(
+            rollout_planner.RevisionState(
                 revision=revision,
                 role="canary" if role == "canary" else "stable",
                 replicas=(obj.get("spec") or {}).get("replicas", 1) or 0,

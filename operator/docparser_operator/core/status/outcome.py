@@ -1,8 +1,8 @@
 """What one reconcile pass did: the record events, metrics, logs, tests and the benchmark
 read after the pass.
 
-A plain value in core (no client): the pure event builder (core/events.py) and the status
-builder (core/report.py) take it, so both can be tested without an API server.
+A plain value in core (no client): the pure event builder (core/status/transition_events.py)
+and the status builder (core/status/report.py) take it, so both can be tested without an API server.
 """
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from docparser_operator.analysis import walk as analysis_module
-from docparser_operator.core import rollout
-from docparser_operator.core.batch_pool import PoolStep
-from docparser_operator.core.capacity_status import CapacityStep
-from docparser_operator.core.children import Key
-from docparser_operator.core.idle import IdleStep
-from docparser_operator.core.schedule import ScheduleStep
-from docparser_operator.core.status import Problem
+from docparser_operator.core.plan import rollout_planner as rollout
+from docparser_operator.core.plan.batch_pool import PoolStep
+from docparser_operator.core.plan.children import Key
+from docparser_operator.core.plan.idle import IdleStep
+from docparser_operator.core.plan.problem import Problem
+from docparser_operator.core.plan.schedule import ScheduleStep
+from docparser_operator.core.status.capacity_status import CapacityStep
 
 
 @dataclass
@@ -37,10 +37,10 @@ class Outcome:
     created_revisions: list[str] = field(default_factory=list)
     body: dict[str, Any] | None = None  # the DocParser as the status write returned it
     analysis: analysis_module.AnalysisState | None = None  # the canary analysis after the pass
-    idle: IdleStep | None = None  # scale to zero (replicas.min 0): core/idle.py
-    schedule: ScheduleStep | None = None  # spec.replicas.schedule now: core/schedule.py
-    capacity: CapacityStep | None = None  # spec.capacity's report: core/capacity_status.py
-    batch: PoolStep | None = None  # spec.batch's pool and status.batch: core/batch_pool.py
+    idle: IdleStep | None = None  # scale to zero (replicas.min 0): core/plan/idle.py
+    schedule: ScheduleStep | None = None  # spec.replicas.schedule now: core/plan/schedule.py
+    capacity: CapacityStep | None = None  # spec.capacity's report: core/status/capacity_status.py
+    batch: PoolStep | None = None  # spec.batch's pool and status.batch: core/plan/batch_pool.py
     wake_in_s: float | None = None  # a pass is due then (the analysis window's end)
     written: dict[Key, dict[str, Any]] = field(default_factory=dict[Key, Any])  # as returned
     deleted: dict[Key, str] = field(default_factory=dict[Key, str])  # pruned: their uids

@@ -45,7 +45,7 @@ def deployment_signature(body: Mapping[str, Any]) -> tuple[Any, ...]:
 
 def pod_signature(body: Mapping[str, Any]) -> tuple[Any, ...]:
     """What status reports of a pod: phase, conditions, each container's state and reason; and
-    what a drain plans by (core/drain.py): its node, and whether it is terminating (an evicted
+    what a drain plans by (core/plan/drain.py): its node, and whether it is terminating (an evicted
     pod, or one on a dead node, whose status may never change again)."""
     st = body.get("status") or {}
 

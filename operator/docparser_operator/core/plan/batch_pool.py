@@ -31,7 +31,7 @@ from typing import Any
 from docparser_operator.analysis.batch_reading import BatchReading
 from docparser_operator.api import naming
 from docparser_operator.api.batch_spec import BatchPoolStatus, BatchSpec
-from docparser_operator.core.children import Observed, owned_by
+from docparser_operator.core.plan.children import Observed, owned_by
 
 RATE_WINDOW_S = 300.0  # pages per minute over the last five minutes of readings
 RATE_MIN_SPAN_S = 20.0  # readings closer than this give no rate yet

@@ -16,7 +16,7 @@ from typing import Any
 
 from docparser_operator.api import naming
 from docparser_operator.api.models import DocParserSpec, Weights
-from docparser_operator.core.status import Problem
+from docparser_operator.core.plan.problem import Problem
 
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 

@@ -7,7 +7,7 @@ Conditions follow the Kubernetes/kstatus conventions so GitOps tools need no cus
   observedGeneration;
 - ``Reconciling`` and ``Stalled``: the "abnormal-true" pair kstatus (Flux's health checks, and
   `kubectl wait`-style tooling built on cli-utils) reads, and the chart's Argo CD script reads
-  the same way. Never both True: each Degraded reason is classed once (core/stalls.py) as
+  the same way. Never both True: each Degraded reason is classed once (core/status/stalls.py) as
   stalled (``Stalled=True``, ``Reconciling=False``: Failed/Degraded), progressing or advisory,
   so a finished rollout is Current/Healthy and a blocked one Failed within one pass, never
   "Progressing forever" (the KServe complaint) nor InProgress until a GitOps timeout.
@@ -38,7 +38,8 @@ from docparser_operator.api.status_models import (
     ShadowStatus,
     StableStatus,
 )
-from docparser_operator.core.stalls import RESTARTS_TOLERATED, classify
+from docparser_operator.core.plan.problem import Problem
+from docparser_operator.core.status.stalls import RESTARTS_TOLERATED, classify
 
 IMAGE_PULL = {"ImagePullBackOff", "ErrImagePull"}
 CRASH_REASONS = {"CrashLoopBackOff", "Error", "OOMKilled", *IMAGE_PULL}
@@ -50,15 +51,6 @@ DOWNLOADING = "WeightsDownloading"
 LOADING = "Loading"
 LOADED = "Loaded"
 _ORDER = [FAILED, PENDING, DOWNLOADING, LOADING, LOADED]
-
-
-@dataclass(frozen=True)
-class Problem:
-    """Something the operator found wrong with the spec or the cluster (-> Degraded)."""
-
-    reason: str
-    message: str
-    since: str | None = None  # when the cluster first said so (for a reason with a grace period)
 
 
 @dataclass
@@ -270,9 +262,9 @@ def build_status(
     spec-driven change is under way (``rolling`` says what: revisions leaving, a new one not
     serving yet, traffic not yet at its target split); it ends False in every case, Complete
     or Failed, so GitOps tools never see "Progressing forever". ``route_gate``: (reason,
-    message) while the Gateway's controller has not accepted the route (core/report.py):
+    message) while the Gateway's controller has not accepted the route (core/status/report.py):
     pods Ready behind a route nobody accepted serve no one through the Gateway. ``at_zero``:
-    (front Ready, reason, message) at zero pods (core/idle.py): Ready while its front is."""
+    (front Ready, reason, message) at zero pods (core/plan/idle.py): Ready while its front is."""
     prev_conditions = {c["type"]: c for c in (previous or {}).get("conditions") or []}
     roles = [("stable", stable), ("canary", canary)]
     states = {
@@ -285,7 +277,7 @@ def build_status(
     degraded_msgs = [p.message for p in found]
     degraded = bool(found)
     spec_broken = any(p.reason == "SpecInvalid" for p in problems)
-    # One classification (core/stalls.py) drives Stalled and Reconciling, so the two are
+    # One classification (core/status/stalls.py) drives Stalled and Reconciling, so the two are
     # never True together (kstatus reads Reconciling first) and both tools agree.
     kinds = [(p, classify(p.reason, since=p.since, now=now, rolling=bool(rolling))) for p in found]
     stalled = [p for p, kind in kinds if kind == "stalled"]
@@ -298,7 +290,9 @@ def build_status(
         if not loading and not still and all(m.startswith("HTTPRoute generation") for m in rolling):
             p_reason = "AwaitingRouteVerdict"  # only the Gateway's controller is awaited
         if draining and not still and all(m.startswith("drain of node ") for m in rolling):
-            p_reason = "Draining"  # only a node drain's replacements are awaited (core/drain.py)
+            p_reason = (
+                "Draining"  # only a node drain's replacements are awaited (core/plan/drain.py)
+            )
         p_msg = "; ".join(rolling + [p.message for p in still])
     elif stalled:
         p_reason, p_msg = "Failed", "rollout stopped: " + "; ".join(p.message for p in stalled)
@@ -338,7 +332,7 @@ def build_status(
         _condition("Reconciling", progressing, p_reason, p_msg, generation, prev_conditions, now),
         _condition("Stalled", bool(stalled), s_reason, s_msg, generation, prev_conditions, now),
     ]
-    if weights_cached is not None:  # (cached, reason, message): cache_status.py
+    if weights_cached is not None:  # (cached, reason, message): weights_cache_status.py
         ok, reason, message = weights_cached
         conds.append(
             _condition("WeightsCached", ok, reason, message, generation, prev_conditions, now)

@@ -112,7 +112,7 @@ class CapacityMemory:
 
 @dataclass(frozen=True)
 class Figures:
-    """What the window measured (unrounded; core/capacity_status.py rounds and reports)."""
+    """What the window measured (unrounded; core/status/capacity_status.py rounds and reports)."""
 
     seconds: float
     counters: CapacityCounters  # growth over the window (gauges: the largest pod's now)
