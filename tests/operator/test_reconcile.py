@@ -219,13 +219,55 @@ def test_a_squatter_the_watch_has_not_delivered_is_never_taken_over(cluster: Clu
     assert degraded["reason"] == "ChildConflict" and "Service inv" in degraded["message"]
 
 
+def test_a_new_docparsers_children_are_created_without_a_read_before(cluster: Cluster) -> None:
+    """The first pass of a new DocParser, from a watch view that holds none of its children,
+    creates each with one apply that only creates (kube/client.apply_new): no GET of the
+    children named after the DocParser, nor of the shadow ConfigMap (read by name)."""
+    from docparser_operator.kube.observer import IndexedObserver
+
+    api = operator_client(cluster)
+    dp = create(cluster, docparser("inv", traffic=GATEWAY))
+    mark = cluster.mark()
+    outcome = reconcile(api, dp, observer=IndexedObserver({}, client=api))
+    sent = cluster.requests_since(mark)
+    assert [r.path for r in sent if r.method == "GET"] == []
+    named = {("Service", "inv"), ("PodDisruptionBudget", "inv"), ("HTTPRoute", "inv")}
+    assert named | {("ConfigMap", "inv-shadow")} <= set(outcome.applied)
+    applies = [r for r in sent if r.method == "PATCH" and not r.path.endswith("/status")]
+    assert len(applies) == len(outcome.applied)
+    shadow = cluster.get(KNOWN_KINDS["ConfigMap"], "inv-shadow")
+    assert shadow is not None and owned_by(shadow, dp["metadata"]["uid"])
+    managers = {(m["manager"], m["operation"]) for m in shadow["metadata"]["managedFields"]}
+    assert managers == {(FIELD_MANAGER, "Apply")}  # as a plain apply leaves it
+
+
+def test_a_config_map_squatter_is_left_alone_by_a_new_docparser(cluster: Cluster) -> None:
+    """Someone's ConfigMap named like the shadow's, there before the DocParser: the first pass
+    (which does not read it first) reports the conflict and leaves it as it was."""
+    from docparser_operator.kube.observer import IndexedObserver
+
+    api = operator_client(cluster)
+    body = {"apiVersion": "v1", "kind": "ConfigMap", "data": {"config.json": "{}"}}
+    squatter = cluster.client.create(
+        {**body, "metadata": {"name": "inv-shadow", "namespace": cluster.namespace}}
+    )
+    dp = create(cluster, docparser("inv"))
+    outcome = reconcile(api, dp, observer=IndexedObserver({}, client=api))
+    assert ("ConfigMap", "inv-shadow") in outcome.conflicts
+    assert ("ConfigMap", "inv-shadow") not in outcome.applied
+    live = cluster.get(KNOWN_KINDS["ConfigMap"], "inv-shadow")
+    assert live["metadata"]["resourceVersion"] == squatter["metadata"]["resourceVersion"]
+    assert not live["metadata"].get("ownerReferences")
+    assert ("Service", "inv") in outcome.applied  # the rest goes on
+
+
 @dataclass
 class LaggingObserver:
     """A watch-fed view that has not delivered anything yet: no children, no pods."""
 
     client: KubeClient
 
-    def __call__(self, namespace: str, name: str) -> Observed:
+    def __call__(self, namespace: str, name: str, *, new: bool = False) -> Observed:
         return Observed({}, [])
 
     def remember(self, *_: Any) -> None:

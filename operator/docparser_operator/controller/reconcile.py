@@ -99,10 +99,11 @@ def _taken(client: KubeClient, namespace: str, obj: dict[str, Any]) -> bool:
     The view comes from label-filtered watches, which lag and never show an unlabelled
     object: one created a moment before its DocParser, or someone's own Service of that name,
     may be missing from it. A forced server-side apply on it would not fail but take it over
-    (our ownerReference, labels and fields on someone's Service), so a would-be create reads
-    the object first, unless the observation just read it by name or its name carries its
-    content's hash (core/plan/children.needs_read). What remains is the round trip between this
-    read and the apply."""
+    (our ownerReference, labels and fields on someone's Service), so a would-be create is an
+    apply that only creates (``KubeClient.apply_new``: one request when, as nearly always,
+    none exists), and only when one exists is it read here, unless the observation just read
+    it by name or its name carries its content's hash (core/plan/children.needs_read). What
+    remains is the round trip between this read and the forced apply."""
     kind, name = obj["kind"], obj["metadata"]["name"]
     owner = obj["metadata"]["ownerReferences"][0]["uid"]
     try:
@@ -134,12 +135,14 @@ def execute(
             if held is not None:
                 out.problems.append(held)
                 continue
-            if needs_read(action.obj, observed) and _taken(client, namespace, action.obj):
-                out.conflicts.append(action.key)
-                out.problems.append(conflict_problem(action.key))
-                continue
+            fresh = needs_read(action.obj, observed)  # the view may lack a same-named one
             try:
-                live[action.key] = out.written[action.key] = client.apply(action.obj, force=True)
+                if fresh:  # create it unless one exists; read it only then (_taken)
+                    applied = client.apply_new(action.obj)
+                    if applied is None and not _taken(client, namespace, action.obj):
+                        applied = client.apply(action.obj, force=True)
+                else:
+                    applied = client.apply(action.obj, force=True)
             except ApiError as exc:
                 problem = _apply_problem(action.key, exc)
                 if problem is None:
@@ -148,6 +151,11 @@ def execute(
                 if refused is not None:
                     refused.refused(action.key, problem)
                 continue
+            if applied is None:  # someone else's object of that name: left alone
+                out.conflicts.append(action.key)
+                out.problems.append(conflict_problem(action.key))
+                continue
+            live[action.key] = out.written[action.key] = applied
             if refused is not None:
                 refused.accepted(action.key)
             out.applied.append(action.key)
@@ -209,7 +217,8 @@ def reconcile(
     previous = copy.deepcopy(resource.get("status") or {})  # the write's patch is against it
     out = Outcome(name=name, previous_status=previous)
     observer = observer or ListObserver(client)
-    observed = observer(namespace, name)
+    # new: no pass has reported on it (its children read by name are created unread)
+    observed = observer(namespace, name, new=not previous.get("observedGeneration"))
     parsed = parse(resource)
     walk = None
     if isinstance(parsed, pydantic.ValidationError):

@@ -15,7 +15,8 @@ ConfigMap deleted or edited by hand during a shadow canary is put back within th
 pods, which mount it optionally, read the shadow as off meanwhile). One that mirrors nothing
 (``ResourceRef.inert``: every DocParser at rest) is trusted until a pass changes it: a missing
 or edited one reads as off to the runtime too, so re-reading it would buy nothing and a
-DocParser at rest costs no request.
+DocParser at rest costs no request. A new DocParser's are not read at all: its first pass
+creates them with an apply that only creates (kube/client.py ``apply_new``).
 
 A watch lags the writes that cause it by a few milliseconds, and the pass right after a write
 must not plan from a view that predates it (it could spend the surge budget twice). So the
@@ -54,7 +55,7 @@ Indexes = Mapping[str, Mapping[IndexKey, Iterable[dict[str, Any]]]]
 class Observer(Protocol):
     """Reads what a pass needs; told about the pass's own writes."""
 
-    def __call__(self, namespace: str, name: str) -> Observed: ...
+    def __call__(self, namespace: str, name: str, *, new: bool = False) -> Observed: ...
 
     def remember(
         self, namespace: str, name: str, written: dict[Key, dict[str, Any]], deleted: dict[Key, str]
@@ -163,7 +164,7 @@ class ListObserver:
 
     client: KubeClient
 
-    def __call__(self, namespace: str, name: str) -> Observed:
+    def __call__(self, namespace: str, name: str, *, new: bool = False) -> Observed:
         return observe(self.client, namespace, name)
 
     def remember(
@@ -226,12 +227,14 @@ class IndexedObserver:
         default_factory=dict
     )
 
-    def __call__(self, namespace: str, name: str) -> Observed:
-        return self.view(namespace, name, named=True)
+    def __call__(self, namespace: str, name: str, *, new: bool = False) -> Observed:
+        return self.view(namespace, name, named=True, new=new)
 
-    def view(self, namespace: str, name: str, *, named: bool) -> Observed:
+    def view(self, namespace: str, name: str, *, named: bool, new: bool = False) -> Observed:
         """The indexed children and pods; ``named``: also the children read by name (a request
-        each when not cached), which scale to zero's readings between passes do without."""
+        each when not cached), which scale to zero's readings between passes do without;
+        ``new``: a DocParser no pass has reported on yet, whose uncached children read by
+        name are left unread (``_read_named``)."""
         key = (namespace, name)
         children: dict[Key, dict[str, Any]] = {}
         for kind in LISTED_CHILD_KINDS:
@@ -239,7 +242,7 @@ class IndexedObserver:
             for obj in _snapshot(index.get(key)):
                 children[(kind, obj["metadata"]["name"])] = obj
         absent: set[Key] = set()
-        forbidden = self._read_named(key, children, absent) if named else []
+        forbidden = self._read_named(key, children, absent, new) if named else []
         pods = _snapshot((self.indexes.get("Pod") or {}).get(key))
         replica_sets = _snapshot((self.indexes.get("ReplicaSet") or {}).get(key))
         self._overlay(key, children)
@@ -254,12 +257,18 @@ class IndexedObserver:
         )
 
     def _read_named(
-        self, key: IndexKey, children: dict[Key, dict[str, Any]], absent: set[Key]
+        self, key: IndexKey, children: dict[Key, dict[str, Any]], absent: set[Key], new: bool
     ) -> list[str]:
         """The children read by name, from what we last read or wrote of them while that is
         younger than ``named_ttl_s``, else with one get (returns the kinds RBAC denies); a
         get that found none adds the child to ``absent`` (fresh: no second read before its
-        create). What is remembered absent is not: someone may have made it since."""
+        create). What is remembered absent is not: someone may have made it since.
+
+        Of a ``new`` DocParser (its status has no ``observedGeneration``: its first pass, or
+        one whose every pass failed before its status write) they are not read: such a child
+        almost never exists, and the pass creates it with an apply that only creates
+        (controller/reconcile.py), reading it only if one does. The read would be one
+        request more per DocParser created."""
         if self.client is None:
             return []
         forbidden: list[str] = []
@@ -269,6 +278,8 @@ class IndexedObserver:
             with self._lock:
                 until, obj = self._named.get((key, child), (0.0, None))
             if until <= self.clock():
+                if new:  # neither in the view nor absent: created without a read first
+                    continue
                 found: dict[Key, dict[str, Any]] = {}
                 if read_named(self.client, key[0], key[1], found, (ref,)):
                     forbidden.append(ref.kind)
