@@ -99,6 +99,27 @@ def test_a_pass_builds_on_the_newest_body_it_knows() -> None:
     assert "u1" not in state.known  # a deleted DocParser is not brought back to the resync
 
 
+def test_an_event_older_than_the_body_we_know_does_not_replace_it() -> None:
+    """kopf may hand a DocParser's creation event over again after our first pass wrote its
+    status; the next pass must still start from that status (else it writes it all again)."""
+    from docparser_operator.controller.settings import OperatorSettings
+    from docparser_operator.controller.state import OperatorState
+
+    state = OperatorState(settings=OperatorSettings(), client=None)  # type: ignore[arg-type]
+    created = _body(1, 6, "False")
+    state.saw_event("u1", created)
+    written = _body(1, 86, "True")
+    state.saw_write(written)
+    state.saw_event("u1", _body(1, 6, "False"))  # the creation's event, again
+    assert state.known["u1"] is written and state.newest(created) is written
+    edited = _body(2, 90, "True")  # a new spec (or any newer event) is taken
+    state.saw_event("u1", edited)
+    assert state.known["u1"] is edited
+    same = _body(2, 90, "True")  # the same version again: taken (opaque versions compare equal)
+    state.saw_event("u1", same)
+    assert state.known["u1"] is same
+
+
 def test_the_operator_writes_only_the_status_of_a_docparser(
     cluster: Cluster, operator: object
 ) -> None:
