@@ -22,7 +22,7 @@ pytest_plugins = [
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under `pytest-xdist --dist worksteal`, the modules holding a `slow` test run first.
 
-    WHY: a minute-long test collected late (tests/runtime/test_tier_auto_server.py sorts near
+    WHY: a minute-long test collected late (tests/runtime/server/test_tier_auto_server.py sorts near
     the end) runs while the other worker has nothing left, and the phase waits on it alone.
     Longest work first lets the many short tests fill both workers at the end; worksteal then
     moves queued tests to whichever worker runs dry. Only there: `--dist load` hands each worker

@@ -14,6 +14,13 @@ from docparser_runtime.settings import Settings
 from engines_for_tests import GatedEngine
 from prometheus_client.parser import text_string_to_metric_families
 
+JOBS = "/v1/jobs"
+
+
+def upload(data: bytes, name: str = "doc.pdf", **fields):
+    """httpx keyword arguments of a multipart upload of ``data`` (as a client's ``file``)."""
+    return {"files": {"file": (name, data, "application/octet-stream")}, "data": fields}
+
 
 def make_settings(**overrides) -> Settings:
     # decode_workers=0: in-process decoding; the sandbox has its own tests (test_sandbox)

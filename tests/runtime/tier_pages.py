@@ -10,7 +10,7 @@ and 300 dpi, in black, grey and low-contrast ink, scanned (150 and 200 dpi), and
 of fine print under body text (mixed sizes). A family whose font is missing is skipped with
 one line on stderr, never a failure.
 ``bench/tier_calibration.py`` labels them with the CPU engine; tests use a few of them with
-the labels the sweep found (see ``tests/runtime/test_tier_select.py``).
+the labels the sweep found (see ``tests/runtime/preprocess/test_tier_select.py``).
 
 Everything is deterministic: words come from ``random.Random(seed)``.
 """

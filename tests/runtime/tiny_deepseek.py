@@ -14,6 +14,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from docparser_runtime.engines.base import PageImage
+from docparser_runtime.preprocess.tiling import plan_tiles
+from PIL import Image, ImageDraw
+
 # DeepSeek's own names (full-width bars, U+2581 spaces), as in the real tokenizer.
 BOS = "<｜begin▁of▁sentence｜>"  # noqa: RUF001
 EOS = "<｜end▁of▁sentence｜>"  # noqa: RUF001
@@ -139,3 +143,27 @@ def build_tiny_model(dest: Path) -> Path:
     model.save_pretrained(dest)
     processor.save_pretrained(dest)
     return dest
+
+
+# Pages and raw generation for the engine's tests (engines/ and server/ share them).
+def make_page(index: int, width: int, height: int, tier: int) -> PageImage:
+    """A page with some drawn lines (pages differ, so the model's outputs differ)."""
+    image = Image.new("RGB", (width, height), "white")
+    draw = ImageDraw.Draw(image)
+    for line in range(12):
+        draw.rectangle(
+            (20 + index * 9, 30 + line * 40, width // 2 + line * 7, 45 + line * 40), "black"
+        )
+    plan = plan_tiles(width, height, tier)
+    return PageImage(index, image, plan.tiles, plan.vision_tokens)
+
+
+def generated_ids(engine, pages, options):
+    """The engine's own generate call, returning raw new token ids per page."""
+    import torch
+
+    inputs = engine._prepare(pages, options)
+    with torch.inference_mode():
+        guard = engine._repetition_guard(inputs)
+        out = engine._model.generate(**engine._generate_kwargs(inputs, options, guard))
+    return out[:, inputs["input_ids"].shape[1] :].tolist()

@@ -23,7 +23,7 @@ Reproduced from ``transformers.models.deepseek_ocr2.image_processing*_deepseek_o
 ``vision_tokens`` is what we report: ``256 + 144 * tiles`` (256..1120). The processor
 inserts one more ``<image>`` placeholder per image, filled by the model's learned
 ``view_separator`` embedding, so ``processor image tokens == vision_tokens + 1``
-(``IMAGE_SEPARATOR_TOKENS``); ``tests/runtime/test_tiling.py`` proves it on the real
+(``IMAGE_SEPARATOR_TOKENS``); ``tests/runtime/preprocess/test_tiling.py`` proves it on the real
 processor over a grid of sizes, aspect ratios and all tiers.
 """
 

@@ -11,29 +11,15 @@ import uuid
 from pathlib import Path
 
 import pytest
+from cgroup_tree import V2_MOUNT, cgroup_tree
 from docparser_runtime.sizing.cgroup_memory import cgroup_memory_limit, host_memory_limit
 
 GIB = 1024**3
 V1_UNLIMITED = "9223372036854771712"
 
 
-def _tree(root: Path, cgroup: str, mountinfo: str, files: dict[str, str]) -> Path:
-    (root / "proc/self").mkdir(parents=True)
-    (root / "proc/self/cgroup").write_text(cgroup)
-    (root / "proc/self/mountinfo").write_text(mountinfo)
-    (root / "proc/meminfo").write_text("MemTotal:       16384000 kB\nMemFree: 1 kB\n")
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text + "\n")
-    return root
-
-
-V2_MOUNT = "30 23 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
-
-
 def test_v2_takes_the_smallest_limit_up_the_hierarchy(tmp_path: Path) -> None:
-    root = _tree(
+    root = cgroup_tree(
         tmp_path,
         "0::/kubepods/burstable/pod1/ctr\n",
         V2_MOUNT,
@@ -49,13 +35,13 @@ def test_v2_takes_the_smallest_limit_up_the_hierarchy(tmp_path: Path) -> None:
 
 
 def test_v2_container_with_a_cgroup_namespace_sees_itself_as_root(tmp_path: Path) -> None:
-    root = _tree(tmp_path, "0::/\n", V2_MOUNT, {"sys/fs/cgroup/memory.max": "1073741824"})
+    root = cgroup_tree(tmp_path, "0::/\n", V2_MOUNT, {"sys/fs/cgroup/memory.max": "1073741824"})
     assert cgroup_memory_limit(root).bytes == GIB  # type: ignore[union-attr]
 
 
 def test_v2_without_any_limit_is_none_and_falls_back_to_the_host(tmp_path: Path) -> None:
     files = {"sys/fs/cgroup/user.slice/memory.max": "max"}
-    root = _tree(tmp_path, "0::/user.slice\n", V2_MOUNT, files)
+    root = cgroup_tree(tmp_path, "0::/user.slice\n", V2_MOUNT, files)
     assert cgroup_memory_limit(root) is None
     fallback = host_memory_limit(root)
     assert fallback.bytes == 16384000 * 1024 and fallback.source.endswith("meminfo")
@@ -67,7 +53,7 @@ def test_v1_hybrid_reads_the_memory_hierarchy_not_the_unified_one(tmp_path: Path
         "35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n"
         "32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,relatime - cgroup cgroup rw,cpu,cpuacct\n"
     )
-    root = _tree(
+    root = cgroup_tree(
         tmp_path,
         "4:memory:/app/job\n2:cpu,cpuacct:/app/job\n0::/app/job\n",
         mountinfo,
@@ -90,7 +76,7 @@ def test_v1_container_without_a_cgroup_namespace(tmp_path: Path) -> None:
     mountinfo = (
         "600 590 0:32 /docker/abc123 /sys/fs/cgroup/memory ro,nosuid - cgroup cgroup rw,memory\n"
     )
-    root = _tree(
+    root = cgroup_tree(
         tmp_path,
         "9:memory:/docker/abc123\n",
         mountinfo,
@@ -101,7 +87,7 @@ def test_v1_container_without_a_cgroup_namespace(tmp_path: Path) -> None:
 
 def test_a_cgroup_outside_the_namespace_and_escaped_mount_points(tmp_path: Path) -> None:
     mountinfo = r"77 1 0:40 / /sys/fs/cgroup/my\040mem rw - cgroup cgroup rw,memory" + "\n"
-    root = _tree(
+    root = cgroup_tree(
         tmp_path,
         "5:memory:/../../elsewhere\n",
         mountinfo,
@@ -115,7 +101,7 @@ def test_a_cgroup_outside_the_namespace_and_escaped_mount_points(tmp_path: Path)
 
 def test_missing_or_garbled_files_mean_no_limit(tmp_path: Path) -> None:
     assert cgroup_memory_limit(tmp_path) is None  # no /proc at all
-    root = _tree(tmp_path / "t", "garbage\n0::\n", "nonsense line\n", {})
+    root = cgroup_tree(tmp_path / "t", "garbage\n0::\n", "nonsense line\n", {})
     assert cgroup_memory_limit(root) is None
     (root / "sys/fs/cgroup").mkdir(parents=True)
     (root / "sys/fs/cgroup/memory.max").write_text("-1\n")
@@ -123,7 +109,7 @@ def test_missing_or_garbled_files_mean_no_limit(tmp_path: Path) -> None:
 
 
 def test_without_mountinfo_the_usual_mount_points_are_used(tmp_path: Path) -> None:
-    root = _tree(tmp_path, "0::/a\n", "", {"sys/fs/cgroup/a/memory.max": str(5 * GIB)})
+    root = cgroup_tree(tmp_path, "0::/a\n", "", {"sys/fs/cgroup/a/memory.max": str(5 * GIB)})
     (root / "proc/self/mountinfo").unlink()
     assert cgroup_memory_limit(root).bytes == 5 * GIB  # type: ignore[union-attr]
 

@@ -12,7 +12,7 @@ import pytest
 from docparser_runtime.engines.base import ParseOptions
 from docparser_runtime.engines.deepseek_ocr2.engine import DeepseekOcr2Engine
 from docparser_runtime.engines.stepping import PageRun, RunningBatch, projected_peak_tokens
-from test_deepseek_ocr2 import generated_ids, make_page
+from tiny_deepseek import generated_ids, make_page
 
 pytestmark = pytest.mark.torch
 

@@ -113,7 +113,7 @@ async def test_the_continuous_scheduler_measures_the_pages_it_serves(tiny_model_
     per page are the measured ones (time in the running batch), and the queue reads 0."""
     from docparser_runtime.engines.deepseek_ocr2.engine import DeepseekOcr2Engine
     from docparser_runtime.server.inference.continuous import ContinuousBatcher
-    from test_deepseek_ocr2 import make_page
+    from tiny_deepseek import make_page
 
     engine = DeepseekOcr2Engine(tiny_model_dir, device="cpu", version="tiny")
     engine.load()

@@ -148,7 +148,7 @@ def test_every_metric_the_runtime_exports_is_in_the_operations_guide():
 
     from prometheus_client.parser import text_string_to_metric_families
 
-    guide = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    guide = (Path(__file__).resolve().parents[3] / "docs" / "operations.md").read_text()
     exported = set()
     for family in text_string_to_metric_families(Metrics().render().decode()):
         if family.name.startswith("docparser_") and not family.name.endswith("_created"):

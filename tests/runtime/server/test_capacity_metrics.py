@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from cgroup_tree import V2_MOUNT, cgroup_tree
 from docparser_runtime.engines.base import ParseOptions
 from docparser_runtime.server.inference.batcher import MicroBatcher
 from docparser_runtime.server.ops.metrics import Metrics
@@ -13,7 +14,6 @@ from docparser_runtime.server.ops.pod_memory_metrics import PodMemoryCollector
 from docparser_runtime.sizing.cgroup_memory import MemoryUsage, cgroup_memory_usage
 from engines_for_tests import GatedEngine, page
 from prometheus_client import CollectorRegistry
-from test_cgroup_memory import V2_MOUNT, _tree
 
 GIB = 1024**3
 
@@ -41,7 +41,7 @@ async def test_each_served_page_adds_its_slot_seconds_to_its_tier() -> None:
 
 
 def test_cgroup_usage_v2_and_v1(tmp_path: Path) -> None:
-    v2 = _tree(
+    v2 = cgroup_tree(
         tmp_path / "v2",
         "0::/kubepods/pod1/ctr\n",
         V2_MOUNT,
@@ -51,12 +51,12 @@ def test_cgroup_usage_v2_and_v1(tmp_path: Path) -> None:
         },
     )
     assert cgroup_memory_usage(v2) == MemoryUsage(3 * GIB, 5 * GIB)
-    old_kernel = _tree(
+    old_kernel = cgroup_tree(
         tmp_path / "v2old", "0::/\n", V2_MOUNT, {"sys/fs/cgroup/memory.current": str(GIB)}
     )
     assert cgroup_memory_usage(old_kernel) == MemoryUsage(GIB, None)
     v1_mount = "40 23 0:30 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n"
-    v1 = _tree(
+    v1 = cgroup_tree(
         tmp_path / "v1",
         "4:memory:/pod2\n",
         v1_mount,
@@ -66,7 +66,7 @@ def test_cgroup_usage_v2_and_v1(tmp_path: Path) -> None:
         },
     )
     assert cgroup_memory_usage(v1) == MemoryUsage(2 * GIB, 4 * GIB)
-    assert cgroup_memory_usage(_tree(tmp_path / "none", "", "", {})) is None
+    assert cgroup_memory_usage(cgroup_tree(tmp_path / "none", "", "", {})) is None
 
 
 def test_the_collector_keeps_the_highest_it_saw_without_a_kernel_peak() -> None:

@@ -152,7 +152,7 @@ def test_faint_fine_print_is_judged_smaller_than_black() -> None:
 
 def _calibration_bench():
     """``bench/tier_calibration.py`` as a module (``bench/`` is not a package)."""
-    path = Path(__file__).resolve().parents[2] / "bench" / "tier_calibration.py"
+    path = Path(__file__).resolve().parents[3] / "bench" / "tier_calibration.py"
     spec = importlib.util.spec_from_file_location("tier_calibration", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

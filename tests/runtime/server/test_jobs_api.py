@@ -9,11 +9,9 @@ import io
 import time
 
 import pytest
-from app_for_tests import make_settings, serving
+from app_for_tests import JOBS, make_settings, serving, upload
 from engines_for_tests import GatedEngine, png_bytes
 from PIL import Image
-
-JOBS = "/v1/jobs"
 
 
 def pdf_bytes(pages: int) -> bytes:
@@ -21,10 +19,6 @@ def pdf_bytes(pages: int) -> bytes:
     buf = io.BytesIO()
     images[0].save(buf, format="PDF", save_all=True, append_images=images[1:], resolution=72)
     return buf.getvalue()
-
-
-def upload(data: bytes, name: str = "doc.pdf", **fields):
-    return {"files": {"file": (name, data, "application/octet-stream")}, "data": fields}
 
 
 async def wait_status(client, job_id: str, statuses: set[str], timeout: float = 10.0) -> dict:

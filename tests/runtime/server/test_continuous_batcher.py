@@ -19,7 +19,7 @@ from docparser_runtime.server.inference.continuous import ContinuousBatcher, mak
 from docparser_runtime.server.inference.priorities import Priority
 from docparser_runtime.server.ops.metrics import Metrics
 from docparser_runtime.settings import Settings
-from test_deepseek_ocr2 import make_page
+from tiny_deepseek import make_page
 
 pytestmark = pytest.mark.torch
 

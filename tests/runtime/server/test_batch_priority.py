@@ -16,7 +16,7 @@ from docparser_runtime.engines.base import ParseOptions
 from docparser_runtime.server.inference.priorities import Priority
 from test_continuous_batcher import LONG, SHORT, make, running, wait_until
 from test_continuous_batcher import engine as engine  # the module's loaded tiny engine
-from test_deepseek_ocr2 import make_page
+from tiny_deepseek import make_page
 
 pytestmark = pytest.mark.torch
 

@@ -335,7 +335,7 @@ def test_the_shadow_series_are_in_the_operations_guide():
     from prometheus_client import generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
-    guide = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    guide = (Path(__file__).resolve().parents[3] / "docs" / "operations.md").read_text()
     registry = CollectorRegistry()
     ShadowMetrics(registry)
     names = {

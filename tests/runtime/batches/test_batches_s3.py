@@ -28,7 +28,7 @@ from live_server import LiveServer, start_all
 from PIL import Image
 from redis_server import REDIS_BIN, RedisServer
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 CLOUD_PYTHON = REPO / ".venv" / "cloud" / "bin" / "python"
 KEY_A, KEY_B = "s3-batch-key-a-0123456789", "s3-batch-key-b-0123456789"
 PARSE = "/v1/document/parse"

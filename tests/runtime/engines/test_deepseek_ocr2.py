@@ -16,22 +16,8 @@ from docparser_runtime.engines.deepseek_ocr2.engine import DeepseekOcr2Engine, r
 from docparser_runtime.engines.deepseek_ocr2.grounding import clean_content
 from docparser_runtime.engines.deepseek_ocr2.prompts import PROMPTS, prompt_for
 from docparser_runtime.errors import Unavailable, WeightsError
-from docparser_runtime.preprocess.tiling import plan_tiles
 from docparser_runtime.settings import Settings
-from PIL import Image, ImageDraw
-
-
-def make_page(index: int, width: int, height: int, tier: int) -> PageImage:
-    """A page with some drawn lines (pages differ, so the model's outputs differ)."""
-    image = Image.new("RGB", (width, height), "white")
-    draw = ImageDraw.Draw(image)
-    for line in range(12):
-        draw.rectangle(
-            (20 + index * 9, 30 + line * 40, width // 2 + line * 7, 45 + line * 40), "black"
-        )
-    plan = plan_tiles(width, height, tier)
-    return PageImage(index, image, plan.tiles, plan.vision_tokens)
-
+from tiny_deepseek import generated_ids, make_page
 
 # ----------------------------------------------------------------- no torch needed
 
@@ -102,17 +88,6 @@ def engine(tiny_model_dir):
     engine.load()
     yield engine
     engine.close()
-
-
-def generated_ids(engine, pages, options):
-    """The engine's own generate call, returning raw new token ids per page."""
-    import torch
-
-    inputs = engine._prepare(pages, options)
-    with torch.inference_mode():
-        guard = engine._repetition_guard(inputs)
-        out = engine._model.generate(**engine._generate_kwargs(inputs, options, guard))
-    return out[:, inputs["input_ids"].shape[1] :].tolist()
 
 
 @pytest.mark.torch

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from app_for_tests import make_settings, serving
+from app_for_tests import JOBS, make_settings, serving, upload
 from docparser_runtime.errors import NotFound, Overloaded
 from docparser_runtime.jobs.memory_store import MemoryJobStore, finished_size
 from docparser_runtime.jobs.models import Job, JobStatus, request_fingerprint
@@ -19,7 +19,6 @@ from docparser_runtime.jobs.redis_store import RedisJobStore
 from engines_for_tests import png_bytes
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis_server import REDIS_BIN, free_port
-from test_jobs_api import JOBS, upload
 
 PARAMS = {"tier": 0, "mode": "markdown", "max_new_tokens": 64, "pages": None}
 

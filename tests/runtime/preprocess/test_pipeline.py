@@ -86,7 +86,7 @@ def test_limits_from_settings():
     assert limits == DecodeLimits(max_pixels=123, max_pages=4, pdf_dpi=100)
 
 
-SAMPLES = Path(__file__).resolve().parents[2] / "examples" / "documents"
+SAMPLES = Path(__file__).resolve().parents[3] / "examples" / "documents"
 
 
 @pytest.mark.parametrize(
