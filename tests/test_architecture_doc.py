@@ -187,6 +187,7 @@ def test_a_map_where_each_module_has_its_own_sentence_passes(tmp_path: Path) -> 
             "cli.py: no row of its own in the map",
         ),
     ],
+    ids=["only-in-a-list", "one-clause-for-2", "too-little", "two-rows", "stale", "other-package"],
 )
 def test_a_module_without_its_own_sentence_fails(
     tmp_path: Path, old: str, new: str, problem: str
