@@ -212,6 +212,28 @@ def _shadow_lines(shadow: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _batch_lines(spec: dict[str, Any] | None, batch: dict[str, Any] | None) -> list[str]:
+    """status.batch in one or two lines: the pool's size and the batches' progress; nothing
+    without spec.batch (backfill alone has no section)."""
+    if not spec and not batch:
+        return []
+    batch = batch or {}
+    replicas = (spec or {}).get("replicas") or {}
+    lines = [
+        f"batch   pool {batch.get('readyReplicas', 0)}/{batch.get('replicas', 0)} ready "
+        f"(min {replicas.get('min', 0)}, max {replicas.get('max', '-')})  "
+        f"batches in progress {batch.get('batchesInProgress', 0)}"
+    ]
+    if batch.get("batchesInProgress"):
+        eta = batch.get("etaMinutes")
+        lines.append(
+            f"        pages queued {batch.get('pagesQueued', 0):g}, done "
+            f"{batch.get('pagesDone', 0):g}, {batch.get('pagesPerMinute', 0):g}/min, "
+            f"ETA {f'{eta} min' if eta is not None else '-'}"
+        )
+    return lines
+
+
 def render_status(
     dp: dict[str, Any], deployments: list[dict[str, Any]], events: list[dict[str, Any]]
 ) -> str:
@@ -234,11 +256,14 @@ def render_status(
             f"(requested {requested}%)"
         )
     lines += _shadow_lines(canary.get("shadow") or {})
+    lines += _batch_lines(spec.get("batch"), status.get("batch"))
     lines.append("revisions:")
     for dep in sorted(deployments, key=lambda d: d["metadata"]["name"]):
         dep_labels = dep["metadata"].get("labels") or {}
         role = dep_labels.get(labels.LABEL_TRACK, "?")
-        if labels.LABEL_RETIRED in dep_labels:
+        if dep_labels.get(labels.LABEL_COMPONENT) == labels.BATCH_COMPONENT:
+            role = "batch"  # the stable revision's batch pool: no interactive traffic
+        elif labels.LABEL_RETIRED in dep_labels:
             role = "previous"
         ready = (dep.get("status") or {}).get("readyReplicas") or 0
         replicas = (dep.get("spec") or {}).get("replicas", 0)
