@@ -307,3 +307,28 @@ async def test_an_out_of_memory_batch_is_split_and_every_page_that_fits_is_serve
     ooms = metrics.registry.get_sample_value("docparser_gpu_oom_total")
     assert ooms is not None and ooms >= 3 and engine.released == ooms
     await batcher.close()
+
+
+async def test_batch_lines_wait_behind_every_other_page_and_never_share_its_call():
+    """The static batcher (the CPU engine's path) ranks /v1/batches lines last, as the
+    continuous scheduler does: pages queued behind a backlog of batch lines run first, and a
+    batch line never rides in their engine call (a static call lasts as long as its longest
+    page). Requests, jobs and background pages keep their arrival order among themselves."""
+    from docparser_runtime.server.inference.priorities import Priority
+
+    engine = GatedEngine()
+    batcher = await make(engine, max_batch_size=4, max_wait_ms=1)
+    held = await hold_engine(engine, batcher)
+    lines = [
+        asyncio.create_task(batcher.submit([page(10 + i)], OPTS, priority=Priority.BATCH))
+        for i in range(3)
+    ]
+    await wait_until(lambda: batcher.queued_pages == 3)
+    job = asyncio.create_task(batcher.submit([page(1)], OPTS, priority=Priority.JOB))
+    await wait_until(lambda: batcher.queued_pages == 4)
+    request = asyncio.create_task(batcher.submit([page(2)], OPTS))
+    await wait_until(lambda: batcher.queued_pages == 5)
+    engine.gate.set()
+    await asyncio.gather(held, job, request, *lines)
+    assert engine.batches == [[99], [1, 2], [10, 11, 12]]
+    await batcher.close()

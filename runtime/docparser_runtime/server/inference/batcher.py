@@ -39,6 +39,7 @@ from docparser_runtime.errors import (
     PayloadTooLarge,
     Unavailable,
 )
+from docparser_runtime.server.inference.priorities import is_batch, static_order
 from docparser_runtime.server.inference.queued import (
     SubmitTimings as SubmitTimings,  # public here too: callers time their submits with it
 )
@@ -270,8 +271,13 @@ class MicroBatcher:
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
-            head = self._queue[0]
-            same = [it for it in self._queue if it.key == head.key]
+            head = min(self._queue, key=lambda it: static_order(it.priority, it.enqueued))
+            batch_line = is_batch(head.priority)  # batch lines share a call only with their own
+            same = [
+                it
+                for it in self._queue
+                if it.key == head.key and is_batch(it.priority) == batch_line
+            ]
             limit = 1 if head.on_delta is not None else self.max_batch_size
             due_in = head.enqueued + self.max_wait_s - time.monotonic()
             if len(same) >= limit or due_in <= 0:
