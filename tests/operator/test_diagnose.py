@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 from docparser_operator.api.kinds import KNOWN_KINDS
 from docparser_operator.api.models import DocParser
-from docparser_operator.api.naming import FETCH_CONTAINER, RUNTIME_CONTAINER
 from docparser_operator.core.status.diagnose import diagnose
 from dp_helpers import (
     CANARY_WEIGHTS,
@@ -21,6 +20,7 @@ from dp_helpers import (
     docparser,
 )
 from kube_cluster import Cluster, simulate_pods, wait_for
+from pod_statuses import NOW, POD_STATUSES
 
 POD = {"apiVersion": "v1", "kind": "Pod"}
 
@@ -212,66 +212,6 @@ def test_operator_reports_what_the_cluster_says(cluster: Cluster, operator: Any)
     assert "docparser_outstanding_pages" in degraded["message"]
     # advisory (core/status/stalls.py): the DocParser serves at its size, nothing waits on it
     assert condition(cluster, "inv", "Stalled")["status"] == "False"
-
-
-NOW = "2026-01-01T00:00:00Z"
-
-
-def _ctr(name: str, state: dict[str, Any], last: dict[str, Any] | None = None) -> dict[str, Any]:
-    out = {"name": name, "image": "x", "imageID": "", "ready": False, "restartCount": 1}
-    return {**out, "state": state, **({"lastState": last} if last else {})}
-
-
-FETCH_DONE = _ctr(FETCH_CONTAINER, {"terminated": {"exitCode": 0, "reason": "Completed"}})
-POD_STATUSES = {
-    "Unschedulable": {
-        "phase": "Pending",
-        "conditions": [
-            {
-                "type": "PodScheduled",
-                "status": "False",
-                "reason": "Unschedulable",
-                "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
-                "lastTransitionTime": NOW,
-            }
-        ],
-    },
-    "CredentialsSecretMissing": {
-        "phase": "Pending",
-        "initContainerStatuses": [
-            _ctr(
-                FETCH_CONTAINER,
-                {
-                    "waiting": {
-                        "reason": "CreateContainerConfigError",
-                        "message": 'secret "s3-creds" not found',
-                    }
-                },
-            )
-        ],
-    },
-    "WeightsChecksumMismatch": {
-        "phase": "Pending",
-        "initContainerStatuses": [
-            _ctr(
-                FETCH_CONTAINER,
-                {"waiting": {"reason": "CrashLoopBackOff"}},
-                {"terminated": {"exitCode": 1, "message": "sha256 mismatch: expected aa, got bb"}},
-            )
-        ],
-    },
-    "FailedToLoad": {
-        "phase": "Running",
-        "initContainerStatuses": [FETCH_DONE],
-        "containerStatuses": [
-            _ctr(
-                RUNTIME_CONTAINER,
-                {"waiting": {"reason": "CrashLoopBackOff"}},
-                {"terminated": {"exitCode": 1, "message": "serve: engine failed to load: CUDA"}},
-            )
-        ],
-    },
-}
 
 
 @pytest.mark.parametrize("reason", [*POD_STATUSES, "RouteNotAccepted"])

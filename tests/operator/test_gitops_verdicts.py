@@ -20,7 +20,7 @@ from dp_helpers import GATEWAY, ROUTE, condition, create, dep_name, docparser, s
 from gitopscheck.checker import GitOpsCheck
 from kube_cluster import Cluster, pod_status, simulate_pods, wait_for
 from kubelet_sim import Kubelet
-from test_diagnose import NOW, POD_STATUSES
+from pod_statuses import NOW, POD_STATUSES
 from test_rollout_transitions import STEP_TIMEOUT, settle, stays_current
 
 POD = KNOWN_KINDS["Pod"]

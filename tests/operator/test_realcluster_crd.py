@@ -7,8 +7,6 @@ does, so `docparser-operator render -f` and `kubectl apply` accept and reject th
 
 from __future__ import annotations
 
-import copy
-import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -16,18 +14,12 @@ import pydantic
 import pytest
 import yaml
 from controlplane.kubeapi import KubeApi, KubeApiError
+from crd_objects import BASE_SPEC, SHA_A, SHA_B, docparser, path, with_changes
 from docparser_operator.api.models import DocParser, DocParserSpec
 
 pytestmark = pytest.mark.realcluster
 
 CRD_FILE = Path(__file__).resolve().parents[2] / "crds" / "docparser.yaml"
-SHA_A = hashlib.sha256(b"weights manifest A").hexdigest()
-SHA_B = hashlib.sha256(b"weights manifest B").hexdigest()
-BASE_SPEC: dict[str, Any] = {
-    "engine": "deepseek-ocr2",
-    "weights": {"uri": "s3://models/deepseek-ocr-2", "version": "2026-01-27", "sha256": SHA_A},
-    "runtime": {"image": "registry.example/docparser-runtime:0.1"},
-}
 
 
 def crd_rule_messages() -> set[str]:
@@ -46,31 +38,6 @@ def crd_rule_messages() -> set[str]:
 
     walk(yaml.safe_load(CRD_FILE.read_text()))
     return found
-
-
-def path(namespace: str, name: str = "", sub: str = "") -> str:
-    base = f"/apis/docparser.io/v1alpha1/namespaces/{namespace}/docparsers"
-    return "/".join(p for p in (base, name, sub) if p)
-
-
-def docparser(name: str, spec: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "docparser.io/v1alpha1",
-        "kind": "DocParser",
-        "metadata": {"name": name},
-        "spec": spec,
-        **extra,
-    }
-
-
-def with_changes(**changes: Any) -> dict[str, Any]:
-    spec = copy.deepcopy(BASE_SPEC)
-    for key, value in changes.items():
-        if value is None:
-            spec.pop(key, None)
-        else:
-            spec[key] = value
-    return spec
 
 
 INVALID_SPECS = {

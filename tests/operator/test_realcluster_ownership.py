@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 from controlplane.harness import ControlPlane
 from controlplane.kubeapi import KubeApi, KubeApiError
+from crd_objects import BASE_SPEC, SHA_B, docparser, path, with_changes
 from docparser_operator.api.kinds import DOCPARSER, ref_for
 from docparser_operator.api.naming import FIELD_MANAGER
 from docparser_operator.core.render import render_all
 from docparser_operator.kube.client import KubeClient
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
-from test_realcluster_crd import BASE_SPEC, SHA_B, docparser, path, with_changes
 
 pytestmark = pytest.mark.realcluster
 

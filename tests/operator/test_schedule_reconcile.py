@@ -5,6 +5,7 @@ boundaries a pass writes nothing. The DocParser itself is never written."""
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from docparser_operator.api import naming
@@ -15,11 +16,15 @@ from docparser_operator.core.plan.schedule import raised, resource_schedule
 from docparser_operator.core.render import render_all
 from dp_helpers import create, docparser
 from kube_cluster import Cluster, client_for
-from test_schedule import at
 
 DEPLOY, HPA = KNOWN_KINDS["Deployment"], KNOWN_KINDS["HorizontalPodAutoscaler"]
 WINDOW = {"cron": "0 8 * * *", "duration": "1h", "min": 3, "max": 5}
 RUN = CredentialMemory()
+
+
+def at(text: str) -> datetime.datetime:
+    """The clock a pass is given, from RFC 3339 text (test_schedule.py reads its instants alike)."""
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def _bounds(cluster: Cluster) -> tuple[int, int]:
