@@ -88,6 +88,13 @@ class Settings(BaseSettings):
         description="a job or background page waiting this long is admitted like a "
         "synchronous one (no starvation)",
     )
+    batch_yield: Literal["auto", "rows", "slots"] = Field(
+        "auto",
+        description="how running batch lines give way to interactive, job and background "
+        "pages: rows: they leave the decode steps (cache kept) while such a page runs or "
+        "waits (a CPU device, where each row costs compute); slots: they give up a slot only "
+        "when none is free (a GPU, where rows are nearly free); auto: slots on CUDA, else rows",
+    )
     max_queue_pages: int = Field(256, ge=1, description="queued pages before 429")
     max_queue_pixels: int = Field(
         320_000_000,

@@ -74,7 +74,16 @@ class RunningBatch(Protocol):
         ...
 
     def leave(self, runs: Sequence[PageRun]) -> None:
-        """Take ``runs`` out and give their cache back."""
+        """Take ``runs`` out (running or parked) and give their cache back."""
+        ...
+
+    def park(self, runs: Sequence[PageRun]) -> None:
+        """Take running ``runs`` out of the decode steps but keep their cache: they cost
+        the device no compute until ``resume`` and hold their memory meanwhile."""
+        ...
+
+    def resume(self, runs: Sequence[PageRun]) -> None:
+        """Parked ``runs`` back in the steps, where they stopped (nothing recomputed)."""
         ...
 
 

@@ -23,11 +23,14 @@ pytestmark = pytest.mark.torch
 MID = ParseOptions(tier=0, max_new_tokens=40, min_new_tokens=40)
 
 
-@pytest.mark.parametrize("limit", ["slots", "cache"])
-async def test_a_waiting_interactive_page_takes_a_running_batch_pages_place(engine, limit):
+@pytest.mark.parametrize(("limit", "policy"), [("slots", "slots"), ("cache", "slots"),
+                                               ("cache", "rows")])  # fmt: skip
+async def test_a_waiting_interactive_page_takes_a_running_batch_pages_place(engine, limit, policy):
     """Both batch pages hold the only room there is (two slots, or the cache budget of
-    two); the interactive page still ends first, long before either batch page."""
-    batcher = await make(engine, max_batch_size=2 if limit == "slots" else 8)
+    two); the interactive page still ends first, long before either batch page. Parked
+    batch pages (``rows``) hold no slot but still their cache: with ``rows`` only the cache
+    is a limit to preempt for (test_batch_yield.py has the slots case)."""
+    batcher = await make(engine, max_batch_size=2 if limit == "slots" else 8, batch_yield=policy)
     pages = [make_page(i, 500, 400, 0) for i in range(2)]
     if limit == "cache":
         one = engine.new_run(pages[0], MID, None).prompt_tokens + MID.max_new_tokens + 1
@@ -59,9 +62,9 @@ async def test_a_batch_page_does_not_join_beside_a_running_interactive_page(engi
     joins: list[int] = []
     iterate = batcher._iterate
 
-    def counting(joining, leaving):  # what each iteration on the engine thread prefills
+    def counting(joining, leaving, *moves):  # what each iteration on the engine thread prefills
         joins.append(len(joining))
-        return iterate(joining, leaving)
+        return iterate(joining, leaving, *moves)
 
     batcher._iterate = counting
     order: list[int] = []

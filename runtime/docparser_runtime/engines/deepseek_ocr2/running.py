@@ -12,6 +12,7 @@ server did it (``CausalLMBatch.concatenate`` / ``filter``):
   so a page's positions never depend on its batch-mates.
 * A leaving page's rows are dropped with ``index_select``, and left columns that are
   padding for every remaining page are cut, so a long page leaving gives its width back.
+  A parked page's rows are kept apart the same way, and merge back as a joining page's.
 * Each step feeds every page's last token with the extended mask, applies the page's own
   ``min_new_tokens`` and repetition guard (``generation.banned_next_tokens``, the rule the
   ``generate`` path uses) and takes the argmax: greedy, like ``infer_batch``.
@@ -24,6 +25,7 @@ or more (bf16). Greedy choices only change where two logits are that close.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -69,6 +71,7 @@ class DeepseekRunningBatch:
         self._mask: torch.Tensor | None = None  # [pages, length]: 0 on left padding
         self._next: torch.Tensor | None = None  # [pages]: the id each page feeds next
         self._pos: torch.Tensor | None = None  # [pages]: that id's position
+        self._parked: list[tuple[list[PageRun], _Part]] = []  # out of the steps, cache kept
 
     @property
     def runs(self) -> Sequence[PageRun]:
@@ -76,7 +79,8 @@ class DeepseekRunningBatch:
 
     @property
     def padded_tokens(self) -> int:
-        return 0 if self._mask is None else int(self._mask.numel())
+        held = sum(int(part.mask.numel()) for _, part in self._parked)
+        return held + (0 if self._mask is None else int(self._mask.numel()))
 
     # ---------------------------------------------------------------- join / leave
 
@@ -105,34 +109,54 @@ class DeepseekRunningBatch:
 
     def leave(self, runs: Sequence[PageRun]) -> None:
         gone = {id(run) for run in runs}
+        self._parked = [
+            (kept, _rows(part, [i for i, run in enumerate(group) if id(run) not in gone]))
+            for group, part in self._parked
+            if (kept := [run for run in group if id(run) not in gone])
+        ]  # fmt: skip
         keep = [i for i, run in enumerate(self._runs) if id(run) not in gone]
         if len(keep) == len(self._runs):
             return
         if not keep:
             self._runs, self._cache, self._mask, self._next, self._pos = [], None, None, None, None
             return
-        assert self._mask is not None and self._next is not None and self._pos is not None
-        index = torch.tensor(keep, device=self._mask.device)
-        mask = self._mask.index_select(0, index)
-        start = int((mask.sum(0) > 0).nonzero()[0])  # left columns nobody needs any more
-        kept = [
-            (layer.keys.index_select(0, index)[:, :, start:, :],
-             layer.values.index_select(0, index)[:, :, start:, :])
-            for layer in self._cache.layers
-        ]  # fmt: skip
-        for layer, (keys, values) in zip(self._cache.layers, kept, strict=True):
-            layer.keys, layer.values = keys, values
-        self._mask = mask[:, start:]
-        self._next = self._next.index_select(0, index)
-        self._pos = self._pos.index_select(0, index)
+        part = _rows(self._part(), keep)
+        self._cache, self._mask, self._next, self._pos = part.cache, part.mask, part.next, part.pos
         self._runs = [self._runs[i] for i in keep]
 
-    def evict_newest(self, count: int) -> list[PageRun]:
-        """Take the ``count`` pages that joined last out (after an out-of-memory error);
-        they keep their tokens and resume later through ``join``."""
-        victims = self._runs[len(self._runs) - count :] if count > 0 else []
-        self.leave(victims)
-        return victims
+    def park(self, runs: Sequence[PageRun]) -> None:
+        """Take ``runs`` out of the decode steps, keeping their cache, next ids and
+        positions apart: ``resume`` puts them back as they were, with nothing recomputed.
+        On a CPU device every row of a step costs compute, so a batch line steps aside
+        while a page someone waits on decodes (``server/inference/batch_yield.py``)."""
+        wanted = {id(run) for run in runs}
+        rows = [i for i, run in enumerate(self._runs) if id(run) in wanted]
+        if rows:
+            group, part = [self._runs[i] for i in rows], _rows(self._part(), rows)
+            self.leave(group)
+            self._parked.append((group, part))
+
+    @torch.inference_mode()
+    def resume(self, runs: Sequence[PageRun]) -> None:
+        """Parked ``runs`` decode again from where they stopped (they join last)."""
+        wanted = {id(run) for run in runs}
+        still = []
+        for group, part in self._parked:
+            back = [i for i, run in enumerate(group) if id(run) in wanted]
+            if back:
+                self._merge(_rows(part, back), [group[i] for i in back])
+            rest = [i for i, run in enumerate(group) if id(run) not in wanted]
+            if rest:
+                still.append(([group[i] for i in rest], _rows(part, rest)))
+        self._parked = still
+
+    @property
+    def parked(self) -> Sequence[PageRun]:
+        return tuple(run for group, _ in self._parked for run in group)
+
+    def _part(self) -> _Part:
+        assert self._mask is not None and self._next is not None and self._pos is not None
+        return _Part(self._cache, self._mask, self._next, self._pos)
 
     # ---------------------------------------------------------------- decoding
 
@@ -311,6 +335,24 @@ class _Part:
     mask: torch.Tensor
     next: torch.Tensor
     pos: torch.Tensor
+
+
+def _rows(part: _Part, rows: list[int]) -> _Part:
+    """The ``rows`` of ``part`` as a part of their own (a cache object of its own), less
+    the left columns that are padding for all of them (a long page gone gives its width
+    back)."""
+    if rows == list(range(len(part.next))):
+        return part
+    index = torch.tensor(rows, device=part.mask.device)
+    mask = part.mask.index_select(0, index)
+    start = int((mask.sum(0) > 0).nonzero()[0])
+    cache = copy.copy(part.cache)
+    cache.layers = [copy.copy(layer) for layer in part.cache.layers]
+    for layer, old in zip(cache.layers, part.cache.layers, strict=True):
+        layer.keys = old.keys.index_select(0, index)[:, :, start:, :]
+        layer.values = old.values.index_select(0, index)[:, :, start:, :]
+    return _Part(cache, mask[:, start:], part.next.index_select(0, index),
+                 part.pos.index_select(0, index))  # fmt: skip
 
 
 def _left_pad(tensor: torch.Tensor, length: int) -> torch.Tensor:

@@ -15,9 +15,8 @@ batch before it, and decode slots idle once short pages end (OCR outputs span ~1
    Batch lines (``Priority.BATCH``) take only slots nobody else wants: a batch page joins
    only while no other page runs or waits, one per iteration (its prefill, the vision
    encoder, holds every running page's next token and a page arriving meanwhile: ~40
-   decode steps of the tiny model on CPU), and a waiting interactive or job page that finds
-   no free slot (or no cache room) takes one from the newest running batch page, which goes
-   back to the queue with its tokens (``preempted``);
+   decode steps of the tiny model on CPU). How running batch pages give way to others is
+   ``batch_yield.py``'s: they park (``rows``, CPU) or give a slot back (``slots``, CUDA);
 3. on the engine thread: prefills the admitted pages into the batch, runs one decode step
    for all pages, finishes the pages that ended (EOS, their own ``max_new_tokens``, their
    stream's client gone) with the coverage audit.
@@ -36,6 +35,7 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from docparser_runtime.engines.base import Engine, PageResult, ParseOptions
@@ -47,6 +47,12 @@ from docparser_runtime.engines.stepping import (
     projected_peak_tokens,
 )
 from docparser_runtime.errors import DeadlineExceeded, DocParserError, EngineFailure, GpuOutOfMemory
+from docparser_runtime.server.inference.batch_yield import (
+    MAX_PREFILL_PAGES,
+    BatchYield,
+    _runs,
+    resolve_batch_yield,
+)
 from docparser_runtime.server.inference.batcher import MicroBatcher
 from docparser_runtime.server.inference.priorities import Priority
 from docparser_runtime.server.inference.queued import _Item, is_out_of_memory
@@ -55,10 +61,6 @@ from docparser_runtime.server.ops.metrics import Metrics
 from docparser_runtime.settings import Settings
 
 log = logging.getLogger("docparser.continuous")
-
-# Pages prefilled per iteration: each prefill delays the running pages' next token, so a
-# burst of arrivals joins over a few steps instead of stalling every stream at once.
-MAX_PREFILL_PAGES = 4
 
 
 @dataclass
@@ -71,7 +73,7 @@ class _Outcome:
     stepped: int = 0  # pages in the decode step (0: none ran)
 
 
-class ContinuousBatcher(MicroBatcher):
+class ContinuousBatcher(BatchYield, MicroBatcher):
     """``MicroBatcher``'s interface (``submit``, ``submit_stream``, ``close``) over a
     stepping engine's running batch."""
 
@@ -85,6 +87,7 @@ class ContinuousBatcher(MicroBatcher):
         metrics: Metrics | None = None,
         audit: bool = True,
         priority_max_wait_s: float = 30.0,
+        batch_yield: str = "auto",
     ) -> None:
         if not isinstance(engine, SteppingEngine):
             raise TypeError(f"engine {engine.name} cannot step: use MicroBatcher")
@@ -105,6 +108,8 @@ class ContinuousBatcher(MicroBatcher):
         self.steps = 0  # decode steps run, and pages summed over them (slot occupancy)
         self.slot_steps = 0
         self.preempted = 0  # batch pages that gave their slot back to a waiting page
+        self.batch_yield = resolve_batch_yield(batch_yield, getattr(engine, "device", None))
+        self._parked: set[int] = set()
         if metrics:
             metrics.cache_budget_tokens.set(self.budget_tokens)
 
@@ -117,12 +122,14 @@ class ContinuousBatcher(MicroBatcher):
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
-            leaving = self._sweep() + self._preempt()
+            leaving = self._sweep()
+            moves = self._step_aside()
+            leaving += self._preempt()
             joining = self._admit()
             self._busy_since = time.monotonic()
             try:
                 outcome = await loop.run_in_executor(
-                    self._executor, self._iterate, joining, leaving
+                    self._executor, self._iterate, joining, leaving, *moves
                 )
             except asyncio.CancelledError:
                 raise
@@ -154,39 +161,8 @@ class ContinuousBatcher(MicroBatcher):
             self._forget(item)
         return _runs(gone)
 
-    def _preempt(self) -> list[PageRun]:
-        """Running batch pages (newest first) that leave so the waiting interactive and
-        job pages this iteration can admit get a slot and cache room."""
-        now = time.monotonic()
-        waiting = sorted((it for it in self._queue if it.priority < Priority.BATCH),
-                         key=lambda it: self._rank(it, now))[:MAX_PREFILL_PAGES]  # fmt: skip
-        lines = [it for it in self._running if it.priority >= Priority.BATCH]
-        if not waiting or not lines:
-            return []
-        kept = [it for it in self._running if it.priority < Priority.BATCH]
-        victims: list[_Item] = []
-        while lines and not self._fits(kept + lines, waiting):
-            victims.append(lines.pop())
-        if not self._fits(kept + lines, waiting[:1]):
-            return []  # not even the head fits beside the other pages: nothing to gain
-        for item in victims:
-            self._forget(item)
-            self._queue.append(item)  # its rank (priority, arrival) is kept
-        self.preempted += len(victims)
-        return _runs(victims)
-
-    def _fits(self, running: list[_Item], joining: list[_Item]) -> bool:
-        if len(running) + len(joining) > self.max_batch_size:
-            return False
-        rows = [(run.length, run.remaining) for run in _runs(running)]
-        for item in joining:
-            run = item.run or self.stepper.new_run(item.page, item.options, item.on_delta)
-            item.run = run
-            rows.append((run.length + 1, run.remaining))
-        return len(rows) <= 1 or projected_peak_tokens(rows) <= self.budget_tokens
-
     def _admit(self) -> list[PageRun]:
-        free = self.max_batch_size - len(self._running)
+        free = self.free_slots()
         if free <= 0 or not self._queue:
             return []
         now = time.monotonic()
@@ -219,14 +195,25 @@ class ContinuousBatcher(MicroBatcher):
 
     def _forget(self, item: _Item) -> None:
         self._running = [it for it in self._running if it is not item]
+        self._parked.discard(id(item))
         self._items.pop(id(item.run), None)
 
     # -- engine thread ---------------------------------------------------------------
-    def _iterate(self, joining: list[PageRun], leaving: list[PageRun]) -> _Outcome:
+    def _iterate(
+        self,
+        joining: list[PageRun],
+        leaving: list[PageRun],
+        parking: Sequence[PageRun] = (),
+        resuming: Sequence[PageRun] = (),
+    ) -> _Outcome:
         if self._batch is None:
             self._batch = self.stepper.new_batch()
         batch, out = self._batch, _Outcome()
         batch.leave(leaving)
+        if parking:
+            batch.park(parking)
+        if resuming:
+            batch.resume(resuming)
         if joining:
             self._join(batch, joining, out)
         if batch.runs:
@@ -317,7 +304,7 @@ class ContinuousBatcher(MicroBatcher):
                 m.decode_steps.inc()
                 m.decode_slot_steps.inc(outcome.stepped)
             m.evicted_pages.inc(len(outcome.evicted))
-            m.running_pages.set(len(self._running))
+            m.running_pages.set(len(self._running) - len(self._parked))
             m.cache_budget_tokens.set(self.budget_tokens)
             self._set_queue_gauge()
 
@@ -352,15 +339,11 @@ class ContinuousBatcher(MicroBatcher):
             if not item.future.done():
                 item.future.set_exception(failure)
         self._running, self._items, self._batch = [], {}, None
+        self._parked.clear()
 
     def occupancy(self) -> float:
         """Busy decode slots over all slots of the steps run so far."""
         return self.slot_steps / (self.steps * self.max_batch_size) if self.steps else 0.0
-
-
-def _runs(items: list[_Item]) -> list[PageRun]:
-    """The runs of admitted items (every admitted item has one)."""
-    return [item.run for item in items if item.run is not None]
 
 
 def _as_failure(exc: BaseException, engine: str) -> BaseException:
@@ -382,6 +365,7 @@ def make_batcher(engine: Engine, settings: Settings, metrics: Metrics) -> MicroB
             metrics=metrics,
             audit=settings.coverage_audit,
             priority_max_wait_s=settings.priority_max_wait_s,
+            batch_yield=settings.batch_yield,
         )
     return MicroBatcher(
         engine,
