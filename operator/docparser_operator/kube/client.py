@@ -27,6 +27,7 @@ from docparser_operator.api.naming import FIELD_MANAGER
 USER_AGENT = "docparser-operator/0.1"
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 IMPOSSIBLE_RESOURCE_VERSION = str(2**63 - 1)  # a precondition no object meets (apply_new)
+REFUSED_VERSION = "resourceVersion should not be set"  # an old server's 500 on such a create
 
 
 class ApiError(Exception):
@@ -231,7 +232,7 @@ class KubeClient:
         try:
             return self.apply(body, force=True)
         except ApiError as exc:
-            if exc.status == 409 or (exc.status == 500 and "resourceVersion" in exc.message):
+            if exc.status == 409 or (exc.status == 500 and REFUSED_VERSION in exc.message):
                 return None
             raise
 
