@@ -162,8 +162,8 @@ test-cluster-repeat: install-test system-deps controlplane cluster-images
 		-- -m cluster --durations=15 $(or $(PYTEST_ARGS),$(CLUSTER_SCENARIOS))
 
 # The same for the real-API-server tests that sample transitions.
-REALCLUSTER_SCENARIOS ?= tests/operator/test_rollout_transitions.py tests/operator/test_node_drains.py \
-	tests/operator/test_drains.py
+REALCLUSTER_SCENARIOS ?= tests/operator/controller/test_rollout_transitions.py \
+	tests/operator/core/plan/test_node_drains.py tests/operator/controller/test_drains.py
 test-realcluster-repeat: install-test controlplane
 	$(BIN)/python e2e/race_hunt.py --runs $(N) $(if $(SEED),--seed $(SEED)) \
 		-- -m "realcluster and not cluster" $(or $(PYTEST_ARGS),$(REALCLUSTER_SCENARIOS))

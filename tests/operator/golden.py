@@ -2,9 +2,10 @@
 
 A case is an example manifest rendered with the canary Ready or not. Comparison is exact text
 (the `render` output format), so any change to a rendered field fails. To accept an intended
-change run ``DOCPARSER_UPDATE_GOLDEN=1 pytest tests/operator/test_render_*.py``: changed files
-are rewritten and those tests still FAIL once (review ``git diff tests/operator/golden``, then
-rerun without the variable); unchanged goldens pass. A missing golden fails the same way.
+change run ``DOCPARSER_UPDATE_GOLDEN=1 pytest tests/operator/core/render/test_render_*.py``:
+changed files are rewritten and those tests still FAIL once (review ``git diff
+tests/operator/golden``, then rerun without the variable); unchanged goldens pass. A missing
+golden fails the same way.
 """
 
 from __future__ import annotations

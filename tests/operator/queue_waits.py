@@ -1,5 +1,5 @@
 """Open-loop page traffic and the queue waits it measured, for the latency autoscaler's
-tests (tests/operator/test_realcluster_latency_hpa.py, e2e/cluster's scenario).
+tests (tests/operator/controller/test_realcluster_latency_hpa.py, e2e/cluster's scenario).
 
 WHY open loop: a closed loop (each client waits for its answer before the next request)
 slows down as the queue grows, so it can never show a queue outrunning its pods. Here pages

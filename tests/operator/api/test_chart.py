@@ -21,7 +21,7 @@ from docparser_operator import __version__
 from docparser_operator.api.kinds import CHILD_KINDS, CHILD_VERBS, KINDS, KNOWN_KINDS
 from docparser_operator.core.render import render_all
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 CHART = REPO / "charts" / "docparser-operator"
 HELM_VERSION = "v3.22.0"
 MUTATING = set(CHILD_VERBS)
@@ -357,7 +357,7 @@ PROMTOOL = shutil.which("promtool")
 @pytest.mark.skipif(PROMTOOL is None, reason="promtool not found (Debian package prometheus)")
 def test_alert_rules_fire_on_their_series() -> None:
     """`promtool test rules`: each alert fires on what it is about, after its `for`, not before."""
-    here = Path(__file__).resolve().parent / "promtool"
+    here = REPO / "tests" / "operator" / "promtool"
     rules = CHART / "files" / "prometheus-rules.yaml"
     check = subprocess.run(
         [PROMTOOL, "check", "rules", str(rules)], capture_output=True, text=True, timeout=60

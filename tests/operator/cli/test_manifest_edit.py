@@ -16,7 +16,7 @@ import yaml
 from docparser_operator.cli.main import main
 from docparser_operator.cli.rollout import promoted
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 WITH_CANARY = sorted(
     p.name for p in EXAMPLES.glob("*.yaml") if (yaml.safe_load(p.read_text())["spec"]).get("canary")
 )

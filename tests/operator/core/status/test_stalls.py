@@ -25,7 +25,7 @@ from docparser_operator.core.status.stalls import (
 from gitopscheck.checker import AGREEING, GitOpsCheck
 from test_status import T0, T1, conditions, deployment, pod, status
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 STALLED = [r for r, c in REASONS.items() if c.kind == "stalled" and not c.grace_s]
 
 

@@ -279,7 +279,7 @@ def test_a_huge_or_slow_answer_is_cut() -> None:
 
 def test_every_operator_request_goes_through_the_guarded_client() -> None:
     """No module but fetch.py imports an HTTP client (the API server's client aside)."""
-    root = Path(__file__).resolve().parents[2] / "operator" / "docparser_operator"
+    root = Path(__file__).resolve().parents[3] / "operator" / "docparser_operator"
     clients = {"http.client", "urllib.request", "httpx", "aiohttp", "requests", "urllib3"}
     found = []
     for path in root.rglob("*.py"):

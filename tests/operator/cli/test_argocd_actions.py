@@ -28,7 +28,7 @@ from docparser_operator.cli.rollout import (
 )
 from gitopscheck.checker import GitOpsCheck, GitOpsCheckError
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 TOKEN = re.compile(r"^\d{8}T\d{6}Z$")
 
 
@@ -247,10 +247,10 @@ def test_actions_and_cli_patches_leave_the_same_live_spec(
 
 def test_the_documented_argocd_cm_is_the_charts_files() -> None:
     """docs/operations.md shows the argocd-cm snippet to paste: it must be the shipped files."""
-    docs = (Path(__file__).resolve().parents[2] / "docs/operations.md").read_text()
+    docs = (Path(__file__).resolve().parents[3] / "docs/operations.md").read_text()
     block = docs.split("<!-- argocd-cm -->")[1].split("<!-- /argocd-cm -->")[0]
     config = yaml.safe_load(block.split("```yaml")[1].split("```")[0])
-    files = Path(__file__).resolve().parents[2] / "charts/docparser-operator/files"
+    files = Path(__file__).resolve().parents[3] / "charts/docparser-operator/files"
     data = config["data"]
     assert (
         data["resource.customizations.health.docparser.io_DocParser"]

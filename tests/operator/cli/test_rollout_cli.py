@@ -22,7 +22,7 @@ from dp_helpers import CANARY_WEIGHTS, GATEWAY, create, docparser, spec_of
 from kube_cluster import Cluster, wait_for
 
 CLI = [sys.executable, "-m", "docparser_operator"]
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
 def _cli(cluster: Cluster | None, *args: str) -> subprocess.CompletedProcess[str]:

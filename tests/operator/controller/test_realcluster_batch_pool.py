@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import random
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -37,8 +35,6 @@ from kube_cluster import Cluster, wait_for
 from kubelet_sim import Kubelet
 from operator_runner import running_operator
 from prometheus_client import CollectorRegistry, generate_latest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
 from redis_server import RedisServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.realcluster]

@@ -22,7 +22,7 @@ from golden import CASES, Case, check_golden, of_kind
 GATEWAY = Case("deepseek-gateway-canary")
 SERVICE = Case("deepseek-service-router")
 MINIMAL = Case("rapidocr-minimal")
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[4]
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)

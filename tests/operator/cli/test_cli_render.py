@@ -11,9 +11,9 @@ import yaml
 from docparser_operator.cli.main import build_parser, main
 from docparser_operator.core.render import render_all
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 EXAMPLES = REPO / "examples"
-INVALID = Path(__file__).resolve().parent / "invalid"
+INVALID = REPO / "tests" / "operator" / "invalid"
 CLI = [sys.executable, "-m", "docparser_operator"]
 
 

@@ -19,7 +19,7 @@ from docparser_operator.api.models import DocParser, DocParserSpec
 
 pytestmark = pytest.mark.realcluster
 
-CRD_FILE = Path(__file__).resolve().parents[2] / "crds" / "docparser.yaml"
+CRD_FILE = Path(__file__).resolve().parents[3] / "crds" / "docparser.yaml"
 
 
 def crd_rule_messages() -> set[str]:

@@ -4,7 +4,7 @@ Pure parts (core/plan/refusals.py): the delay per attempt, the reason code read 
 server's answer (never its free text), and the memory that holds a refused child until its
 wait is over, starting over on a new generation or a successful apply. What the operator does
 with them against a real kube-apiserver and a ResourceQuota is
-tests/operator/test_realcluster_refusals.py.
+tests/operator/controller/test_realcluster_refusals.py.
 """
 
 from __future__ import annotations

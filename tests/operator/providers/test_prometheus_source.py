@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -27,8 +26,6 @@ from docparser_operator.providers import analysis_run, prometheus, sources
 from docparser_operator.providers.fetch import Fetcher
 from docparser_operator.providers.urls import AllowList
 from dp_helpers import CANARY_WEIGHTS, docparser
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
 from live_server import LiveServer, start_all
 from redis_server import free_port
 

@@ -22,7 +22,6 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -33,12 +32,10 @@ from dp_helpers import CANARY_WEIGHTS, GATEWAY, condition, create, docparser, re
 from gateway_sim import GatewayController
 from kube_cluster import Cluster, wait_for
 from kubelet_sim import Kubelet
+from live_server import LiveServer, start_all
 from operator_runner import running_operator
 from PIL import Image
 from traffic_sampler import TrafficSampler
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
-from live_server import LiveServer, start_all
 
 pytestmark = [pytest.mark.slow, pytest.mark.realcluster]
 DOCPARSER = KNOWN_KINDS["DocParser"]
