@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds helm (pinned) from its Go module into ~/.cache/docparser/helm/<version>/helm, outside the
-# clone, so tests/operator/test_chart.py can lint and render the chart. Cached: later runs return at once.
+# clone, so tests/operator/api/test_chart.py can lint and render the chart. Cached: later runs return at once.
 # Exit status 0 when helm is ready, 1 when it cannot be built (no Go): the chart tests then skip.
 set -euo pipefail
 version=v3.22.0

@@ -50,7 +50,7 @@ ANALYSIS = {
     # Thresholds for a 2-core node running 5 pods with millisecond answers (the load sends
     # one page, answered from each pod's result cache): one request held up by the CPU
     # is a 10x p99, and a second noisy window in a row is unlikely. The checks' own
-    # sensitivity is tested on processes (tests/operator/test_canary_analysis.py); here
+    # sensitivity is tested on processes (tests/operator/controller/test_canary_analysis.py); here
     # the walk itself runs on pods: the gate, the steps, the Service weights, no loss.
     "maxLatencyRatio": 20,
     "failureLimit": 2,

@@ -5,7 +5,7 @@ A batch pool is a Deployment of the stable revision that serves no interactive t
 (spot capacity: ``nodeSelector``, ``tolerations``, ``priorityClassName``), sized on the
 batch backlog in pages from ``replicas.min`` (0 by default) to ``replicas.max``
 (core/plan/batch_pool.py). Kept apart from models.py and status_models.py, which name them, so the
-feature's fields read in one place; tests/operator/test_models.py holds them to the CRD.
+feature's fields read in one place; tests/operator/api/test_models.py holds them to the CRD.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """``spec.capacity`` and ``status.capacity`` (issue 36): the live capacity report's types.
 
 Kept apart from models.py and status_models.py (which name them) so the feature's fields
-read in one place; tests/operator/test_models.py holds them to the CRD like every field.
+read in one place; tests/operator/api/test_models.py holds them to the CRD like every field.
 """
 
 from __future__ import annotations

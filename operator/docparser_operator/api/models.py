@@ -1,7 +1,7 @@
 """Typed DocParser spec and status (pydantic v2), mirroring crds/docparser.yaml.
 
 The CRD is what the API server enforces; these models are what the renderers read. Both
-describe the same fields, types, enums, defaults and ranges (tests/operator/test_models.py
+describe the same fields, types, enums, defaults and ranges (tests/operator/api/test_models.py
 walks the two and fails on any difference), and the model repeats the CRD's CEL rules with
 the same messages so `docparser-operator render -f` rejects what `kubectl apply` would.
 """

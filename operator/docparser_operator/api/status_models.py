@@ -2,7 +2,7 @@
 
 Written by the operator through these models (core/status/conditions.py builds them) and
 read back with them (``DocParser.status``), so writer and reader cannot drift apart;
-tests/operator/test_models.py holds the CRD and the code to the same fields.
+tests/operator/api/test_models.py holds the CRD and the code to the same fields.
 
 ``SECTIONS`` is the one table of the optional parts of ``status`` and the feature that owns
 each: the status write (core/status/status_patch.py) removes a section its feature no longer writes,
@@ -183,9 +183,9 @@ class StatusSection:
     turned_on_by: str
 
 
-# Every optional part of status (tests/operator/test_status.py holds each path to a model
-# field, and every other model field to one written by every pass). The fields outside these
-# (observedGeneration, conditions, endpoint, replicas, selector) are written by every pass.
+# Every optional part of status (tests/operator/core/status/test_status.py holds each path to a
+# model field, and every other model field to one written by every pass). The fields outside
+# these (observedGeneration, conditions, endpoint, replicas, selector) are written by every pass.
 SECTIONS: tuple[StatusSection, ...] = (
     StatusSection(("stable",), "stable", "a valid spec (its stable revision)"),
     StatusSection(("canary",), "canary", "spec.canary"),

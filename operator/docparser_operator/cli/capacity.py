@@ -1,7 +1,7 @@
 """``kubectl docparser capacity NAME``: ``status.capacity`` and its advice as a table.
 
 The table is the one ``docparser-runtime advise --from-metrics`` prints for the same figures
-(its ``live_advise`` renders them alike; tests/operator/test_capacity_cli.py holds the two
+(its ``live_advise`` renders them alike; tests/operator/cli/test_capacity_cli.py holds the two
 renderers equal), so an owner can compare what the operator measured with a reading of their
 own.
 """

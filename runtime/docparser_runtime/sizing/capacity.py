@@ -3,8 +3,8 @@
 WHY a copy of the operator's sizing: the runtime must not import the operator (they are
 separate distributions; an import-linter contract), yet the advisor has to say whether a
 batch fits the DocParser's ``gpuMemory`` exactly as the operator will judge it.
-``tests/operator/test_capacity_parity.py`` keeps the two equal over a grid of tier x batch.
-The formula and its constants are explained in ``docparser_operator`` sizing:
+``tests/operator/core/plan/test_capacity_parity.py`` keeps the two equal over a grid of tier x
+batch. The formula and its constants are explained in ``docparser_operator`` sizing:
 
     total = (weights + batch * seq_tokens * KV_BYTES_PER_TOKEN
              + batch * vision_tokens * VISION_BYTES_PER_TOKEN) * (1 + FRAGMENTATION)
@@ -146,7 +146,7 @@ def replicas_for(pages_per_hour: float, pages_per_s: float) -> int:
 
 # --- Live capacity (issue 36): the equations status.capacity and `advise --from-metrics`
 # recommend with. The operator keeps a copy (docparser_operator.core.capacity_sizing);
-# tests/operator/test_capacity_parity.py holds the two equal.
+# tests/operator/core/plan/test_capacity_parity.py holds the two equal.
 TARGET_WAIT_S = 5.0  # the p95 queue wait sized for when autoscaling.metric is not latency
 MAX_UTILISATION = 0.8  # never plan pods busier than this, whatever the target allows
 MEMORY_HEADROOM = 0.25  # pod memory recommended above the observed peak

@@ -4,7 +4,7 @@ WHY one module: the operator sizes a runtime pod's memory limit and the runtime 
 work inside that limit; if the two used different numbers, a pod the operator sized
 "right" would still be OOM-killed (or refuse work it could do). Both sides use the
 numbers below (the operator keeps a copy, ``docparser_operator`` may not import the
-runtime; ``tests/operator/test_sizing.py`` checks that they are equal):
+runtime; ``tests/operator/core/plan/test_sizing.py`` checks that they are equal):
 
     pod limit = base(engine) + decoders * DECODER_BYTES + work
     base      = SERVER_BYTES[engine] (the process with its engine loaded, at rest)

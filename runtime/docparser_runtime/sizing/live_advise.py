@@ -6,8 +6,8 @@ person without the operator (or before creating a DocParser) wants the same answ
 they run, or from their Prometheus. The runtime may not import the operator (separate
 distributions), so this reads the same series and computes the same figures and
 recommendations with the same rounding, the recommendations through ``capacity``'s
-equations (held equal to the operator's by tests/operator/test_capacity_parity.py), and
-prints the table ``kubectl docparser capacity`` prints (tests/operator/test_capacity_cli.py
+equations (held equal to the operator's by tests/operator/core/plan/test_capacity_parity.py), and
+prints the table ``kubectl docparser capacity`` prints (tests/operator/cli/test_capacity_cli.py
 runs both on one reading).
 
 - A URL whose path ends in ``/metrics`` is one pod: it is read twice, ``interval_s`` apart,

@@ -31,7 +31,8 @@ from docparser_operator.api.models import DocParserSpec
 from docparser_operator.core.plan import quantity
 
 GIB = 1024**3
-# Kept equal to docparser_runtime.preprocess.tiling (tests/operator/test_sizing.py checks it).
+# Kept equal to docparser_runtime.preprocess.tiling (tests/operator/core/plan/test_sizing.py
+# checks it).
 GLOBAL_VIEW_TOKENS = 256
 TILE_TOKENS = 144
 IMAGE_SEPARATOR_TOKENS = 1
@@ -50,8 +51,8 @@ FRAGMENTATION = 0.10  # caching allocator slack
 
 # Host memory of a runtime pod: the runtime's own equation and numbers
 # (docparser_runtime.sizing.host_memory, which sizes the pod's admission from the limit set here;
-# tests/operator/test_sizing.py checks the copies are equal and that a pod sized here gives
-# admission at least HOST_WORK_BYTES):
+# tests/operator/core/plan/test_sizing.py checks the copies are equal and that a pod sized here
+# gives admission at least HOST_WORK_BYTES):
 #
 #   limit = (server(engine) + decoders * DECODER + engine page pixels * bytes per pixel
 #            + HOST_WORK_BYTES) / (1 - HEADROOM)  +  weights * 1.25 (read through host

@@ -3,8 +3,8 @@
 A copy of ``docparser_runtime.sizing.capacity``'s, because the operator may not import the runtime
 (separate distributions; an import-linter contract): ``docparser-runtime advise
 --from-metrics`` and the operator must recommend the same replicas, tier, memory and batch
-from the same figures. tests/operator/test_capacity_parity.py holds the two equal over grids
-of inputs. The GPU memory equation itself is core/plan/sizing.py's (already held equal).
+from the same figures. tests/operator/core/plan/test_capacity_parity.py holds the two equal over
+grids of inputs. The GPU memory equation itself is core/plan/sizing.py's (already held equal).
 
 - **replicas at the peak**: the busy decode slots the peak minute needs
   (pages/s x seconds a page holds a slot), over the slots one pod may keep busy. How busy is

@@ -19,7 +19,7 @@ either only while a rollout waits on the pod (pods an autoscaler adds to a servi
 advisory: the revision serves at its size). A reason missing from the table stalls: a wrong
 Failed names its cause, a wrong InProgress hides it for the length of a timeout.
 
-docs/crd.md lists the same table (tests/operator/test_stalls.py holds the two together).
+docs/crd.md lists the same table (tests/operator/core/status/test_stalls.py holds the two together).
 """
 
 from __future__ import annotations
