@@ -241,6 +241,23 @@ def test_a_new_docparsers_children_are_created_without_a_read_before(cluster: Cl
     assert managers == {(FIELD_MANAGER, "Apply")}  # as a plain apply leaves it
 
 
+def test_a_child_of_ours_the_view_lacks_is_applied_after_one_read(cluster: Cluster) -> None:
+    """A pass whose view lacks children it made (retried before the watch delivered them):
+    the apply that only creates finds each (409), one read shows it ours, and it is applied
+    as usual: no conflict, and the pass sends one GET per such child."""
+    api = operator_client(cluster)
+    dp = create(cluster, docparser("inv"))
+    reconcile(api, dp)
+    mark = cluster.mark()
+    outcome = reconcile(api, cluster.get(DOCPARSER, "inv"), observer=LaggingObserver(api))
+    assert not outcome.conflicts
+    assert {("Service", "inv"), ("PodDisruptionBudget", "inv")} <= set(outcome.applied)
+    gets = [r.path for r in cluster.requests_since(mark) if r.method == "GET"]
+    assert sorted(p.rsplit("/", 2)[-2] for p in gets) == sorted(
+        ["configmaps", "poddisruptionbudgets", "services"]
+    )
+
+
 def test_a_config_map_squatter_is_left_alone_by_a_new_docparser(cluster: Cluster) -> None:
     """Someone's ConfigMap named like the shadow's, there before the DocParser: the first pass
     (which does not read it first) reports the conflict and leaves it as it was."""
