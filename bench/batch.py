@@ -1,19 +1,12 @@
-"""Batch lines beside interactive traffic on the same pods (issue 35).
+"""Batch lines beside interactive traffic on the same pods (issue 35): docs/benchmarks.md.
 
-Why: a backfill of a million pages must not slow the interactive API, and pods that also serve
-interactive traffic must still run batch lines about as fast as a batch-only pod when nobody else
-is there. Real processes: ``serve`` pods of the tiny random-weight DeepSeek-OCR-2 (continuous
-batching), a real ``redis-server``, ``/v1/document/parse`` lines of one page through
-``/v1/files`` + ``/v1/batches``. ``shared`` takes a paced interactive client (``--requests``
-pages ``--gap-s`` apart), first alone, then beside a batch of more lines than the phase can
-finish (``backlog``, checked); ``batch-only`` (a ``spec.batch`` pool pod) never gets an
-interactive request. Batch pages/min are counted over ``--window-s`` with no interactive traffic
-on both; phases alternate over ``--rounds``. Targets, ratios of one run: interactive p99 beside
-the backlog at most +10 %, ``shared`` at least 90 % of ``batch-only``. ``engine p99``: each
-request's latency in the engine thread's CPU time (what an idle CPU device would show). Cost:
-pages per device-hour of a batch on one pod (per GPU-hour with ``--device cuda``).
-
-    .venv/bin/python bench/batch.py --markdown   # ~7 min on 2 busy cores; --rounds 8 steadier
+Why: a million-page backfill must not slow the interactive API, and a pod that also serves it
+must run batch lines about as fast as a batch-only pod when nobody else is there. Real
+``serve`` pods of the tiny DeepSeek-OCR-2 and a real ``redis-server``: ``shared`` takes a paced
+interactive client alone, then beside a batch backlog; ``batch-only`` never does. Targets, ratios
+of one run: interactive p99 beside the backlog at most +10 % (``engine p99``: in the engine
+thread's CPU time), ``shared`` batch pages/min with no traffic at least 90 % of ``batch-only``.
+``--batch-yield slots,rows``: one shared pod per policy, in alternating order.
 """
 
 from __future__ import annotations
@@ -42,6 +35,7 @@ PAGE_SIZE = (640, 480)
 COLUMNS = ("phase", "server", "requests", "p50 ms", "p99 ms", "queue p99 ms", "engine p99 ms",
            "out tok", "batch pages/min", "pages/device-h", "backlog left")  # fmt: skip
 TERMINAL = {"completed", "failed", "expired", "cancelled"}
+BATCH_ONLY = ("no traffic", "batch-only")
 
 
 def redis_binary() -> str | None:
@@ -81,9 +75,13 @@ class Phase:
     pages: int = 0  # batch lines done during the phase
     seconds: float = 0.0
     left: int | None = None  # batch lines not yet done at the phase's end
+    device_s: float = 0.0  # the device's time over a batch window (CPU: the engine thread's)
 
     def rate(self) -> float | None:
         return 60 * self.pages / self.seconds if self.seconds and self.name != "alone" else None
+
+    def per_device_h(self) -> float | None:
+        return 3600 * self.pages / self.device_s if self.device_s else None
 
 
 def merge(phases: list[Phase], name: str, server: str) -> Phase:
@@ -91,14 +89,11 @@ def merge(phases: list[Phase], name: str, server: str) -> Phase:
     same = [p for p in phases if p.name == name and p.server == server]
     out = Phase(name, server)
     for p in same:
-        out.latencies += p.latencies
-        out.tokens += p.tokens
-        out.queued += p.queued
-        out.engine += p.engine
-        out.pages += p.pages
-        out.seconds += p.seconds
-    lefts = [p.left for p in same if p.left is not None]
-    out.left = min(lefts) if lefts else None
+        out.latencies, out.tokens = out.latencies + p.latencies, out.tokens + p.tokens
+        out.queued, out.engine = out.queued + p.queued, out.engine + p.engine
+        out.pages, out.seconds, out.device_s = (out.pages + p.pages, out.seconds + p.seconds,
+                                                out.device_s + p.device_s)  # fmt: skip
+    out.left = min((p.left for p in same if p.left is not None), default=None)
     return out
 
 
@@ -110,7 +105,7 @@ def row(p: Phase) -> list[str]:
     return [p.name, p.server, str(len(p.latencies) or "-"), *lat, queue, engine,
             f"{statistics.mean(p.tokens):.0f}" if p.tokens else "-",
             f"{rate:.1f}" if rate is not None else "-",
-            f"{rate * 60:.0f}" if rate is not None else "-",
+            f"{d:.0f}" if (d := p.per_device_h()) is not None else "-",
             "-" if p.left is None else str(p.left)]  # fmt: skip
 
 
@@ -125,26 +120,27 @@ def table(rows: list[list[str]], markdown: bool) -> str:
     return "\n".join(lines)
 
 
-def verdict(phases: list[Phase]) -> list[str]:
-    """The two targets, as ratios of this run's pooled phases."""
-    alone, backlog = merge(phases, "alone", "shared"), merge(phases, "backlog", "shared")
-    shared, only = merge(phases, "no traffic", "shared"), merge(phases, "no traffic", "batch-only")
+def verdict(phases: list[Phase], server: str = "shared") -> list[str]:
+    """The two targets, as ratios of this run's pooled phases of one shared pod."""
+    alone, backlog = merge(phases, "alone", server), merge(phases, "backlog", server)
+    shared, only = merge(phases, "no traffic", server), merge(phases, "no traffic", "batch-only")
     p99a, p99b = pct(alone.latencies, 0.99), pct(backlog.latencies, 0.99)
     p50a, p50b = pct(alone.latencies, 0.5), pct(backlog.latencies, 0.5)
     ratio = (shared.rate() or 0.0) / max(only.rate() or 0.0, 1e-9)
     e99a, e99b = pct(alone.engine, 0.99), pct(backlog.engine, 0.99)
-    e_up = 100 * (e99b / max(e99a, 1e-9) - 1)
+    device = (shared.per_device_h() or 0.0) / max(only.per_device_h() or 0.0, 1e-9)
     return [
         f"interactive p50 {1000 * p50a:.0f} -> {1000 * p50b:.0f} ms "
         f"({100 * (p50b / p50a - 1):+.1f} %), p99 {1000 * p99a:.0f} -> {1000 * p99b:.0f} ms "
         f"({100 * (p99b / p99a - 1):+.1f} %; target <= +10 %: "
         f"{'met' if p99b <= 1.10 * p99a else 'MISSED'})",
         f"interactive p99 in engine-thread CPU time (device time, apart from the machine's "
-        f"load): {1000 * e99a:.0f} -> {1000 * e99b:.0f} ms ({e_up:+.1f} %; "
+        f"load): {1000 * e99a:.0f} -> {1000 * e99b:.0f} ms ({100 * (e99b / e99a - 1):+.1f} %; "
         f"target <= +10 %: {'met' if e99b <= 1.10 * e99a else 'MISSED'})",
         f"batch pages/min with no interactive traffic: shared {shared.rate() or 0:.1f}, "
         f"batch-only {only.rate() or 0:.1f} ({100 * ratio:.0f} %; target >= 90 %: "
-        f"{'met' if ratio >= 0.9 else 'MISSED'})",
+        f"{'met' if ratio >= 0.9 else 'MISSED'}); per device-hour (engine-thread CPU time) "
+        f"{100 * device:.0f} %",
     ]
 
 
@@ -184,11 +180,8 @@ class Pod:
         self.engine_tid = max(after, key=lambda t: after[t] - before.get(t, 0))
 
     def engine_cpu(self) -> float:
-        """Seconds the engine thread has run on a CPU: a request's latency in device time,
-        what it would be on an idle CPU device, whatever else the machine runs."""
-        if not self.engine_tid:
-            return 0.0
-        return self._threads().get(self.engine_tid, 0) / 1e9
+        """Seconds the engine thread ran on a CPU: device time, whatever else the host runs."""
+        return self._threads().get(self.engine_tid, 0) / 1e9 if self.engine_tid else 0.0
 
     def submit(self, pages: list[bytes], lines: int) -> str:
         body = {"tier": 0, "max_new_tokens": self.args.batch_tokens, "cache": False}
@@ -213,11 +206,8 @@ class Pod:
         reply.raise_for_status()
         body = reply.json()
         c = body.get("request_counts") or {}
-        return (
-            body["status"],
-            int(c.get("completed", 0)) + int(c.get("failed", 0)),
-            int(c.get("total", 0)),
-        )
+        done = int(c.get("completed", 0)) + int(c.get("failed", 0))
+        return body["status"], done, int(c.get("total", 0))
 
     def wait(self, batch_id: str, until: Any, what: str) -> tuple[str, int, int]:
         deadline = time.monotonic() + self.args.timeout_s
@@ -251,16 +241,16 @@ class Bench:
         return phase
 
     def window(self, pod: Pod, batch_id: str, name: str) -> Phase:
-        """Batch lines done over ``--window-s`` with no interactive traffic, from the moment
-        ``--slots`` more lines ended (the slots refilled: both pods measured in steady state)."""
+        """Batch lines done over ``--window-s`` once ``--slots`` more ended (steady state)."""
         _, base, _ = pod.counts(batch_id)
         pod.wait(batch_id, lambda s: s[1] >= base + self.args.slots, "refilled")
         _, done0, total = pod.counts(batch_id)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), pod.engine_cpu()
         time.sleep(self.args.window_s)
         _, done1, _ = pod.counts(batch_id)
-        return Phase(name, pod.name, pages=done1 - done0, seconds=time.perf_counter() - start,
-                     left=total - done1)  # fmt: skip
+        seconds, cpu_s = time.perf_counter() - start, pod.engine_cpu() - cpu  # a GPU's: wall
+        return Phase(name, pod.name, pages=done1 - done0, seconds=seconds, left=total - done1,
+                     device_s=cpu_s if self.args.device == "cpu" else seconds)  # fmt: skip
 
     def started(self, pod: Pod) -> str:
         """A batch that has begun running lines (its slots are busy)."""
@@ -268,26 +258,26 @@ class Bench:
         pod.wait(batch_id, lambda s: s[0] == "in_progress" and s[1] >= 1, "running")
         return batch_id
 
-    def round(self, shared: Pod, only: Pod, r: int) -> None:
-        seed = r * self.args.requests
+    def round(self, pods: list[Pod], only: Pod, r: int) -> None:
+        for shared in pods if r % 2 == 0 else pods[::-1]:  # each policy first every other round
+            self.shared_round(shared, r * self.args.requests)
+        batch_id = self.started(only)
+        self.phases.append(self.window(only, batch_id, "no traffic"))
+        only.cancel(batch_id)
+        print(f"  round {r + 1}/{self.args.rounds} done", file=sys.stderr, flush=True)
+
+    def shared_round(self, shared: Pod, seed: int) -> None:
         self.phases.append(self.interactive(shared, "alone", seed))
         batch_id = self.started(shared)
         _, done0, _ = shared.counts(batch_id)
         t0 = time.perf_counter()
         phase = self.interactive(shared, "backlog", seed)
         _, done1, total = shared.counts(batch_id)
-        phase.pages, phase.seconds, phase.left = (
-            done1 - done0,
-            time.perf_counter() - t0,
-            total - done1,
-        )
+        phase.pages, phase.left = done1 - done0, total - done1
+        phase.seconds = time.perf_counter() - t0
         self.phases.append(phase)
         self.phases.append(self.window(shared, batch_id, "no traffic"))
         shared.cancel(batch_id)
-        batch_id = self.started(only)
-        self.phases.append(self.window(only, batch_id, "no traffic"))
-        only.cancel(batch_id)
-        print(f"  round {r + 1}/{self.args.rounds} done", file=sys.stderr, flush=True)
 
     def report(self) -> None:
         a = self.args
@@ -295,16 +285,16 @@ class Bench:
               f"continuous batching, {a.slots} slots, {a.batch_workers} batch lines per pod; "
               f"interactive: {a.requests} pages x {a.rounds} rounds, {a.tokens} new tokens, "
               f"{a.gap_s} s apart; batch lines: {a.batch_tokens} new tokens; "
-              f"windows {a.window_s} s")  # fmt: skip
-        keys = [("alone", "shared"), ("backlog", "shared"), ("no traffic", "shared"),
-                ("no traffic", "batch-only")]  # fmt: skip
+              f"windows {a.window_s} s; DOCPARSER_BATCH_YIELD {a.batch_yield}")  # fmt: skip
+        names = shared_names(a.batch_yield)
+        keys = [(n, s) for s in names for n in ("alone", "backlog", "no traffic")] + [BATCH_ONLY]
         print(table([row(merge(self.phases, n, s)) for n, s in keys], a.markdown))
         short = [p for p in self.phases if p.name != "alone" and (p.left or 0) < a.slots]
         if short:
             print(f"WARNING: {len(short)} batch phase(s) ended with fewer than {a.slots} lines "
                   "left (raise --batch-lines): the backlog was not full throughout")  # fmt: skip
-        for line in verdict(self.phases):
-            print(line)
+        for name in names:
+            print(*(f"{name}: {line}" for line in verdict(self.phases, name)), sep="\n")
 
     def run(self, model_dir: Path, redis_url: str, store: Path) -> None:
         from live_server import LiveServer
@@ -319,22 +309,24 @@ class Bench:
             "DOCPARSER_MAX_QUEUE_PAGES": 4 * a.slots + 16,
             "DOCPARSER_ALLOW_UNVERIFIED_WEIGHTS": "true",  # random weights, no manifest
         }  # fmt: skip
+        policies = dict(zip(shared_names(a.batch_yield), a.batch_yield.split(","), strict=True))
         servers = {
             name: LiveServer(engine="deepseek-ocr2", env={
-                **env, "DOCPARSER_REDIS_PREFIX": f"{name}:",
-                "DOCPARSER_BATCH_STORAGE_URI": f"file://{store / name}"})
-            for name in ("shared", "batch-only")
+                **env, "DOCPARSER_REDIS_PREFIX": f"{name.replace('/', '-')}:",
+                "DOCPARSER_BATCH_YIELD": policies.get(name, "auto"),
+                "DOCPARSER_BATCH_STORAGE_URI": f"file://{store / name.replace('/', '-')}"})
+            for name in [*policies, "batch-only"]
         }  # fmt: skip
         try:
             for server in servers.values():
                 server.start()
             for server in servers.values():
                 server.wait_ready(a.timeout_s)
-            shared, only = (Pod(n, s, a) for n, s in servers.items())
-            for pod in (shared, only):  # first request paths warm, not timed; its engine thread
+            pods = [Pod(n, s, a) for n, s in servers.items()]
+            for pod in pods:  # first request paths warm, not timed; its engine thread
                 pod.find_engine_thread(self.pages[0])
             for r in range(a.rounds):
-                self.round(shared, only, r)
+                self.round(pods[:-1], pods[-1], r)
         except Exception:
             for name, server in servers.items():
                 print(f"--- {name} log:\n{server.log(3000)}", file=sys.stderr)
@@ -349,10 +341,8 @@ def main(argv: list[str] | None = None) -> int:
     check(args, parser().error)
     binary = redis_binary()
     if binary is None:
-        sys.stderr.write(
-            "redis-server not found: install it (apt-get install redis-server, "
-            "or make system-deps) or put it on PATH; this needs a real Redis\n"
-        )
+        msg = "redis-server not found: apt-get install redis-server or make system-deps"
+        sys.stderr.write(f"{msg}, or put it on PATH (this needs a real Redis)\n")
         return 2
     import redis_server
     from tiny_deepseek import build_tiny_model
@@ -380,6 +370,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="cpu, or cuda on a GPU host")
     p.add_argument("--threads", type=int, default=1, help="DOCPARSER_ENGINE_THREADS")
     p.add_argument("--timeout-s", type=float, default=300.0, help="bound of every wait")
+    p.add_argument("--batch-yield", default="auto", help="the shared pod's DOCPARSER_BATCH_YIELD; "
+                   "a list (slots,rows): a shared pod each, in alternating order")  # fmt: skip
     p.add_argument("--markdown", action="store_true", help="a Markdown table")
     return p
 
@@ -394,6 +386,14 @@ def check(args: argparse.Namespace, error: Any) -> None:
         error("--window-s and --timeout-s must be > 0, --gap-s >= 0")
     if args.distinct_pages < 1:
         error("--distinct-pages must be >= 1")
+    yields = args.batch_yield.split(",")
+    if len(set(yields)) != len(yields) or not set(yields) <= {"auto", "rows", "slots"}:
+        error("--batch-yield takes distinct auto, rows or slots, comma-separated")
+
+
+def shared_names(batch_yield: str) -> list[str]:
+    """The shared pods' names: ``shared``, or ``shared/<policy>`` for each of a list."""
+    return [f"shared/{p}" if "," in batch_yield else "shared" for p in batch_yield.split(",")]
 
 
 if __name__ == "__main__":

@@ -36,6 +36,8 @@ def _load_bench():
         (["--slots", "8", "--batch-lines", "10"], "at least 2 x --slots"),
         (["--window-s", "0"], "--window-s and --timeout-s must be > 0"),
         (["--distinct-pages", "0"], "--distinct-pages"),
+        (["--batch-yield", "gpu"], "--batch-yield takes distinct auto, rows or slots"),
+        (["--batch-yield", "rows,rows"], "--batch-yield takes distinct auto, rows or slots"),
     ],
 )
 def test_bad_arguments_are_refused_with_the_flag_named(argv, message, capsys):
@@ -75,14 +77,14 @@ def test_the_table_pools_rounds_and_the_verdict_compares_ratios():
             seconds=60.0,
             left=40,
         ),
-        bench.Phase("no traffic", "shared", pages=30, seconds=60.0, left=20),
-        bench.Phase("no traffic", "batch-only", pages=20, seconds=30.0, left=9),
+        bench.Phase("no traffic", "shared", pages=30, seconds=60.0, left=20, device_s=54.0),
+        bench.Phase("no traffic", "batch-only", pages=20, seconds=30.0, left=9, device_s=30.0),
     ]
     rows = [bench.row(bench.merge(phases, "alone", "shared")),
             bench.row(bench.merge(phases, "no traffic", "batch-only"))]  # fmt: skip
     assert rows[0][:8] == ["alone", "shared", "4", "1000", "2000", "30", "600", "10"]
     assert rows[0][8:] == ["-", "-", "-"]
-    assert rows[1][8:] == ["40.0", "2400", "9"]  # 20 pages in 30 s; per device-hour x60
+    assert rows[1][8:] == ["40.0", "2400", "9"]  # 20 pages in 30 s, 30 s of the device's time
     text = bench.table(rows, markdown=True).splitlines()
     assert text[0] == "| " + " | ".join(bench.COLUMNS) + " |"
     assert len(text) == 4
@@ -90,6 +92,7 @@ def test_the_table_pools_rounds_and_the_verdict_compares_ratios():
     assert "600 -> 700 ms (+16.7 %" in engine and "MISSED" in engine
     assert "p99 2000 -> 2500 ms (+25.0 %" in p99 and "MISSED" in p99
     assert "shared 30.0, batch-only 40.0 (75 %" in rate and "MISSED" in rate
+    assert rate.endswith("per device-hour (engine-thread CPU time) 83 %")  # 2000 and 2400
 
 
 @pytest.mark.slow
