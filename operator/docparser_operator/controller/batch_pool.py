@@ -13,7 +13,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from docparser_operator.api import naming
 from docparser_operator.api.models import DocParser
@@ -81,9 +80,7 @@ def batch_step(
         have = int((live.get("spec") or {}).get("replicas") or 0)
         ready = int((live.get("status") or {}).get("readyReplicas") or 0)
     size, reason = decide_pool(spec, seen, have, now=at, cooldown_s=args.cooldown_s)
-    previous: dict[str, Any] | None = None
-    if model.status is not None and model.status.batch is not None:
-        previous = model.status.batch.to_wire()
+    previous = model.status.batch if model.status is not None else None
     scaled = now if have is not None and size != have else None
     status = pool_status(size, ready, seen, previous, scaled_at=scaled)
     next_read = max(1.0, args.poll_s - (at - seen.read_at)) if seen.read_at is not None else 1.0

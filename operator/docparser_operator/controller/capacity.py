@@ -14,11 +14,9 @@ import datetime
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
-
-import pydantic
 
 from docparser_operator.api import labels
+from docparser_operator.api.capacity_spec import CapacityStatus
 from docparser_operator.api.models import DocParser
 from docparser_operator.core.plan.children import Observed, readable_pods
 from docparser_operator.core.plan.problem import Problem
@@ -36,11 +34,11 @@ from docparser_operator.providers.capacity import CapacitySource
 from docparser_operator.providers.pods import Skipped
 
 
-def _published(previous: dict[str, Any] | None, window: str) -> float | None:
+def _published(previous: CapacityStatus | None, window: str) -> float | None:
     """When the report in status was taken (None: none, or one of another window)."""
-    if not previous or previous.get("window") != window or not previous.get("since"):
+    if previous is None or previous.window != window or not previous.since:
         return None
-    when = datetime.datetime.fromisoformat(str(previous["since"]).replace("Z", "+00:00"))
+    when = datetime.datetime.fromisoformat(previous.since.replace("Z", "+00:00"))
     return when.timestamp()
 
 
@@ -56,7 +54,7 @@ def _revisions(model: DocParser, observed: Observed) -> set[str]:
 
 
 def capacity_step(
-    resource: dict[str, Any],
+    model: DocParser | None,
     observed: Observed,
     memory: CapacityMemory,
     source: CapacitySource,
@@ -70,17 +68,16 @@ def capacity_step(
     (a Prometheus URL outside the allow-list). Pods that cannot be read leave the report in
     status as it is (the next reading starts a new interval). Readings are timed by
     ``clock`` (unix seconds, finer than ``now``'s whole seconds: a 3 s interval measured to
-    the second would be off by a third)."""
-    try:
-        model = DocParser.from_resource(resource)
-    except pydantic.ValidationError:
+    the second would be off by a third). ``model``: the DocParser the pass parsed (None: its
+    spec does not parse, the pass reports that)."""
+    if model is None:
         return None, []
-    uid = resource["metadata"]["uid"]
+    uid = model.metadata.uid or ""
     config = model.spec.capacity
     if config is None:
         memory.forget(uid)
         return None, []
-    previous = (resource.get("status") or {}).get("capacity")
+    previous = model.status.capacity if model.status is not None else None
     span = window_seconds(config.window)
     at = clock()
     published = _published(previous, config.window)
@@ -136,7 +133,7 @@ class CapacityArgs:
 
 def capacity_pass(
     out: Outcome,
-    resource: dict[str, Any],
+    model: DocParser | None,
     observed: Observed,
     args: CapacityArgs,
     *,
@@ -144,9 +141,9 @@ def capacity_pass(
     skipped: Skipped | None = None,
 ) -> None:
     """Record this pass's capacity step in ``out``: the report, the problems, and a wake-up
-    for the next reading."""
+    for the next reading. ``model``: the pass's one parse of the DocParser (None: invalid)."""
     out.capacity, problems = capacity_step(
-        resource,
+        model,
         observed,
         args.memory,
         args.source,

@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
+from docparser_operator.api.status_models import DocParserStatus
 from docparser_operator.kube.client import KubeClient
 
 PREFIX = "docparser_operator"
@@ -37,10 +38,8 @@ class _ApiRequests(Collector):
         yield family
 
 
-def _condition(status: dict[str, Any], ctype: str) -> bool:
-    return any(
-        c.get("type") == ctype and c.get("status") == "True" for c in status.get("conditions") or []
-    )
+def _condition(status: DocParserStatus, ctype: str) -> bool:
+    return any(c.type == ctype and c.status == "True" for c in status.conditions)
 
 
 @dataclass
@@ -115,12 +114,14 @@ class OperatorMetrics:
             self.client = client
             self.registry.register(_ApiRequests(client))
 
-    def reconciled(self, namespace: str, name: str, status: dict[str, Any], seconds: float) -> None:
+    def reconciled(
+        self, namespace: str, name: str, status: DocParserStatus, seconds: float
+    ) -> None:
         self.reconcile_seconds.labels(namespace, name).observe(seconds)
         self.ready.labels(namespace, name).set(int(_condition(status, "Ready")))
         self.progressing.labels(namespace, name).set(int(_condition(status, "Progressing")))
         self.degraded.labels(namespace, name).set(int(_condition(status, "Degraded")))
-        weight = (status.get("canary") or {}).get("weight") or 0
+        weight = (status.canary.weight if status.canary is not None else None) or 0
         self.canary_weight.labels(namespace, name).set(weight)
 
     def skipped_pods(self, reason: str, pods: int) -> None:

@@ -33,6 +33,7 @@ from docparser_operator.analysis import walk as analysis_module
 from docparser_operator.api import labels
 from docparser_operator.api.kinds import ref_for
 from docparser_operator.api.models import DocParser, ObjectMeta
+from docparser_operator.api.status_models import DocParserStatus
 from docparser_operator.controller import features
 from docparser_operator.controller.batch_pool import BatchArgs, batch_step
 from docparser_operator.controller.capacity import CapacityArgs, capacity_pass
@@ -214,12 +215,12 @@ def reconcile(
     now = now or now_rfc3339()
     meta = resource["metadata"]
     name, namespace = meta["name"], meta["namespace"]
-    previous = copy.deepcopy(resource.get("status") or {})  # the write's patch is against it
-    out = Outcome(name=name, previous_status=previous)
+    live_status = copy.deepcopy(resource.get("status") or {})  # the write's patch is against it
+    parsed = parse(resource)
+    out = Outcome(name=name, previous_status=typed_status(parsed, live_status))
     observer = observer or ListObserver(client)
     # new: no pass has reported on it (its children read by name are created unread)
-    observed = observer(namespace, name, new=not previous.get("observedGeneration"))
-    parsed = parse(resource)
+    observed = observer(namespace, name, new=not out.previous_status.observed_generation)
     walk = None
     if isinstance(parsed, pydantic.ValidationError):
         # The schedule's window still shows when only the rest of the spec is invalid.
@@ -324,7 +325,8 @@ def reconcile(
         if deadline is not None:
             out.wake_in_s = deadline if out.wake_in_s is None else min(out.wake_in_s, deadline)
     if capacity is not None:  # spec.capacity's readings and report (controller/capacity.py)
-        capacity_pass(out, resource, observed, capacity, now=now, skipped=skipped)
+        valid = None if isinstance(parsed, pydantic.ValidationError) else parsed
+        capacity_pass(out, valid, observed, capacity, now=now, skipped=skipped)
     if out.batch is not None:  # the pool's next reading
         due = out.batch.next_read_s
         out.wake_in_s = due if out.wake_in_s is None else min(out.wake_in_s, due)
@@ -352,8 +354,8 @@ def reconcile(
     if decision.target is not None:
         out.rollout = decision.target.rollout
         revisions = {t.revision for t in decision.target.roles}
-        before = out.previous_status.get("stable") or {}
-        serving = before.get("revision") if before.get("servedSince") else None
+        before = out.previous_status.stable
+        serving = before.revision if before is not None and before.served_since else None
         when = datetime.datetime.fromisoformat(now.replace("Z", "+00:00"))
         spec_ = decision.target.resource.spec
         out.problems.extend(
@@ -366,7 +368,9 @@ def reconcile(
         )
         if cache.problem is not None:
             out.problems.append(cache.problem)
-    out.status = write_status(client, owner, decision.target, live, observed.pods, out, now, cache)
+    out.status = write_status(
+        client, owner, decision.target, live, observed.pods, out, now, cache, live_status
+    )
     return out
 
 
@@ -377,3 +381,16 @@ def parse(resource: dict[str, Any]) -> DocParser | pydantic.ValidationError:
         return DocParser.from_resource(resource)
     except pydantic.ValidationError as exc:
         return exc
+
+
+def typed_status(
+    parsed: DocParser | pydantic.ValidationError, live: dict[str, Any]
+) -> DocParserStatus:
+    """The status the pass found, typed: the parsed DocParser's; with a spec that does not
+    parse, the status alone (empty when it does not parse either: the pass writes it anew)."""
+    if not isinstance(parsed, pydantic.ValidationError):
+        return parsed.status or DocParserStatus()
+    try:
+        return DocParserStatus.model_validate(live)
+    except pydantic.ValidationError:
+        return DocParserStatus()

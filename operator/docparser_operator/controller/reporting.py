@@ -11,6 +11,7 @@ from typing import Any
 
 from docparser_operator.api.kinds import DOCPARSER
 from docparser_operator.api.models import ObjectMeta
+from docparser_operator.api.status_models import DocParserStatus
 from docparser_operator.core.plan.children import Key
 from docparser_operator.core.render import Target
 from docparser_operator.core.status.outcome import Outcome
@@ -29,11 +30,14 @@ def write_status(
     out: Outcome,
     now: str,
     cache: CacheVerdict | None = None,
-) -> dict[str, Any]:
+    live_status: dict[str, Any] | None = None,
+) -> DocParserStatus:
     """Build the pass's status and patch it when that changes it (a merge patch that also
-    removes what a feature turned off left: core/status/status_patch.py)."""
+    removes what a feature turned off left: core/status/status_patch.py). The patch is
+    against ``live_status``, the status exactly as the API server holds it (the resource's,
+    not its typed reading: a field only the server has is nulled or kept as it is there)."""
     status = pass_status(owner, plan, live, pods, out, now, cache)
-    patch = status_write(out.previous_status, status)
+    patch = status_write(live_status, status.to_wire())
     if patch is not None:
         out.body = client.patch_status(DOCPARSER, owner.namespace, owner.name, patch)
         out.status_written = True

@@ -84,7 +84,7 @@ def test_the_runtime_reports_what_the_operator_reports(
     fig = figures(seen)
     assert fig is not None
     model = DocParser.from_resource(docparser("inv", **spec)).spec
-    ours = report(fig, model, window="1m", since="x", source="pods")
+    ours = report(fig, model, window="1m", since="x", source="pods").to_wire()
     served = iter(texts)
     times = iter([2_000_000.0, 2_000_060.0])
     theirs = live_advise.from_pod(

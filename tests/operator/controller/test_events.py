@@ -55,15 +55,19 @@ def test_memory_stays_bounded() -> None:
 def test_canary_analysis_milestones_are_events_once_each() -> None:
     """Golden gate passed, a step passed, the walk done: each an Event on its transition;
     the same status again posts nothing, and a failure is left to the Degraded Warning."""
+    from docparser_operator.api.status_models import DocParserStatus
     from docparser_operator.core.status.outcome import Outcome
     from docparser_operator.core.status.transition_events import events_for
+
+    typed = DocParserStatus.model_validate
 
     def status(phase: str, step: int, message: str = "m", revision: str = "c1") -> dict:
         walk = {"revision": revision, "phase": phase, "step": step, "message": message}
         return {"canary": {"weight": 0, "analysis": walk}}
 
     def reasons(old: dict, new: dict) -> list[str]:
-        return [e.reason for e in events_for(Outcome(name="inv", previous_status=old, status=new))]
+        out = Outcome(name="inv", previous_status=typed(old), status=typed(new))
+        return [e.reason for e in events_for(out)]
 
     assert reasons(status("Verifying", 1), status("Progressing", 1)) == ["GoldenPassed"]
     assert reasons(status("Progressing", 1), status("Progressing", 2)) == ["AnalysisStepPassed"]
@@ -76,8 +80,8 @@ def test_canary_analysis_milestones_are_events_once_each() -> None:
     (event,) = events_for(
         Outcome(
             name="inv",
-            previous_status=status("Verifying", 1),
-            status=status("Progressing", 1, "golden documents passed (2)"),
+            previous_status=typed(status("Verifying", 1)),
+            status=typed(status("Progressing", 1, "golden documents passed (2)")),
         )
     )
     assert event.message == "golden documents passed (2)"

@@ -215,7 +215,7 @@ def test_a_squatter_the_watch_has_not_delivered_is_never_taken_over(cluster: Clu
     assert live["metadata"]["resourceVersion"] == squatter["metadata"]["resourceVersion"]
     assert not live["metadata"].get("ownerReferences")
     assert ("Deployment", f"inv-{revision_in(dp)}") in outcome.applied  # the rest goes on
-    degraded = next(c for c in outcome.status["conditions"] if c["type"] == "Degraded")
+    degraded = next(c for c in outcome.status.to_wire()["conditions"] if c["type"] == "Degraded")
     assert degraded["reason"] == "ChildConflict" and "Service inv" in degraded["message"]
 
 
@@ -307,11 +307,13 @@ def test_delete_precondition_spares_a_same_named_newcomer(cluster: Cluster) -> N
 
 
 def test_weight_change_event() -> None:
+    from docparser_operator.api.status_models import DocParserStatus
     from docparser_operator.core.status.outcome import Outcome
 
     old = {"canary": {"version": "v2", "weight": 10, "readyReplicas": 1}}
     new = {"canary": {"version": "v2", "weight": 30, "readyReplicas": 1}}
-    (event,) = events_for(Outcome(name="inv", previous_status=old, status=new))
+    typed = DocParserStatus.model_validate
+    (event,) = events_for(Outcome(name="inv", previous_status=typed(old), status=typed(new)))
     assert (event.type, event.reason, event.message) == (
         "Normal",
         "CanaryWeightChanged",
@@ -328,7 +330,7 @@ def test_missing_gateway_api_is_degraded_not_fatal(cluster: Cluster) -> None:
     outcome = reconcile(api, dp)
     assert [p.reason for p in outcome.problems] == ["MissingAPI"]
     assert ("Deployment", f"inv-{revision_in(dp)}") in outcome.applied
-    degraded = next(c for c in outcome.status["conditions"] if c["type"] == "Degraded")
+    degraded = next(c for c in outcome.status.to_wire()["conditions"] if c["type"] == "Degraded")
     assert (degraded["status"], degraded["reason"]) == ("True", "MissingAPI")
     assert "HTTPRoute" in degraded["message"]
 
@@ -340,7 +342,7 @@ def test_rapidocr_without_weights_reconciles_and_settles(cluster: Cluster) -> No
     live = create(cluster, dp)
     first = reconcile(api, live)
     assert first.problems == [] and ("Deployment", f"cpu-{revision_in(live)}") in first.applied
-    assert "version" not in first.status["stable"]
+    assert "version" not in first.status.to_wire()["stable"]
     assert_quiescent_passes(cluster, api, "cpu")
 
 

@@ -131,7 +131,7 @@ def test_status_says_what_the_shadow_is_told(cluster: Cluster) -> None:
     canary = {"weights": CANARY_WEIGHTS, "weight": 0, "shadow": shadow}
     create(cluster, docparser("inv", replicas={"min": 2, "max": 2}, canary=canary))
     outcome = _pass(cluster, CredentialMemory())
-    assert outcome.status["canary"]["shadow"] == {
+    assert outcome.status.to_wire()["canary"]["shadow"] == {
         "enabled": True,
         "percent": 25,
         "podPagesPerMinute": 4,  # 7 pages a minute over 2 stable pods, rounded up

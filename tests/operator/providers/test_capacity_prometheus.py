@@ -159,8 +159,9 @@ def test_a_pass_reports_it_and_the_runtime_reads_the_same(
     resource["metadata"].update(namespace="ocr", uid="u-1")
     leaving = {"metadata": {"labels": {"docparser.io/revision": revisions[1]}}}
     observed = Observed({("Deployment", f"inv-{revisions[1]}"): leaving}, [])
+    model = DocParser.from_resource(resource)
     step, problems = capacity_step(
-        resource,
+        model,
         observed,
         CapacityMemory(),
         capacity_source.guarded([url]),
@@ -168,7 +169,7 @@ def test_a_pass_reports_it_and_the_runtime_reads_the_same(
         poll_s=60,
     )
     assert problems == [] and step is not None and step.report is not None
-    ours = step.report
+    ours = step.report.to_wire()
     assert ours["source"] == "prometheus" and ours["pods"] == 2, ours
     assert 3.2 <= ours["pagesPerSecond"] <= 4.8, ours
     assert ours["secondsPerPage"] == 0.5 and ours["recommended"]["replicas"] >= 1, ours
@@ -180,7 +181,7 @@ def test_a_pass_reports_it_and_the_runtime_reads_the_same(
         assert theirs[key] == ours[key], (key, theirs, ours)
     assert theirs["pagesPerSecond"] == pytest.approx(ours["pagesPerSecond"], rel=0.1)
     _, refused = capacity_step(
-        resource,
+        model,
         Observed({}, []),
         CapacityMemory(),
         capacity_source.guarded([]),

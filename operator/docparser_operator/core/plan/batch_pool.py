@@ -31,6 +31,7 @@ from typing import Any
 from docparser_operator.analysis.batch_reading import BatchReading
 from docparser_operator.api import naming
 from docparser_operator.api.batch_spec import BatchPoolStatus, BatchSpec
+from docparser_operator.api.status_models import DocParserStatus
 from docparser_operator.core.plan.children import Observed, owned_by
 
 RATE_WINDOW_S = 300.0  # pages per minute over the last five minutes of readings
@@ -90,7 +91,7 @@ class PoolStep:
 
     replicas: int  # the pool Deployment's size after this pass
     reason: str  # why, in words (Events)
-    status: dict[str, Any]  # status.batch (camelCase)
+    status: BatchPoolStatus  # status.batch
     next_read_s: float  # a pass is due then (the next reading)
     problem: str = ""  # why the backlog could not be read (the size stays)
 
@@ -143,30 +144,32 @@ def pool_status(
     size: int,
     ready: int,
     seen: PoolSeen,
-    previous: dict[str, Any] | None,
+    previous: BatchPoolStatus | None,
     *,
     scaled_at: str | None,
-) -> dict[str, Any]:
+) -> BatchPoolStatus:
     """``status.batch``: the figures of the last reading (those in status while none could
     be read), rounded; ``scaled_at``: this pass changed the pool's size then."""
-    before = previous or {}
+    before = previous if previous is not None else BatchPoolStatus()
     reading = seen.reading
-    out: dict[str, Any] = {"replicas": size, "readyReplicas": ready}
+    figures: dict[str, Any]
     if reading is None:
-        keep = ("batchesInProgress", "pagesQueued", "pagesDone", "pagesPerMinute", "etaMinutes")
-        out.update({k: before[k] for k in keep if k in before})
+        kept = ("batches_in_progress", "pages_queued", "pages_done", "pages_per_minute")
+        figures = {k: getattr(before, k) for k in (*kept, "eta_minutes")}
     else:
         rate = seen.pages_per_minute() if reading.in_progress else 0.0
-        out["batchesInProgress"] = reading.in_progress
-        out["pagesQueued"] = int(two_digits(reading.pages_queued))
-        out["pagesDone"] = int(two_digits(reading.pages_done))
-        out["pagesPerMinute"] = two_digits(rate or 0.0)
+        figures = {
+            "batches_in_progress": reading.in_progress,
+            "pages_queued": int(two_digits(reading.pages_queued)),
+            "pages_done": int(two_digits(reading.pages_done)),
+            "pages_per_minute": two_digits(rate or 0.0),
+        }
         if rate and reading.pages_queued:
-            out["etaMinutes"] = int(two_digits(math.ceil(reading.pages_queued / rate)))
-    last = scaled_at or before.get("lastScaleTime")
-    if last:
-        out["lastScaleTime"] = last
-    return BatchPoolStatus.model_validate(out).to_wire()
+            figures["eta_minutes"] = int(two_digits(math.ceil(reading.pages_queued / rate)))
+    last = scaled_at or before.last_scale_time
+    return BatchPoolStatus(
+        replicas=size, ready_replicas=ready, **figures, last_scale_time=last or None
+    )
 
 
 def kept_size(
@@ -186,15 +189,15 @@ def kept_size(
     return max(spec.replicas.min, min(spec.replicas.max, have))
 
 
-def batch_events(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, str]]:
+def batch_events(old: DocParserStatus, new: DocParserStatus) -> list[tuple[str, str]]:
     """(reason, message) of the Event a pass deserves: the pool's size changed (from status:
     a transition only, so a pass at rest posts nothing)."""
-    before, after = old.get("batch") or {}, new.get("batch") or {}
-    if not before or not after or before.get("replicas") == after.get("replicas"):
+    before, after = old.batch, new.batch
+    if before is None or after is None or before.replicas == after.replicas:
         return []
-    queued, batches = after.get("pagesQueued", 0), after.get("batchesInProgress", 0)
+    queued, batches = after.pages_queued or 0, after.batches_in_progress or 0
     message = (
-        f"batch pool scaled from {before.get('replicas', 0)} to {after.get('replicas', 0)} "
+        f"batch pool scaled from {before.replicas or 0} to {after.replicas or 0} "
         f"pod(s): {queued} page(s) queued in {batches} batch(es)"
     )
     return [("BatchPoolScaled", message)]

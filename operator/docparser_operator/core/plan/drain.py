@@ -174,7 +174,7 @@ class DrainReport:
 
     problems: list[Problem] = field(default_factory=list)
     waits: list[str] = field(default_factory=list)
-    status: list[dict[str, Any]] = field(default_factory=list)
+    status: list[DrainStatus] = field(default_factory=list[DrainStatus])
 
 
 def _unschedulable(pods: Iterable[Mapping[str, Any]], revisions: set[str]) -> str | None:
@@ -261,12 +261,6 @@ def report(
                 f"Ready ({ready}/{size + sum(plan.leaving.values())} Ready; deadline {d.deadline})"
             )
         out.status.append(
-            {
-                "node": d.node,
-                "since": d.since,
-                "deadline": d.deadline,
-                "pods": d.pods,
-                "phase": phase,
-            }
+            DrainStatus(node=d.node, since=d.since, deadline=d.deadline, pods=d.pods, phase=phase)
         )
     return out

@@ -18,8 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from docparser_operator.api.capacity_spec import CapacityStatus
+from docparser_operator.api.capacity_spec import CapacityRecommended, CapacityStatus
 from docparser_operator.api.models import DocParserSpec
+from docparser_operator.api.status_models import DocParserStatus
 from docparser_operator.core.plan.sizing import (
     GIB,
     WEIGHTS_BYTES,
@@ -29,6 +30,7 @@ from docparser_operator.core.plan.sizing import (
 )
 from docparser_operator.core.status import capacity_sizing as eq
 from docparser_operator.core.status.capacity_window import Figures, significant
+from docparser_operator.core.status.conditions import condition
 
 CONDITION = "CapacityAdvice"
 ADVICE_RATIO = 1.25  # a recommendation this far from the spec (either way) is advice
@@ -38,7 +40,7 @@ ADVICE_RATIO = 1.25  # a recommendation this far from the spec (either way) is a
 class CapacityStep:
     """This pass's capacity report (new, or the one in status) and when to read next."""
 
-    report: dict[str, Any] | None
+    report: CapacityStatus | None
     next_read_s: float | None = None
 
 
@@ -84,8 +86,8 @@ def recommended(fig: Figures, spec: DocParserSpec) -> dict[str, Any]:
 
 def report(
     fig: Figures, spec: DocParserSpec, *, window: str, since: str, source: str
-) -> dict[str, Any]:
-    """``status.capacity`` for these figures (rounded, camelCase, validated by its model)."""
+) -> CapacityStatus:
+    """``status.capacity`` for these figures (rounded, through its model)."""
     c = fig.counters
     seconds = fig.tier_seconds()
     auto = dict(c.auto_pages)
@@ -119,16 +121,14 @@ def report(
         out["memoryLimit"] = gib(c.memory_limit)
     if tiers:
         out["tiers"] = tiers
-    return CapacityStatus.model_validate(out).to_wire()
+    return CapacityStatus.model_validate(out)
 
 
-def same_figures(a: dict[str, Any] | None, b: dict[str, Any]) -> bool:
+def same_figures(a: CapacityStatus | None, b: CapacityStatus) -> bool:
     """Whether two reports say the same but for when they were taken."""
     if a is None:
         return False
-    return {k: v for k, v in a.items() if k != "since"} == {
-        k: v for k, v in b.items() if k != "since"
-    }
+    return a.model_copy(update={"since": None}) == b.model_copy(update={"since": None})
 
 
 def _differs(a: float, b: float) -> bool:
@@ -136,17 +136,17 @@ def _differs(a: float, b: float) -> bool:
     return high > ADVICE_RATIO * low
 
 
-def advice(capacity: dict[str, Any], spec: DocParserSpec) -> tuple[str, str] | None:
+def advice(capacity: CapacityStatus, spec: DocParserSpec) -> tuple[str, str] | None:
     """(reason, message) when a recommendation differs from ``spec`` by more than
     ``ADVICE_RATIO``; None when the spec fits the window's traffic."""
-    rec = capacity.get("recommended") or {}
+    rec = capacity.recommended or CapacityRecommended()
     found: list[tuple[str, str]] = []
-    n = rec.get("replicas")
+    n = rec.replicas
     if isinstance(n, int):
         why = (
-            f"the peak minute brought {capacity.get('peakPagesPerSecond')} pages/s at "
-            f"{capacity.get('secondsPerPage')} s a page on {capacity.get('slots') or '?'} "
-            f"slots a pod; {n} pod(s) keep the p95 queue wait near {rec.get('targetWaitSeconds')}"
+            f"the peak minute brought {capacity.peak_pages_per_second} pages/s at "
+            f"{capacity.seconds_per_page} s a page on {capacity.slots or '?'} "
+            f"slots a pod; {n} pod(s) keep the p95 queue wait near {rec.target_wait_seconds}"
             " s"
         )
         if n > ADVICE_RATIO * spec.replicas.max:
@@ -157,18 +157,11 @@ def advice(capacity: dict[str, Any], spec: DocParserSpec) -> tuple[str, str] | N
             found.append(
                 ("LowerReplicas", f"lower replicas.min from {spec.replicas.min} to {n}: {why}")
             )
-    tier = rec.get("tier")
+    tier = rec.tier
     if spec.tier == "auto" and isinstance(tier, str) and tier.isdigit():
         worst, fixed = vision_tokens(spec.max_tier), vision_tokens(int(tier))
         if _differs(worst, fixed):
-            share = next(
-                (
-                    t.get("autoShare")
-                    for t in capacity.get("tiers") or []
-                    if t.get("tier") == int(tier)
-                ),
-                None,
-            )
+            share = next((t.auto_share for t in capacity.tiers or [] if t.tier == int(tier)), None)
             found.append(
                 (
                     "SetTier",
@@ -177,7 +170,7 @@ def advice(capacity: dict[str, Any], spec: DocParserSpec) -> tuple[str, str] | N
                     f"{fixed} visual tokens a page against {worst} that auto is sized for",
                 )
             )
-    memory, limit = rec.get("memory"), capacity.get("memoryLimit")
+    memory, limit = rec.memory, capacity.memory_limit
     if (
         isinstance(memory, str)
         and isinstance(limit, str)
@@ -187,11 +180,11 @@ def advice(capacity: dict[str, Any], spec: DocParserSpec) -> tuple[str, str] | N
             (
                 "SetMemory",
                 f"set resources.memory to {memory}: the pods peaked at "
-                f"{capacity.get('memoryPeak')} of their {limit} limit (now "
+                f"{capacity.memory_peak} of their {limit} limit (now "
                 f"{spec.resources.memory or host_memory_request(spec)})",
             )
         )
-    batch = rec.get("maxBatchSize")
+    batch = rec.max_batch_size
     if isinstance(batch, int) and _differs(batch, spec.runtime.max_batch_size):
         found.append(
             (
@@ -206,30 +199,21 @@ def advice(capacity: dict[str, Any], spec: DocParserSpec) -> tuple[str, str] | N
 
 
 def with_capacity(
-    status: dict[str, Any],
+    status: DocParserStatus,
     step: CapacityStep,
     spec: DocParserSpec | None,
-    previous: dict[str, Any],
+    previous: DocParserStatus,
     generation: int,
     now: str,
-) -> dict[str, Any]:
-    """``status`` with the capacity report and, while there is advice, its condition."""
+) -> DocParserStatus:
+    """``status`` with the capacity report and, while there is advice, its condition (its
+    transition time the previous status' while it stays True)."""
     if step.report is None:
         return status
-    out = {**status, "capacity": step.report}
+    out = status.model_copy(update={"capacity": step.report})
     found = advice(step.report, spec) if spec is not None else None
     if found is None:
         return out
     reason, message = found
-    before = next((c for c in previous.get("conditions") or [] if c.get("type") == CONDITION), None)
-    since = before["lastTransitionTime"] if before and before.get("status") == "True" else now
-    condition = {
-        "type": CONDITION,
-        "status": "True",
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": since,
-        "observedGeneration": generation,
-    }
-    out["conditions"] = [*status.get("conditions", []), condition]
-    return out
+    advised = condition(CONDITION, True, reason, message, generation, previous, now)
+    return out.model_copy(update={"conditions": [*status.conditions, advised]})

@@ -23,7 +23,7 @@ Deployment past its progress deadline -> FailedToLoad.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from docparser_operator.api import naming
 from docparser_operator.api.status_models import (
@@ -193,26 +193,28 @@ def track_state(obs: TrackObservation) -> TrackState:
     return TrackState(PENDING, f"{facts.ready}/{facts.want} replicas ready", facts)
 
 
-def _condition(
+def condition(
     ctype: str,
     ok: bool,
     reason: str,
     message: str,
     generation: int,
-    previous: dict[str, Any],
+    previous: DocParserStatus | None,
     now: str,
-) -> dict[str, Any]:
-    status = "True" if ok else "False"
-    old = previous.get(ctype)
-    since = old["lastTransitionTime"] if old and old.get("status") == status else now
-    return {
-        "type": ctype,
-        "status": status,
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": since,
-        "observedGeneration": generation,
-    }
+) -> Condition:
+    """The condition ``ctype`` as this pass writes it: its lastTransitionTime is the previous
+    status' while ``status`` (True/False) stays, ``now`` when it flips."""
+    status: Literal["True", "False"] = "True" if ok else "False"
+    old = next((c for c in previous.conditions if c.type == ctype), None) if previous else None
+    since = old.last_transition_time if old is not None and old.status == status else now
+    return Condition(
+        type=ctype,
+        status=status,
+        reason=reason,
+        message=message,
+        last_transition_time=since,
+        observed_generation=generation,
+    )
 
 
 @dataclass(frozen=True)
@@ -238,24 +240,25 @@ def build_status(
     min_ready: int,
     rolling: list[str],
     problems: list[Problem],
-    previous: dict[str, Any] | None,
+    previous: DocParserStatus | None,
     now: str,
     selector: str,
     rollout: RolloutStatus | None = None,
     weights_cached: tuple[bool, str, str] | None = None,
     analysis: dict[str, Any] | None = None,
     route_gate: tuple[str, str] | None = None,
-    drains: list[dict[str, Any]] | None = None,
+    drains: list[DrainStatus] | None = None,
     draining: bool = False,
     shadow: ShadowStatus | None = None,
     at_zero: tuple[bool, str, str] | None = None,
     scale_to_zero: dict[str, Any] | None = None,
     schedule: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+) -> DocParserStatus:
     """The whole ``status`` of a DocParser, built through its typed model (api/status_models.py,
     the one the reader uses: a field the writer adds and the reader lacks fails here, in the
-    pass that writes it) and returned in the CRD's camelCase shape. ``None`` is never written:
-    null is not a string to the CRD's structural schema, and a merge-patch null deletes.
+    pass that writes it); ``previous``, the live status, is read through the same model.
+    Written in the CRD's camelCase shape (``to_wire``): ``None`` is never written, null is
+    not a string to the CRD's structural schema, and a merge-patch null deletes.
 
     ``Ready``: the endpoint serves with at least ``min_ready`` Ready pods behind traffic (an
     autoscaler adding pods or a dark canary loading never flips it). ``Progressing``: a
@@ -265,7 +268,6 @@ def build_status(
     message) while the Gateway's controller has not accepted the route (core/status/report.py):
     pods Ready behind a route nobody accepted serve no one through the Gateway. ``at_zero``:
     (front Ready, reason, message) at zero pods (core/plan/idle.py): Ready while its front is."""
-    prev_conditions = {c["type"]: c for c in (previous or {}).get("conditions") or []}
     roles = [("stable", stable), ("canary", canary)]
     states = {
         role: track_state(view.observation)
@@ -326,23 +328,21 @@ def build_status(
         s_reason = "NotStalled"
         s_msg = "nothing waits on someone" + (f" (degraded: {d_msg})" if degraded else "")
     conds = [
-        _condition("Ready", ready, r_reason, r_msg, generation, prev_conditions, now),
-        _condition("Progressing", progressing, p_reason, p_msg, generation, prev_conditions, now),
-        _condition("Degraded", degraded, d_reason, d_msg, generation, prev_conditions, now),
-        _condition("Reconciling", progressing, p_reason, p_msg, generation, prev_conditions, now),
-        _condition("Stalled", bool(stalled), s_reason, s_msg, generation, prev_conditions, now),
+        condition("Ready", ready, r_reason, r_msg, generation, previous, now),
+        condition("Progressing", progressing, p_reason, p_msg, generation, previous, now),
+        condition("Degraded", degraded, d_reason, d_msg, generation, previous, now),
+        condition("Reconciling", progressing, p_reason, p_msg, generation, previous, now),
+        condition("Stalled", bool(stalled), s_reason, s_msg, generation, previous, now),
     ]
     if weights_cached is not None:  # (cached, reason, message): weights_cache_status.py
         ok, reason, message = weights_cached
-        conds.append(
-            _condition("WeightsCached", ok, reason, message, generation, prev_conditions, now)
-        )
+        conds.append(condition("WeightsCached", ok, reason, message, generation, previous, now))
     stable_view = (
         StableStatus(
             version=stable.version or None,
             revision=stable.revision or None,
             ready_replicas=stable.ready,
-            served_since=_served_since(previous or {}, stable, ready_serving, now),
+            served_since=_served_since(previous, stable, ready_serving, now),
         )
         if stable is not None
         else None
@@ -362,26 +362,28 @@ def build_status(
     )
     status = DocParserStatus(
         observed_generation=generation,
-        conditions=[Condition.model_validate(c) for c in conds],
+        conditions=conds,
         endpoint=endpoint(name, namespace),
         selector=selector,
         replicas=(stable.ready if stable else 0) + (canary.ready if canary else 0),
         stable=stable_view,
         canary=canary_view,
         rollout=rollout,
-        drains=[DrainStatus.model_validate(d) for d in drains] if drains else None,
+        drains=list(drains) if drains else None,
         scale_to_zero=ScaleToZeroStatus.model_validate(scale_to_zero) if scale_to_zero else None,
         schedule=ScheduleStatus.model_validate(schedule) if schedule is not None else None,
     )
-    return status.to_wire()
+    return status
 
 
-def _served_since(previous: dict[str, Any], stable: RoleView, ready: int, now: str) -> str | None:
+def _served_since(
+    previous: DocParserStatus | None, stable: RoleView, ready: int, now: str
+) -> str | None:
     """When the stable revision first served: kept while the revision stays (its pods may all
     be restarting), set when it first has a Ready pod behind traffic, gone with the revision."""
-    before = previous.get("stable") or {}
-    if before.get("revision") == stable.revision and before.get("servedSince"):
-        return str(before["servedSince"])
+    before = previous.stable if previous is not None else None
+    if before is not None and before.revision == stable.revision and before.served_since:
+        return before.served_since
     return now if stable.ready > 0 and ready > 0 else None
 
 

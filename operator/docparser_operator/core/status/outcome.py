@@ -3,6 +3,8 @@ read after the pass.
 
 A plain value in core (no client): the pure event builder (core/status/transition_events.py)
 and the status builder (core/status/report.py) take it, so both can be tested without an API server.
+Both statuses in it are typed (api/status_models.py): the pass parsed the previous one with
+the DocParser, and nothing below the controller reads a status as a dict.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from docparser_operator.analysis import walk as analysis_module
+from docparser_operator.api.status_models import DocParserStatus, DrainStatus
 from docparser_operator.core.plan import rollout_planner as rollout
 from docparser_operator.core.plan.batch_pool import PoolStep
 from docparser_operator.core.plan.children import Key
@@ -30,8 +33,8 @@ class Outcome:
     pruned: list[Key] = field(default_factory=list)
     conflicts: list[Key] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
-    status: dict[str, Any] = field(default_factory=dict[str, Any])
-    previous_status: dict[str, Any] = field(default_factory=dict[str, Any])
+    status: DocParserStatus = field(default_factory=DocParserStatus)  # as this pass wrote it
+    previous_status: DocParserStatus = field(default_factory=DocParserStatus)  # as it found it
     status_written: bool = False
     rollout: rollout.Rollout | None = None
     created_revisions: list[str] = field(default_factory=list)
@@ -45,7 +48,7 @@ class Outcome:
     written: dict[Key, dict[str, Any]] = field(default_factory=dict[Key, Any])  # as returned
     deleted: dict[Key, str] = field(default_factory=dict[Key, str])  # pruned: their uids
     drain_waits: list[str] = field(default_factory=list)  # drains in progress (Progressing)
-    drains: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])  # status.drains
+    drains: list[DrainStatus] = field(default_factory=list[DrainStatus])  # status.drains
 
     @property
     def spec_invalid(self) -> bool:

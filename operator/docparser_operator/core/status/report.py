@@ -11,7 +11,7 @@ from typing import Any
 from docparser_operator.analysis.walk import AnalysisState
 from docparser_operator.api import labels, naming
 from docparser_operator.api.models import ObjectMeta
-from docparser_operator.api.status_models import RolloutStatus, ShadowStatus
+from docparser_operator.api.status_models import DocParserStatus, RolloutStatus, ShadowStatus
 from docparser_operator.core.plan import rollout_planner as rollout
 from docparser_operator.core.plan.children import Key, owned_by
 from docparser_operator.core.render import Target
@@ -31,16 +31,17 @@ def pass_status(
     out: Outcome,
     now: str,
     cache: CacheVerdict | None = None,
-) -> dict[str, Any]:
+) -> DocParserStatus:
     """The status this pass leads to (pure: the write is controller/reporting.py). ``owner``:
-    the DocParser's parsed metadata (its name, namespace, uid and generation)."""
+    the DocParser's parsed metadata (its name, namespace, uid and generation); the previous
+    status is the typed one the pass parsed (``out.previous_status``)."""
     name, namespace, uid = owner.name, owner.namespace, owner.uid or ""
     previous = out.previous_status
 
     # The revision that has served as stable (status.stable.servedSince): its pods' restarts
     # are tolerated (core/status/conditions.py); a revision that never served gets none.
-    before = previous.get("stable") or {}
-    serving = before.get("revision") if before.get("servedSince") else None
+    before = previous.stable
+    serving = before.revision if before is not None and before.served_since else None
 
     def observation(revision: str, version: str | None) -> TrackObservation:
         dep = live.get(("Deployment", naming.revision_name(name, revision)))
@@ -59,7 +60,7 @@ def pass_status(
     stable = canary = None
     rolling: list[str] = []
     ready_serving = 0
-    routed, requested = (previous.get("canary") or {}).get("weight") or 0, 0
+    routed, requested = (previous.canary.weight if previous.canary else None) or 0, 0
     rollout_status = None
     route_gate = None
     if plan is not None:
@@ -95,7 +96,7 @@ def pass_status(
                 ready=c_step.ready if c_step else 0,
                 observation=observation(canary_tp.revision, canary_tp.version),
             )
-        asked_before = (previous.get("canary") or {}).get("requestedWeight")
+        asked_before = previous.canary.requested_weight if previous.canary else None
         rolling = _rolling(
             step,
             was_rolling=_condition_true(previous, "Progressing"),
@@ -139,10 +140,10 @@ def pass_status(
         out.capacity is not None
     ):  # status.capacity and CapacityAdvice: core/status/capacity_status.py
         spec = plan.resource.spec if plan is not None else None
-        generation = int(status.get("observedGeneration") or 1)
+        generation = status.observed_generation or 1
         status = with_capacity(status, out.capacity, spec, previous, generation, now)
     if out.batch is not None:  # status.batch: core/plan/batch_pool.py (no condition changes)
-        status = {**status, "batch": out.batch.status}
+        status = status.model_copy(update={"batch": out.batch.status})
     return status
 
 
@@ -150,7 +151,7 @@ CONFIGURED = ("enabled", "percent", "podPagesPerMinute")
 
 
 def shadow_status(
-    plan: Target, previous: dict[str, Any], walk: AnalysisState | None = None
+    plan: Target, previous: DocParserStatus, walk: AnalysisState | None = None
 ) -> ShadowStatus | None:
     """``status.canary.shadow``: the configuration rendered into ``<name>-shadow`` (what the
     stable pods are told: on or off, the share, each pod's page budget) and the comparison
@@ -164,11 +165,11 @@ def shadow_status(
     out: dict[str, Any] = {"enabled": config["enabled"], "percent": spec.canary.shadow.percent}
     if config["enabled"]:
         out["podPagesPerMinute"] = config["maxPagesPerMinute"]
-    before = previous.get("canary") or {}
+    before = previous.canary
     if walk is not None and walk.figures is not None:
         out.update(walk.figures.to_status())
-    elif before.get("revision") == canary.revision:
-        kept = before.get("shadow") or {}
+    elif before is not None and before.revision == canary.revision and before.shadow is not None:
+        kept = before.shadow.to_wire()
         out.update({k: v for k, v in kept.items() if k not in CONFIGURED})
     return ShadowStatus.model_validate(out)
 
@@ -217,10 +218,8 @@ def _route_gate(
     return None
 
 
-def _condition_true(status: dict[str, Any], ctype: str) -> bool:
-    return any(
-        c.get("type") == ctype and c.get("status") == "True" for c in status.get("conditions") or []
-    )
+def _condition_true(status: DocParserStatus, ctype: str) -> bool:
+    return any(c.type == ctype and c.status == "True" for c in status.conditions)
 
 
 def _rolling(

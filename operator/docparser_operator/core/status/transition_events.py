@@ -8,8 +8,13 @@ pruned), never from the state itself, so a no-op resync posts nothing: zero writ
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
+from docparser_operator.api.status_models import (
+    AnalysisStatus,
+    Condition,
+    DocParserStatus,
+    TrackStatus,
+)
 from docparser_operator.core.plan.batch_pool import batch_events
 from docparser_operator.core.status.outcome import Outcome
 
@@ -21,19 +26,24 @@ class Event:
     message: str
 
 
-def _condition(status: dict[str, Any], ctype: str) -> dict[str, Any]:
-    return next((c for c in status.get("conditions") or [] if c.get("type") == ctype), {})
+def _condition(status: DocParserStatus, ctype: str) -> Condition | None:
+    return next((c for c in status.conditions if c.type == ctype), None)
 
 
-def _what(status: dict[str, Any], revision: str) -> str:
-    for role in ("stable", "canary"):
-        if (status.get(role) or {}).get("revision") == revision:
-            return f"{role} weights {(status.get(role) or {}).get('version') or 'embedded'}"
+def _what(status: DocParserStatus, revision: str) -> str:
+    tracks: tuple[tuple[str, TrackStatus | None], ...] = (
+        ("stable", status.stable),
+        ("canary", status.canary),
+    )
+    for role, track in tracks:
+        if track is not None and track.revision == revision:
+            return f"{role} weights {track.version or 'embedded'}"
     return "a new pod template"
 
 
 def events_for(outcome: Outcome) -> list[Event]:
-    """Events describing what changed in one reconcile pass."""
+    """Events describing what changed in one reconcile pass (the previous and the new status,
+    both typed: api/status_models.py)."""
     old, new = outcome.previous_status, outcome.status
     events: list[Event] = []
     for revision in outcome.created_revisions:
@@ -42,10 +52,10 @@ def events_for(outcome: Outcome) -> list[Event]:
                 "Normal", "RolloutStarted", f"revision {revision} created: {_what(new, revision)}"
             )
         )
-    was_stable = (old.get("stable") or {}).get("revision")
-    now_stable = (new.get("stable") or {}).get("revision")
+    was_stable = old.stable.revision if old.stable is not None else None
+    now_stable = new.stable.revision if new.stable is not None else None
     if was_stable and now_stable and was_stable != now_stable:
-        version = (new.get("stable") or {}).get("version") or now_stable
+        version = (new.stable.version if new.stable is not None else None) or now_stable
         events.append(
             Event(
                 "Normal", "StableChanged", f"stable traffic now served by {version} ({now_stable})"
@@ -53,7 +63,7 @@ def events_for(outcome: Outcome) -> list[Event]:
         )
     step = outcome.rollout
     if step is not None and step.settled and step.target_weight != step.requested_weight:
-        previous = (old.get("canary") or {}).get("weight")
+        previous = old.canary.weight if old.canary is not None else None
         if previous != step.canary_weight:
             events.append(
                 Event(
@@ -63,8 +73,8 @@ def events_for(outcome: Outcome) -> list[Event]:
                     f"{step.size} pod(s) behind one Service: routing {step.target_weight}%",
                 )
             )
-    w_old = (old.get("canary") or {}).get("weight", 0) if old.get("canary") else 0
-    w_new = (new.get("canary") or {}).get("weight", 0) if new.get("canary") else 0
+    w_old = (old.canary.weight or 0) if old.canary is not None else 0
+    w_new = (new.canary.weight or 0) if new.canary is not None else 0
     if w_old != w_new:
         events.append(
             Event("Normal", "CanaryWeightChanged", f"canary traffic {w_old}% -> {w_new}%")
@@ -76,17 +86,18 @@ def events_for(outcome: Outcome) -> list[Event]:
     for kind, child in outcome.pruned:
         events.append(Event("Normal", "Pruned", f"deleted {kind} {child}: no longer desired"))
     ready_old, ready_new = _condition(old, "Ready"), _condition(new, "Ready")
-    if ready_new.get("status") == "True" and ready_old.get("status") != "True":
-        events.append(Event("Normal", "Ready", ready_new.get("message", "ready")))
+    if _true(ready_new) and not _true(ready_old):
+        assert ready_new is not None
+        events.append(Event("Normal", "Ready", _said(ready_new.message, "ready")))
     advice_old, advice_new = _condition(old, "CapacityAdvice"), _condition(new, "CapacityAdvice")
-    if advice_new and advice_new.get("message") != advice_old.get("message"):
-        events.append(Event("Normal", "CapacityAdvice", advice_new.get("message", "")))
+    said_before = advice_old.message if advice_old is not None else None
+    if advice_new is not None and advice_new.message != said_before:
+        events.append(Event("Normal", "CapacityAdvice", _said(advice_new.message, "")))
     deg_old, deg_new = _condition(old, "Degraded"), _condition(new, "Degraded")
-    if deg_new.get("status") == "True" and (
-        deg_old.get("status") != "True" or deg_old.get("reason") != deg_new.get("reason")
-    ):
+    if _true(deg_new) and (not _true(deg_old) or _reason(deg_old) != _reason(deg_new)):
+        assert deg_new is not None
         events.append(
-            Event("Warning", deg_new.get("reason", "Degraded"), deg_new.get("message", ""))
+            Event("Warning", _said(deg_new.reason, "Degraded"), _said(deg_new.message, ""))
         )
     return events
 
@@ -94,10 +105,10 @@ def events_for(outcome: Outcome) -> list[Event]:
 def _drain_events(outcome: Outcome) -> list[Event]:
     """A drain's phase changes (core/plan/drain.py): started, replacement Ready, blocked, and its
     deadline passing, which names the capacity the eviction takes away."""
-    before = {d.get("node"): d.get("phase") for d in outcome.previous_status.get("drains") or []}
+    before = {d.node: d.phase for d in outcome.previous_status.drains or []}
     out = []
-    for d in outcome.status.get("drains") or []:
-        node, phase = d.get("node"), d.get("phase")
+    for d in outcome.status.drains or []:
+        node, phase = d.node, d.phase
         if before.get(node) == phase:
             continue
         said = next(
@@ -113,8 +124,8 @@ def _drain_events(outcome: Outcome) -> list[Event]:
                 Event(
                     "Normal",
                     "DrainStarted",
-                    f"node {node} cordoned: replacing its {d.get('pods')} pod(s) first; "
-                    f"evictions held until they are Ready (deadline {d.get('deadline')})",
+                    f"node {node} cordoned: replacing its {d.pods} pod(s) first; "
+                    f"evictions held until they are Ready (deadline {d.deadline})",
                 )
             )
         if phase == "DeadlineExceeded":
@@ -130,26 +141,26 @@ def _drain_events(outcome: Outcome) -> list[Event]:
     return out
 
 
-def _analysis(status: dict[str, Any]) -> dict[str, Any]:
-    return (status.get("canary") or {}).get("analysis") or {}
+def _analysis(status: DocParserStatus) -> AnalysisStatus | None:
+    return status.canary.analysis if status.canary is not None else None
 
 
-def _analysis_events(old: dict[str, Any], new: dict[str, Any]) -> list[Event]:
+def _analysis_events(old: DocParserStatus, new: DocParserStatus) -> list[Event]:
     """The canary analysis' milestones (a failure is the Degraded Warning above): the golden
     gate passed, a step passed, a pause, the walk done. Each once, on its transition."""
-    was, now = _analysis(old), _analysis(new)
-    if not now or now.get("revision") != was.get("revision"):
+    was, now = _analysis(old) or AnalysisStatus(), _analysis(new)
+    if now is None or now.revision != was.revision:
         return []  # a new walk: its first milestone comes with its first transition
-    phase, message = now.get("phase"), now.get("message") or ""
-    if phase == was.get("phase") and now.get("step") == was.get("step"):
+    phase, message = now.phase, now.message or ""
+    if phase == was.phase and now.step == was.step:
         return []
-    if was.get("phase") == "Verifying" and phase == "Progressing":
+    if was.phase == "Verifying" and phase == "Progressing":
         return [Event("Normal", "GoldenPassed", message)]
     if phase == "Paused":
         return [Event("Normal", "AnalysisPaused", message)]
     if phase == "Succeeded":
         return [Event("Normal", "AnalysisSucceeded", message)]
-    if (now.get("step") or 0) > (was.get("step") or 0) and phase in ("Progressing", "Verifying"):
+    if (now.step or 0) > (was.step or 0) and phase in ("Progressing", "Verifying"):
         return [Event("Normal", "AnalysisStepPassed", message)]
     return []
 
@@ -158,11 +169,24 @@ def _analysis_events(old: dict[str, Any], new: dict[str, Any]) -> list[Event]:
 _IDLE_EVENTS = {"Idle": "ScaledToZero", "Waking": "Waking", "Awake": "Awake"}
 
 
-def _idle_events(old: dict[str, Any], new: dict[str, Any]) -> list[Event]:
+def _idle_events(old: DocParserStatus, new: DocParserStatus) -> list[Event]:
     """Scale to zero's transitions: scaled to zero, waking (and why: the backlog, or a canary
     analysis that needs traffic), awake again. A DocParser's first state is no transition."""
-    was = (old.get("scaleToZero") or {}).get("state")
-    now = new.get("scaleToZero") or {}
-    if was is None or now.get("state") in (None, was):
+    was = old.scale_to_zero.state if old.scale_to_zero is not None else None
+    now = new.scale_to_zero
+    if was is None or now is None or now.state is None or now.state == was:
         return []
-    return [Event("Normal", _IDLE_EVENTS[now["state"]], now.get("reason") or now["state"])]
+    return [Event("Normal", _IDLE_EVENTS[now.state], now.reason or now.state)]
+
+
+def _true(condition: Condition | None) -> bool:
+    return condition is not None and condition.status == "True"
+
+
+def _reason(condition: Condition | None) -> str | None:
+    return condition.reason if condition is not None else None
+
+
+def _said(text: str | None, default: str) -> str:
+    """A condition's reason or message, ``default`` where it has none."""
+    return text if text is not None else default

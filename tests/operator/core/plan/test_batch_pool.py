@@ -104,7 +104,7 @@ def test_status_is_rounded_has_a_rate_and_eta_and_writes_nothing_at_rest() -> No
     seen = PoolSeen()
     seen.record(reading(12345, total=1000.0), 0.0)
     first = pool_status(8, 2, seen, None, scaled_at="2026-03-02T01:00:00Z")
-    assert first == {
+    assert first.to_wire() == {
         "replicas": 8,
         "readyReplicas": 2,
         "batchesInProgress": 1,
@@ -115,24 +115,22 @@ def test_status_is_rounded_has_a_rate_and_eta_and_writes_nothing_at_rest() -> No
     }
     seen.record(reading(12000, total=1300.0), 60.0)  # 300 pages in a minute
     second = pool_status(8, 8, seen, first, scaled_at=None)
-    assert second["pagesPerMinute"] == 300.0 and second["etaMinutes"] == 40
-    assert second["lastScaleTime"] == "2026-03-02T01:00:00Z"
+    assert second.pages_per_minute == 300.0 and second.eta_minutes == 40
+    assert second.last_scale_time == "2026-03-02T01:00:00Z"
     # a few pages later the rounded figures are the same: no write
     seen.record(reading(11990, total=1310.0), 62.0)
     again = pool_status(8, 8, seen, second, scaled_at=None)
-    assert status_write({"batch": second}, {"batch": again}) is None
+    assert status_write({"batch": second.to_wire()}, {"batch": again.to_wire()}) is None
     # at rest: nothing queued, no rate; two passes write nothing
     rest = PoolSeen()
     rest.record(reading(0, in_progress=0, total=5000.0), 0.0)
     idle = pool_status(0, 0, rest, second, scaled_at=None)
-    assert "etaMinutes" not in idle and idle["pagesPerMinute"] == 0.0
+    assert "etaMinutes" not in idle.to_wire() and idle.pages_per_minute == 0.0
     rest.record(reading(0, in_progress=0, total=5000.0), 5.0)
-    assert (
-        status_write({"batch": idle}, {"batch": pool_status(0, 0, rest, idle, scaled_at=None)})
-        is None
-    )
+    after = pool_status(0, 0, rest, idle, scaled_at=None)
+    assert status_write({"batch": idle.to_wire()}, {"batch": after.to_wire()}) is None
     # the section goes with spec.batch: a merge-patch null
-    gone = status_write({"batch": idle, "replicas": 2}, {"replicas": 2})
+    gone = status_write({"batch": idle.to_wire(), "replicas": 2}, {"replicas": 2})
     assert gone == {"replicas": 2, "batch": None}
 
 
@@ -249,18 +247,23 @@ def test_a_pass_without_a_reading_keeps_the_live_pool_within_the_bounds() -> Non
 
 
 def test_an_event_when_the_pool_changes_size_only() -> None:
+    from docparser_operator.api.status_models import DocParserStatus
     from docparser_operator.core.plan.batch_pool import batch_events
 
-    at_rest = {"batch": {"replicas": 0, "pagesQueued": 0, "batchesInProgress": 0}}
-    busy = {"batch": {"replicas": 3, "pagesQueued": 25, "batchesInProgress": 1}}
+    typed = DocParserStatus.model_validate
+    at_rest = typed({"batch": {"replicas": 0, "pagesQueued": 0, "batchesInProgress": 0}})
+    busy = typed({"batch": {"replicas": 3, "pagesQueued": 25, "batchesInProgress": 1}})
     assert batch_events(at_rest, busy) == [
         (
             "BatchPoolScaled",
             "batch pool scaled from 0 to 3 pod(s): 25 page(s) queued in 1 batch(es)",
         )
     ]
-    assert batch_events(busy, {"batch": {**busy["batch"], "pagesQueued": 20}}) == []
-    assert batch_events({}, busy) == [] and batch_events(busy, {}) == []
+    assert busy.batch is not None
+    fewer = busy.model_copy(update={"batch": busy.batch.model_copy(update={"pages_queued": 20})})
+    assert batch_events(busy, fewer) == []
+    none = DocParserStatus()
+    assert batch_events(none, busy) == [] and batch_events(busy, none) == []
 
 
 def test_the_network_policy_covers_the_pool_pods_but_takes_none_as_a_source() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from docparser_operator.analysis.activity import Activity, PodReading, parse
 from docparser_operator.api.models import DocParser
-from docparser_operator.api.status_models import ScaleToZeroStatus
+from docparser_operator.api.status_models import DocParserStatus, ScaleToZeroStatus
 from docparser_operator.core.plan.children import Observed, prepare
 from docparser_operator.core.plan.idle import IdleStep, Seen, decide_idle, epoch, rfc3339
 from docparser_operator.core.render import render_all, render_target
@@ -388,12 +388,12 @@ def _status(
     ready: int = 0,
 ) -> dict[str, Any]:
     decision = plan_at(dp, step, {}, pods=pods, ready=ready)
-    out = Outcome(name="night", previous_status=previous, idle=step)
+    out = Outcome(name="night", previous_status=DocParserStatus.model_validate(previous), idle=step)
     live = {
         **{a.key: a.obj for a in decision.actions if a.obj and a.verb == "apply"},
         **_front_live(front),
     }
-    return pass_status(owner(dp), decision.target, live, [], out, T0)
+    return pass_status(owner(dp), decision.target, live, [], out, T0).to_wire()
 
 
 def judged(check: GitOpsCheck, dp: dict[str, Any], st: dict[str, Any]) -> tuple[str, str]:
@@ -425,9 +425,11 @@ def test_idle_and_waking_are_ready_current_and_healthy(gitops_check: GitOpsCheck
     blind = _status(dp, IdleStep("Idle", T0, 0, "idle"), idle, front=0)
     assert _cond(blind, "Ready")["reason"] == "FrontNotReady"
     assert judged(gitops_check, dp, blind) == ("InProgress", "Progressing")
-    events = [e.reason for e in events_for(Outcome(previous_status=idle, status=waking))]
-    assert events == ["Waking"]
-    events = [e.reason for e in events_for(Outcome(previous_status=waking, status=idle))]
+    typed = DocParserStatus.model_validate
+    to_waking = Outcome(previous_status=typed(idle), status=typed(waking))
+    assert [e.reason for e in events_for(to_waking)] == ["Waking"]
+    to_idle = Outcome(previous_status=typed(waking), status=typed(idle))
+    events = [e.reason for e in events_for(to_idle)]
     assert events == ["ScaledToZero"]
 
 

@@ -136,13 +136,13 @@ def _report(pods: list[dict[str, Any]], surge: int, replicas: int, ready: int) -
 
 def test_phases_replacing_evictable_blocked() -> None:
     replacing = _report([pod("p1", "n1"), pod("p2", "n2", ready=False)], 1, 2, 1)
-    assert replacing.status[0]["phase"] == "Replacing" and not replacing.problems
+    assert replacing.status[0].phase == "Replacing" and not replacing.problems
     assert replacing.waits[0].startswith("drain of node n1")
     evictable = _report([pod("p1", "n1"), pod("p2", "n2")], 1, 2, 2)
-    assert evictable.status[0]["phase"] == "Evictable"
+    assert evictable.status[0].phase == "Evictable"
     assert not evictable.waits and not evictable.problems  # the drainer's turn, no Progressing
     blocked = _report([pod("p1", "n1")], 0, 1, 1)
-    assert blocked.status[0]["phase"] == "Blocked" and not blocked.waits
+    assert blocked.status[0].phase == "Blocked" and not blocked.waits
     (problem,) = blocked.problems
     assert problem.reason == "DrainBlocked" and "node n1" in problem.message
     assert "maxSurge is 0" in problem.message
@@ -157,7 +157,7 @@ def test_two_leaving_pods_and_room_for_one_replace_one_at_a_time() -> None:
     step = rollout.plan(desired(3, 1, dict(plan.leaving)), [state])
     assert (step.revisions[0].replicas, step.revisions[0].drain) == (4, 1)
     report = drain.report(plan, step, pods, frozenset({"n1"}))
-    assert report.status[0]["phase"] == "Replacing" and not report.problems
+    assert report.status[0].phase == "Replacing" and not report.problems
 
 
 def test_an_unschedulable_replacement_blocks_the_drain_with_the_schedulers_words() -> None:
@@ -171,7 +171,7 @@ def test_an_unschedulable_replacement_blocks_the_drain_with_the_schedulers_words
         }
     )
     report = _report([pod("p1", "n1"), pending], 1, 2, 1)
-    assert report.status[0]["phase"] == "Blocked"
+    assert report.status[0].phase == "Blocked"
     assert "Insufficient nvidia.com/gpu" in report.problems[0].message
 
 
@@ -183,13 +183,14 @@ def test_past_the_deadline_status_names_the_capacity_lost() -> None:
         desired(1, 0, dict(plan.leaving)), [rollout.RevisionState(REV, "stable", 1, 1)]
     )
     report = drain.report(plan, step, pods, frozenset({"n1"}))
-    assert report.status[0]["phase"] == "DeadlineExceeded"
+    assert report.status[0].phase == "DeadlineExceeded"
     (problem,) = report.problems
     assert problem.reason == "DrainBlocked"
     assert "0/1 Ready pods elsewhere, capacity lost 1 pod(s)" in problem.message
 
 
 def test_events_follow_the_phase_changes_and_the_deadline_names_the_capacity_lost() -> None:
+    from docparser_operator.api.status_models import DocParserStatus
     from docparser_operator.core.plan.problem import Problem
     from docparser_operator.core.status.outcome import Outcome
     from docparser_operator.core.status.transition_events import events_for
@@ -200,7 +201,11 @@ def test_events_follow_the_phase_changes_and_the_deadline_names_the_capacity_los
     lost = Problem("DrainBlocked", "node n1: drain deadline ... capacity lost 1 pod(s)")
 
     def reasons(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> list[str]:
-        out = Outcome(previous_status={"drains": before}, status={"drains": after}, problems=[lost])
+        out = Outcome(
+            previous_status=DocParserStatus.model_validate({"drains": before}),
+            status=DocParserStatus.model_validate({"drains": after}),
+            problems=[lost],
+        )
         return [e.reason for e in events_for(out) if e.reason.startswith("Drain")]
 
     assert reasons([], [entry("Replacing")]) == ["DrainStarted"]
@@ -208,8 +213,8 @@ def test_events_follow_the_phase_changes_and_the_deadline_names_the_capacity_los
     assert reasons([entry("Replacing")], [entry("Evictable")]) == ["DrainReplaced"]
     assert reasons([], [entry("Blocked")]) == ["DrainStarted", "DrainBlocked"]
     out = Outcome(
-        previous_status={"drains": [entry("Blocked")]},
-        status={"drains": [entry("DeadlineExceeded")]},
+        previous_status=DocParserStatus.model_validate({"drains": [entry("Blocked")]}),
+        status=DocParserStatus.model_validate({"drains": [entry("DeadlineExceeded")]}),
         problems=[lost],
     )
     (event,) = [e for e in events_for(out) if e.reason.startswith("Drain")]
@@ -246,6 +251,7 @@ def test_an_unanswered_start_up_check_keeps_the_budget_guarding() -> None:
 
 
 def test_replacements_starting_are_progressing_with_reason_draining() -> None:
+    from docparser_operator.api.status_models import DrainStatus
     from docparser_operator.core.status.conditions import build_status
 
     wait = "drain of node n1: 1 pod(s) held until their replacements are Ready"
@@ -264,9 +270,9 @@ def test_replacements_starting_are_progressing_with_reason_draining() -> None:
         previous=None,
         now=NOW,
         selector="",
-        drains=[{"node": "n1", "since": NOW, "deadline": NOW, "pods": 1, "phase": "Replacing"}],
+        drains=[DrainStatus(node="n1", since=NOW, deadline=NOW, pods=1, phase="Replacing")],
         draining=True,
-    )
+    ).to_wire()
     conditions = {c["type"]: c for c in status["conditions"]}
     assert conditions["Progressing"]["reason"] == "Draining"
     assert conditions["Reconciling"]["status"] == "True"  # Flux: InProgress, Argo: Progressing
@@ -280,4 +286,4 @@ def test_past_the_deadline_with_the_replacement_ready_nothing_is_lost_or_degrade
     state = rollout.RevisionState(REV, "stable", 2, 2)
     step = rollout.plan(desired(1, 1, dict(plan.leaving)), [state])
     report = drain.report(plan, step, pods, frozenset({"n1"}))
-    assert report.status[0]["phase"] == "Evictable" and not report.problems and not plan.guard
+    assert report.status[0].phase == "Evictable" and not report.problems and not plan.guard

@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 from capacity_pods import GIB, EmulatedPod
 from docparser_operator.analysis.capacity_reading import CapacityCounters, add, parse
+from docparser_operator.api.capacity_spec import CapacityStatus
 from docparser_operator.api.models import DocParser, DocParserSpec
+from docparser_operator.api.status_models import DocParserStatus
 from docparser_operator.core.plan.sizing import estimate_gpu_memory
 from docparser_operator.core.status import capacity_sizing as eq
 from docparser_operator.core.status.capacity_status import (
@@ -166,7 +168,29 @@ def _report(rate: float, max_replicas: int, **fields: Any) -> dict[str, Any]:
     fig = figures(measured({"p": pod}, clock, seconds=60, poll=5))
     assert fig is not None
     sp = spec(replicas={"min": 1, "max": max_replicas}, **fields)
-    return report(fig, sp, window="1m", since="2026-01-01T00:00:00Z", source="pods")
+    return report(fig, sp, window="1m", since="2026-01-01T00:00:00Z", source="pods").to_wire()
+
+
+def typed_report(report_: dict[str, Any]) -> CapacityStatus:
+    return CapacityStatus.model_validate(report_)
+
+
+def advise(report_: dict[str, Any], spec_: DocParserSpec) -> tuple[str, str] | None:
+    return advice(typed_report(report_), spec_)
+
+
+def with_report(
+    base: dict[str, Any],
+    report_: dict[str, Any],
+    spec_: DocParserSpec,
+    previous: dict[str, Any],
+    generation: int,
+    now: str,
+) -> dict[str, Any]:
+    """with_capacity on statuses in their wire shape (as the API server holds them)."""
+    typed = DocParserStatus.model_validate
+    step = CapacityStep(typed_report(report_))
+    return with_capacity(typed(base), step, spec_, typed(previous), generation, now).to_wire()
 
 
 def test_the_report_is_rounded_and_recommends_from_the_same_equations() -> None:
@@ -181,8 +205,9 @@ def test_the_report_is_rounded_and_recommends_from_the_same_equations() -> None:
         "deepseek-ocr2", 0, 4096, 80 * GIB
     )
     assert got["memoryPeak"] == "3Gi" and got["memoryLimit"] == "4Gi"
-    assert same_figures(got, {**got, "since": "later"})
-    assert not same_figures(got, {**got, "pagesPerSecond": got["pagesPerSecond"] + 1})
+    assert same_figures(typed_report(got), typed_report({**got, "since": "later"}))
+    moved = {**got, "pagesPerSecond": got["pagesPerSecond"] + 1}
+    assert not same_figures(typed_report(got), typed_report(moved))
     latency = _report(5.6, 2, autoscaling={"metric": "latency", "targetSeconds": 0.2})
     assert latency["recommended"]["targetWaitSeconds"] == 0.2
     assert latency["recommended"]["replicas"] > got["recommended"]["replicas"]
@@ -190,7 +215,7 @@ def test_the_report_is_rounded_and_recommends_from_the_same_equations() -> None:
 
 def test_advice_says_what_to_change_and_why_and_goes_once_fixed() -> None:
     got = _report(5.6, 2, runtime={"image": "r:1", "maxBatchSize": 8})
-    found = advice(got, spec(replicas={"min": 1, "max": 2}, runtime={"image": "r:1"}))
+    found = advise(got, spec(replicas={"min": 1, "max": 2}, runtime={"image": "r:1"}))
     assert found is not None
     reason, message = found
     assert reason == "RaiseReplicas"
@@ -202,15 +227,15 @@ def test_advice_says_what_to_change_and_why_and_goes_once_fixed() -> None:
         replicas={"min": 1, "max": 4},
         runtime={"image": "r:1", "maxBatchSize": got["recommended"]["maxBatchSize"]},
     )
-    assert advice(got, fixed) is None
+    assert advise(got, fixed) is None
     within = spec(tier=0, replicas={"min": 1, "max": 4}, runtime=fixed.runtime.to_wire())
-    assert advice({**got, "recommended": {**got["recommended"], "replicas": 5}}, within) is None
-    too_big = advice(
+    assert advise({**got, "recommended": {**got["recommended"], "replicas": 5}}, within) is None
+    too_big = advise(
         got, spec(tier=0, replicas={"min": 8, "max": 8}, runtime=fixed.runtime.to_wire())
     )
     assert too_big is not None and too_big[0] == "LowerReplicas"
     small = {**got, "memoryLimit": "16Gi"}
-    memory = advice(small, within)
+    memory = advise(small, within)
     assert memory is not None and "set resources.memory to 4Gi" in memory[1]
 
 
@@ -222,7 +247,7 @@ def test_the_condition_is_advisory_for_flux_and_argo_cd(gitops_check: Any) -> No
     got = _report(5.6, 2)
     base = status(TrackObservation("v1", deployment(want=1, ready=1), [pod("ready")]))
     sp = spec(replicas={"min": 1, "max": 2})
-    st = with_capacity(base, CapacityStep(got), sp, {}, 2, "2026-01-01T00:00:00Z")
+    st = with_report(base, got, sp, {}, 2, "2026-01-01T00:00:00Z")
     condition = next(c for c in st["conditions"] if c["type"] == CONDITION)
     assert condition["status"] == "True" and condition["reason"] == "RaiseReplicas"
     assert {c["type"]: c["status"] for c in st["conditions"]}["Degraded"] == "False"
@@ -237,7 +262,7 @@ def test_the_condition_is_advisory_for_flux_and_argo_cd(gitops_check: Any) -> No
     batch = got["recommended"]["maxBatchSize"]
     runtime = {"image": "r:1", "maxBatchSize": batch}
     fixed = spec(tier=0, replicas={"min": 1, "max": 4}, runtime=runtime)
-    gone = with_capacity(base, CapacityStep(got), fixed, st, 2, "2026-01-01T00:01:00Z")
+    gone = with_report(base, got, fixed, st, 2, "2026-01-01T00:01:00Z")
     assert CONDITION not in {c["type"] for c in gone["conditions"]}
     assert gone["capacity"] == got
 
@@ -246,12 +271,13 @@ def test_an_event_when_the_advice_appears_or_changes_never_at_rest() -> None:
     got = _report(5.6, 2)
     sp = spec(replicas={"min": 1, "max": 2})
     base = {"conditions": []}
-    st = with_capacity(base, CapacityStep(got), sp, {}, 1, "2026-01-01T00:00:00Z")
-    first = events_for(Outcome(previous_status={}, status=st))
+    st = with_report(base, got, sp, {}, 1, "2026-01-01T00:00:00Z")
+    typed = DocParserStatus.model_validate
+    first = events_for(Outcome(previous_status=DocParserStatus(), status=typed(st)))
     assert [(e.type, e.reason) for e in first] == [("Normal", "CapacityAdvice")]
-    again = with_capacity(base, CapacityStep(got), sp, st, 1, "2026-01-01T00:05:00Z")
+    again = with_report(base, got, sp, st, 1, "2026-01-01T00:05:00Z")
     assert again == st  # lastTransitionTime kept: nothing to write
-    assert events_for(Outcome(previous_status=copy.deepcopy(st), status=again)) == []
+    assert events_for(Outcome(previous_status=typed(copy.deepcopy(st)), status=typed(again))) == []
 
 
 def test_window_lengths() -> None:
@@ -267,13 +293,14 @@ def test_turning_capacity_off_removes_the_section_and_the_condition() -> None:
     got = _report(5.6, 2)
     sp = spec(replicas={"min": 1, "max": 2})
     base = {"observedGeneration": 1, "conditions": [{"type": "Ready", "status": "True"}]}
-    on = with_capacity(base, CapacityStep(got), sp, {}, 1, "2026-01-01T00:00:00Z")
+    on = with_report(base, got, sp, {}, 1, "2026-01-01T00:00:00Z")
     memory = CapacityMemory()
     memory.of("u-1").began = 1.0  # readings kept from when it was on
     off = docparser("inv", tier="auto")
     off["metadata"].update(namespace="ocr", uid="u-1")
+    model = DocParser.from_resource(off)
     step, problems = capacity_step(
-        off, Observed({}, []), memory, None, now="2026-01-01T00:01:00Z", poll_s=60
+        model, Observed({}, []), memory, None, now="2026-01-01T00:01:00Z", poll_s=60
     )  # type: ignore[arg-type]  # no source: nothing may be read without spec.capacity
     assert (step, problems, memory.seen) == (None, [], {})
     patch = status_write(on, base)

@@ -109,7 +109,7 @@ def _status(gate: tuple[str, str] | None) -> dict[str, dict[str, Any]]:
         now=WRITTEN,
         selector="x",
         route_gate=gate,
-    )
+    ).to_wire()
     return {c["type"]: c for c in status["conditions"]}
 
 

@@ -7,7 +7,12 @@ from pathlib import Path
 from typing import get_args, get_origin
 
 import pytest
-from docparser_operator.api.status_models import SECTIONS, DocParserStatus, ShadowStatus
+from docparser_operator.api.status_models import (
+    SECTIONS,
+    DocParserStatus,
+    DrainStatus,
+    ShadowStatus,
+)
 from docparser_operator.api.wire import WireModel
 from docparser_operator.core.status.conditions import (
     DOWNLOADING,
@@ -111,11 +116,21 @@ def status(
         min_ready=min_ready,
         rolling=rolling,
         problems=list(problems),
-        previous=previous,
+        previous=DocParserStatus.model_validate(previous) if previous is not None else None,
         now=now,
         selector="app.kubernetes.io/instance=inv,app.kubernetes.io/name=docparser",
-        **sections,
-    )
+        **typed_sections(sections),
+    ).to_wire()
+
+
+def typed_sections(sections: dict) -> dict:
+    """The sections as build_status takes them: status.drains as its model's entries."""
+    if sections.get("drains") is not None:
+        sections = {
+            **sections,
+            "drains": [DrainStatus.model_validate(d) for d in sections["drains"]],
+        }
+    return sections
 
 
 def conditions(st: dict) -> dict[str, dict]:
