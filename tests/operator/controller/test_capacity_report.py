@@ -14,16 +14,12 @@ from __future__ import annotations
 
 import datetime
 import io
-import random
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 from capacity_pods import EmulatedPod
-from docparser_operator.api import naming
 from docparser_operator.api.kinds import DOCPARSER
 from docparser_operator.cli import capacity as kubectl_capacity
 from docparser_operator.cli.connection import connect
@@ -32,41 +28,19 @@ from gitopscheck.checker import GitOpsCheck
 from kube_cluster import Cluster, wait_for
 from kubelet_sim import Kubelet
 from operator_runner import running_operator
+from pod_endpoint import loopback_subnet, metrics_endpoint
 
 pytestmark = pytest.mark.slow  # three 15 s windows
 NAME = "busy"
 RATE, SERVICE_S, SLOTS = 5.6, 1.0, 2  # the truth: 4 pods at 80 % busy for the peak
 
 
-class _Server(ThreadingHTTPServer):
-    request_queue_size = 64
-    daemon_threads = True
-
-
 @pytest.fixture
 def pod() -> Iterator[tuple[str, EmulatedPod]]:
-    """An address on the runtime's port answering the emulated pod's /metrics (another
-    loopback /24 per run: no clash on the pod port)."""
+    """An address on the runtime's port answering the emulated pod's /metrics."""
     emulated = EmulatedPod(rate=0.0, service_s=SERVICE_S, slots=SLOTS)  # traffic once Ready
-    host = f"127.0.{random.randint(10, 250)}.7"
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = emulated.text().encode()
-            self.send_response(200 if self.path == "/metrics" else 404)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            return
-
-    server = _Server((host, naming.HTTP_PORT), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield host, emulated
-    server.shutdown()
-    server.server_close()
+    with metrics_endpoint(f"{loopback_subnet()}.7", emulated.text) as host:
+        yield host, emulated
 
 
 def capacity(cluster: Cluster) -> dict[str, Any]:

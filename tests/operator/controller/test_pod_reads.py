@@ -10,12 +10,11 @@ the operator's guarded client), as the scale-to-zero tests stand them.
 
 from __future__ import annotations
 
-import random
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ from docparser_operator.providers import sources as analysis_sources
 from docparser_operator.providers.pods import ReadLimits
 from dp_helpers import create, dep_name, docparser
 from kube_cluster import Cluster, emulator_cluster, pod_status
+from pod_endpoint import loopback_subnet, serve_metrics, stop
 
 DEPLOY, POD, RS = KNOWN_KINDS["Deployment"], KNOWN_KINDS["Pod"], KNOWN_KINDS["ReplicaSet"]
 NAME = "quiet"
@@ -58,42 +58,27 @@ class Pods:
     the test's (after ``delay_s``), and counting the requests it got."""
 
     def __init__(self) -> None:
-        self.octet = random.randint(10, 250)  # another loopback /24 per run: no port clash
+        self.subnet = loopback_subnet()
         self.servers: list[ThreadingHTTPServer] = []
         self.requests: dict[str, int] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
 
     def serve(self, last: int, text: str, delay_s: float = 0.0) -> str:
-        host = f"127.0.{self.octet}.{last}"
-        pods, stop = self, self._stop
+        host = f"{self.subnet}.{last}"
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                with pods._lock:
-                    pods.requests[host] = pods.requests.get(host, 0) + 1
-                stop.wait(delay_s)
-                body = text.encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+        def count_and_wait() -> None:
+            with self._lock:
+                self.requests[host] = self.requests.get(host, 0) + 1
+            self._stop.wait(delay_s)
 
-            def log_message(self, format: str, *args: Any) -> None:
-                return
-
-        server = _Server((host, naming.HTTP_PORT), Handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        self.servers.append(server)
+        self.servers.append(serve_metrics(host, lambda: text, before=count_and_wait))
         self.requests[host] = 0
         return host
 
     def close(self) -> None:
         self._stop.set()
-        for server in self.servers:
-            server.shutdown()
-            server.server_close()
+        stop(*self.servers)
 
 
 @pytest.fixture
@@ -101,14 +86,6 @@ def pods() -> Iterator[Pods]:
     found = Pods()
     yield found
     found.close()
-
-
-class _Server(ThreadingHTTPServer):
-    """A pod's /metrics: a listen backlog for the 16 reads that come at once (the default 5
-    could reset a connection on a loaded machine, read as an error)."""
-
-    request_queue_size = 64
-    daemon_threads = True
 
 
 def _controller(obj: dict[str, Any], uid: str | None = None) -> dict[str, Any]:
@@ -294,7 +271,7 @@ def test_a_pod_that_cannot_be_read_is_counted_as_an_error(emulator: Cluster, pod
         emulator, runtime, f"{runtime['metadata']['name']}-errab", _controller(runtime)
     )
     _pod(emulator, "answers", runtime, ours, [_controller(rs)])
-    _pod(emulator, "refuses", runtime, f"127.0.{pods.octet}.9", [_controller(rs)])  # no server
+    _pod(emulator, "refuses", runtime, f"{pods.subnet}.9", [_controller(rs)])  # no server
     skips, skipped = _recorder()
     memory = IdleMemory()
     source = analysis_sources.activity(limits=ReadLimits(skipped=skipped))

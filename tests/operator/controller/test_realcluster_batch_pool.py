@@ -14,11 +14,9 @@ Deployment and ``status.batch`` gone).
 from __future__ import annotations
 
 import asyncio
-import random
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -34,6 +32,7 @@ from gitopscheck.checker import GitOpsCheck
 from kube_cluster import Cluster, wait_for
 from kubelet_sim import Kubelet
 from operator_runner import running_operator
+from pod_endpoint import loopback_subnet, serve_metrics, stop
 from prometheus_client import CollectorRegistry, generate_latest
 from redis_server import RedisServer
 
@@ -59,22 +58,7 @@ def _serve(host: str, redis_url: str) -> ThreadingHTTPServer:
         BatchMetrics(registry).set(asyncio.run(read()))
         return generate_latest(registry)
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = exposition() if self.path == "/metrics" else b""
-            self.send_response(200 if self.path == "/metrics" else 404)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            return
-
-    server = ThreadingHTTPServer((host, naming.HTTP_PORT), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+    return serve_metrics(host, exposition)
 
 
 @pytest.fixture
@@ -152,7 +136,7 @@ def test_the_pool_scales_from_zero_on_a_backlog_and_back_and_goes_with_its_spec(
     # no resync in the test's span: the pool follows the backlog through the passes its
     # readings ask for (a wake-up at the next reading), not through a periodic pass
     monkeypatch.setenv("DOCPARSER_OPERATOR_RESYNC_INTERVAL_S", "600")
-    host = f"127.0.{random.randint(10, 250)}.7"
+    host = f"{loopback_subnet()}.7"
     server = _serve(host, redis_url)
     spec = docparser(
         NAME,
@@ -251,5 +235,4 @@ def test_the_pool_scales_from_zero_on_a_backlog_and_back_and_goes_with_its_spec(
             f"{COOLDOWN_S:.0f} s); no write over 4 s at rest, three times"
         )
     finally:
-        server.shutdown()
-        server.server_close()
+        stop(server)

@@ -13,22 +13,20 @@ Flux (kstatus) and Argo CD (the chart's health Lua) read it (never Failed, alway
 from __future__ import annotations
 
 import contextlib
-import random
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from docparser_operator.api import naming
 from docparser_operator.api.kinds import DOCPARSER, KNOWN_KINDS
 from dp_helpers import condition, create, docparser, event_reasons, revision, set_spec
 from gitopscheck.checker import GitOpsCheck
 from kube_cluster import Cluster, wait_for
 from kubelet_sim import Kubelet
 from operator_runner import running_operator
+from pod_endpoint import loopback_subnet, metrics_endpoint
 from traffic_sampler import TrafficSampler
 
 DEPLOY, SERVICE, HPA = (
@@ -69,35 +67,15 @@ class Metrics:
         )
 
 
-def _serve(host: str, metrics: Metrics) -> ThreadingHTTPServer:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = metrics.text().encode()
-            self.send_response(200 if self.path == "/metrics" else 404)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            return
-
-    server = ThreadingHTTPServer((host, naming.HTTP_PORT), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
-
-
 @pytest.fixture
 def addresses() -> Iterator[tuple[str, Metrics, str, Metrics]]:
-    octet = random.randint(10, 250)  # another loopback /24 per run: no clash on the pod port
     front, pods = Metrics(front=True), Metrics(front=False)
-    hosts = (f"127.0.{octet}.4", f"127.0.{octet}.5")
-    servers = [_serve(hosts[0], front), _serve(hosts[1], pods)]
-    yield hosts[0], front, hosts[1], pods
-    for server in servers:
-        server.shutdown()
-        server.server_close()
+    subnet = loopback_subnet()
+    with (
+        metrics_endpoint(f"{subnet}.4", front.text) as front_host,
+        metrics_endpoint(f"{subnet}.5", pods.text) as pods_host,
+    ):
+        yield front_host, front, pods_host, pods
 
 
 @dataclass
