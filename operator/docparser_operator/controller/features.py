@@ -4,15 +4,23 @@ continues from, and scale to zero's reading and decision.
 Kept beside controller/reconcile.py, which calls them with what it parsed and rendered once
 per pass (the typed DocParser, its revisions with their pod templates, the open schedule
 window), so none of them parses the resource or renders a template again; controller/
-wakeups.py calls ``idle_step`` between passes with the same inputs.
+wakeups.py calls ``idle_step`` between passes with the same inputs. For a spec that does not
+parse, the schedule's window is read from the raw resource here (``resource_schedule``).
 """
 
 from __future__ import annotations
+
+import copy
+import datetime
+from typing import Any
+
+import pydantic
 
 from docparser_operator.analysis import walk as analysis_module
 from docparser_operator.api import naming
 from docparser_operator.api.kinds import ref_for
 from docparser_operator.api.models import DocParser
+from docparser_operator.api.replicas import Replicas
 from docparser_operator.core.plan.children import (
     Observed,
     ReadablePods,
@@ -21,7 +29,7 @@ from docparser_operator.core.plan.children import (
     revision_states,
 )
 from docparser_operator.core.plan.idle import IdleMemory, IdleStep, decide_idle, epoch
-from docparser_operator.core.plan.schedule import ScheduleStep
+from docparser_operator.core.plan.schedule import ScheduleStep, schedule_step
 from docparser_operator.core.render import RoleRevision, roles_of
 from docparser_operator.kube.client import KubeClient
 from docparser_operator.providers import analysis_run, golden
@@ -108,3 +116,32 @@ def golden_documents(client: KubeClient, namespace: str, name: str) -> golden.Do
     if config_map is None:
         raise golden.GoldenUnavailable(f"ConfigMap {name} not found")
     return golden.documents_of(config_map)
+
+
+def raised(resource: dict[str, Any], step: ScheduleStep | None) -> dict[str, Any]:
+    """``resource`` as a pass reads it (``raised_model`` for the raw resource, as the render
+    command and tests hold it): ``spec.replicas.min``/``max`` raised to the open windows' (a
+    copy; the DocParser itself is never written). Unchanged without a window."""
+    if step is None:
+        return resource
+    replicas = (resource.get("spec") or {}).get("replicas") or {}
+    if replicas.get("min", 1) == step.floor and replicas.get("max", 1) == step.ceiling:
+        return resource
+    out = copy.deepcopy(resource)
+    out["spec"]["replicas"] = {**replicas, "min": step.floor, "max": step.ceiling}
+    return out
+
+
+def resource_schedule(resource: dict[str, Any], now: datetime.datetime) -> ScheduleStep | None:
+    """``schedule_step`` of a DocParser as read from the API, for a pass whose spec does not
+    parse (its window still shows in status); None when its replicas do not validate either
+    (the pass reports SpecInvalid from the whole spec, core/decide.py). Here, not in core:
+    below the controller only the typed DocParser is read."""
+    spec = resource.get("spec") or {}
+    if not isinstance(spec, dict) or not spec.get("replicas"):
+        return None
+    try:
+        replicas = Replicas.model_validate(spec["replicas"])
+    except pydantic.ValidationError:
+        return None
+    return schedule_step(replicas, now)

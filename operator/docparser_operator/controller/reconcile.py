@@ -50,7 +50,7 @@ from docparser_operator.core.plan.refusals import (
     refusal_code,
     refused_problem,
 )
-from docparser_operator.core.plan.schedule import raised_model, resource_schedule, schedule_step
+from docparser_operator.core.plan.schedule import raised_model, schedule_step
 from docparser_operator.core.render import roles_of
 from docparser_operator.core.render.weights_cache import cached_weights
 from docparser_operator.core.status.diagnose import diagnose
@@ -224,7 +224,7 @@ def reconcile(
     walk = None
     if isinstance(parsed, pydantic.ValidationError):
         # The schedule's window still shows when only the rest of the spec is invalid.
-        out.schedule = resource_schedule(resource, instant(now))
+        out.schedule = features.resource_schedule(resource, instant(now))
         owner = ObjectMeta.model_construct(
             name=name, namespace=namespace, uid=meta.get("uid"), generation=meta.get("generation")
         )

@@ -11,8 +11,8 @@ from typing import Any
 from docparser_operator.api import naming
 from docparser_operator.api.kinds import DOCPARSER, KNOWN_KINDS
 from docparser_operator.controller.credential import CredentialMemory
+from docparser_operator.controller.features import raised, resource_schedule
 from docparser_operator.controller.reconcile import reconcile
-from docparser_operator.core.plan.schedule import raised, resource_schedule
 from docparser_operator.core.render import render_all
 from dp_helpers import create, docparser
 from kube_cluster import Cluster, client_for

@@ -19,12 +19,10 @@ operator writes nothing; the pass asks for the next one at that boundary (``wake
 
 from __future__ import annotations
 
-import copy
 import datetime
 from dataclasses import dataclass
 from typing import Any
 
-import pydantic
 from cronsim import CronSim, CronSimError
 
 from docparser_operator.api.models import DocParser
@@ -144,21 +142,8 @@ def schedule_step(replicas: Replicas, now: datetime.datetime) -> ScheduleStep | 
     return ScheduleStep(floor, ceiling, tuple(opened), next_at, next_floor, next_ceiling)
 
 
-def raised(resource: dict[str, Any], step: ScheduleStep | None) -> dict[str, Any]:
-    """``resource`` as this pass reads it: ``spec.replicas.min``/``max`` raised to the open
-    windows' (a copy; the DocParser itself is never written). Unchanged without a window."""
-    if step is None:
-        return resource
-    replicas = (resource.get("spec") or {}).get("replicas") or {}
-    if replicas.get("min", 1) == step.floor and replicas.get("max", 1) == step.ceiling:
-        return resource
-    out = copy.deepcopy(resource)
-    out["spec"]["replicas"] = {**replicas, "min": step.floor, "max": step.ceiling}
-    return out
-
-
 def raised_model(model: DocParser, step: ScheduleStep | None) -> DocParser:
-    """The parsed DocParser as this pass reads it (``raised`` for the typed model): its
+    """The parsed DocParser as this pass reads it: its
     ``spec.replicas.min``/``max`` raised to the open windows', the replicas validated again
     (min <= max); the spec's other rules only get looser when the floor goes up. The same
     object without a window that changes them."""
@@ -168,16 +153,3 @@ def raised_model(model: DocParser, step: ScheduleStep | None) -> DocParser:
     bounds = {**replicas.model_dump(), "min": step.floor, "max": step.ceiling}
     spec = model.spec.model_copy(update={"replicas": Replicas.model_validate(bounds)})
     return model.model_copy(update={"spec": spec})
-
-
-def resource_schedule(resource: dict[str, Any], now: datetime.datetime) -> ScheduleStep | None:
-    """``schedule_step`` of a DocParser as read from the API; None when its replicas do not
-    validate (the pass reports SpecInvalid from the whole spec, core/decide.py)."""
-    spec = resource.get("spec") or {}
-    if not isinstance(spec, dict) or not spec.get("replicas"):
-        return None
-    try:
-        replicas = Replicas.model_validate(spec["replicas"])
-    except pydantic.ValidationError:
-        return None
-    return schedule_step(replicas, now)

@@ -9,7 +9,8 @@ import pydantic
 import pytest
 from docparser_operator.api.models import DocParser
 from docparser_operator.api.replicas import Replicas
-from docparser_operator.core.plan.schedule import raised, resource_schedule, schedule_step
+from docparser_operator.controller.features import raised, resource_schedule
+from docparser_operator.core.plan.schedule import schedule_step
 
 UTC = datetime.UTC
 
