@@ -151,7 +151,7 @@ def scale_to_zero(arrivals: list[int], cluster: Cluster, after: str) -> tuple[Cl
             poll_s=TICK_S,
         )
         wakes += step.state == "Waking" and (status or {}).get("state") == "Idle"
-        status = step.to_status()
+        status = step.to_status().to_wire()
         if step.state == "Idle":
             hpa = Hpa(floor=1)  # removed at zero, created again when awake
             cluster.scale(0, tick)

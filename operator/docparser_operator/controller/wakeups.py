@@ -50,7 +50,7 @@ def due(state: OperatorState, now: float) -> list[str]:
 def changed(body: dict[str, Any], step: IdleStep) -> bool:
     """Whether the status would say something else of scale to zero than it does."""
     status = body.get("status") or {}
-    if step.to_status() != (status.get("scaleToZero") or {}):
+    if step.to_status().to_wire() != (status.get("scaleToZero") or {}):
         return True
     blind = any(
         c.get("type") == "Degraded" and BLIND in (c.get("message") or "")

@@ -33,7 +33,7 @@ from __future__ import annotations
 import datetime
 import math
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from docparser_operator.analysis.activity import Activity
 from docparser_operator.api.models import DocParserSpec
@@ -103,11 +103,11 @@ class IdleStep:
     def awake(self) -> bool:
         return self.state == "Awake"
 
-    def to_status(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"state": self.state, "since": self.since, "reason": self.reason}
-        if self.wake_replicas is not None:
-            out["wakeReplicas"] = self.wake_replicas
-        return out
+    def to_status(self) -> ScaleToZeroStatus:
+        """``status.scaleToZero``, through its model."""
+        return ScaleToZeroStatus(
+            state=self.state, since=self.since, reason=self.reason, wake_replicas=self.wake_replicas
+        )
 
 
 def per_pod(spec: DocParserSpec) -> int:

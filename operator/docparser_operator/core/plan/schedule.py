@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass
-from typing import Any
 
 from cronsim import CronSim, CronSimError
 
 from docparser_operator.api.models import DocParser
 from docparser_operator.api.replicas import Replicas, ScheduleWindow, time_zone
+from docparser_operator.api.status_models import ScheduleActive, ScheduleNext, ScheduleStatus
 
 _SECOND = datetime.timedelta(seconds=1)
 
@@ -67,23 +67,19 @@ class ScheduleStep:
             return None
         return max(0.0, (self.next_at - now).total_seconds()) + 1.0
 
-    def to_status(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
+    def to_status(self) -> ScheduleStatus:
+        """``status.schedule``, through its model: the window in effect, the next change."""
         active = self.governing
-        if active is not None:
-            out["active"] = {
-                "cron": active.window.cron,
-                "until": _utc(active.until),
-                "min": self.floor,
-                "max": self.ceiling,
-            }
-        if self.next_at is not None:
-            out["next"] = {
-                "at": _utc(self.next_at),
-                "min": self.next_floor,
-                "max": self.next_ceiling,
-            }
-        return out
+        return ScheduleStatus(
+            active=ScheduleActive(
+                cron=active.window.cron, until=_utc(active.until), min=self.floor, max=self.ceiling
+            )
+            if active is not None
+            else None,
+            next=ScheduleNext(at=_utc(self.next_at), min=self.next_floor, max=self.next_ceiling)
+            if self.next_at is not None
+            else None,
+        )
 
 
 def _latest_start(window: ScheduleWindow, local: datetime.datetime) -> datetime.datetime | None:

@@ -251,8 +251,8 @@ def build_status(
     draining: bool = False,
     shadow: ShadowStatus | None = None,
     at_zero: tuple[bool, str, str] | None = None,
-    scale_to_zero: dict[str, Any] | None = None,
-    schedule: dict[str, Any] | None = None,
+    scale_to_zero: ScaleToZeroStatus | None = None,
+    schedule: ScheduleStatus | None = None,
 ) -> DocParserStatus:
     """The whole ``status`` of a DocParser, built through its typed model (api/status_models.py,
     the one the reader uses: a field the writer adds and the reader lacks fails here, in the
@@ -370,8 +370,8 @@ def build_status(
         canary=canary_view,
         rollout=rollout,
         drains=list(drains) if drains else None,
-        scale_to_zero=ScaleToZeroStatus.model_validate(scale_to_zero) if scale_to_zero else None,
-        schedule=ScheduleStatus.model_validate(schedule) if schedule is not None else None,
+        scale_to_zero=scale_to_zero,
+        schedule=schedule,
     )
     return status
 

@@ -140,7 +140,7 @@ class Cycle:
             now=now,
             poll_s=5,
         )
-        self.status = step.to_status()
+        self.status = step.to_status().to_wire()
         return step
 
 
@@ -455,7 +455,8 @@ def test_a_reading_starts_a_pass_only_when_its_decision_differs_from_status() ->
     from docparser_operator.controller.wakeups import changed
 
     step = IdleStep("Idle", T0, 0, "idle")
-    body: dict[str, Any] = {"status": {"scaleToZero": step.to_status(), "conditions": []}}
+    wire = step.to_status().to_wire()
+    body: dict[str, Any] = {"status": {"scaleToZero": wire, "conditions": []}}
     assert not changed(body, step)
     assert changed(body, IdleStep("Waking", at(5), 2, "2 jobs", wake_replicas=2))
     blind = Cycle(sleeper())

@@ -37,17 +37,19 @@ def test_a_window_opens_at_its_start_and_closes_at_its_end() -> None:
     before = schedule_step(spec, at("2026-03-02T07:59:59Z"))  # a Monday
     assert before is not None and (before.floor, before.ceiling) == (1, 2)
     assert before.governing is None
-    assert before.to_status() == {"next": {"at": "2026-03-02T08:00:00Z", "min": 4, "max": 8}}
+    assert before.to_status().to_wire() == {
+        "next": {"at": "2026-03-02T08:00:00Z", "min": 4, "max": 8}
+    }
     start = schedule_step(spec, at("2026-03-02T08:00:00Z"))
     assert start is not None and (start.floor, start.ceiling) == (4, 8)
-    assert start.to_status() == {
+    assert start.to_status().to_wire() == {
         "active": {"cron": "0 8 * * 1-5", "until": "2026-03-02T18:00:00Z", "min": 4, "max": 8},
         "next": {"at": "2026-03-02T18:00:00Z", "min": 1, "max": 2},
     }
     assert start.wake_in_s(at("2026-03-02T08:00:00Z")) == 10 * 3600 + 1
     end = schedule_step(spec, at("2026-03-02T18:00:00Z"))
     assert end is not None and (end.floor, end.ceiling) == (1, 2)
-    assert end.to_status() == {"next": {"at": "2026-03-03T08:00:00Z", "min": 4, "max": 8}}
+    assert end.to_status().to_wire() == {"next": {"at": "2026-03-03T08:00:00Z", "min": 4, "max": 8}}
     weekend = schedule_step(spec, at("2026-03-06T18:30:00Z"))  # Friday evening: Monday next
     assert weekend is not None and weekend.next_at == at("2026-03-09T08:00:00Z")
 
@@ -56,7 +58,7 @@ def test_status_is_the_same_between_boundaries() -> None:
     """At rest nothing changes: every instant inside one window says the same status."""
     spec = replicas(OFFICE)
     steps = [schedule_step(spec, at(f"2026-03-02T{h:02d}:17:05Z")) for h in range(8, 18)]
-    assert len({repr(s.to_status()) for s in steps if s is not None}) == 1
+    assert len({repr(s.to_status().to_wire()) for s in steps if s is not None}) == 1
 
 
 def test_overlapping_windows_take_the_largest() -> None:
@@ -64,8 +66,10 @@ def test_overlapping_windows_take_the_largest() -> None:
     spec = replicas(OFFICE, rush, hi=3)
     both = schedule_step(spec, at("2026-03-02T10:00:00Z"))
     assert both is not None and (both.floor, both.ceiling) == (6, 8)
-    assert both.to_status()["active"]["cron"] == "0 9 * * *"  # the one that sets the floor
-    assert both.to_status()["next"] == {"at": "2026-03-02T11:00:00Z", "min": 4, "max": 8}
+    assert (
+        both.to_status().to_wire()["active"]["cron"] == "0 9 * * *"
+    )  # the one that sets the floor
+    assert both.to_status().to_wire()["next"] == {"at": "2026-03-02T11:00:00Z", "min": 4, "max": 8}
     saturday = schedule_step(spec, at("2026-03-07T10:00:00Z"))
     assert saturday is not None and (saturday.floor, saturday.ceiling) == (6, 6)
 
@@ -81,7 +85,7 @@ def test_time_zone_and_a_dst_day() -> None:
     spec = replicas(OFFICE | {"cron": "0 8 * * *"}, zone="Europe/Berlin")
     winter = schedule_step(spec, at("2026-03-28T07:30:00Z"))
     assert winter is not None and winter.floor == 4
-    assert winter.to_status()["active"]["until"] == "2026-03-28T17:00:00Z"
+    assert winter.to_status().to_wire()["active"]["until"] == "2026-03-28T17:00:00Z"
     night = schedule_step(spec, at("2026-03-28T23:00:00Z"))
     assert night is not None and night.next_at == at("2026-03-29T06:00:00Z")
     assert schedule_step(spec, at("2026-03-29T05:59:00Z")).floor == 1  # type: ignore[union-attr]
@@ -95,7 +99,7 @@ def test_a_window_open_past_midnight_and_longer_than_its_period() -> None:
     night = {"cron": "0 22 * * *", "duration": "10h", "min": 2}
     step = schedule_step(replicas(night), at("2026-03-03T03:00:00Z"))
     assert step is not None and step.floor == 2
-    assert step.to_status()["active"]["until"] == "2026-03-03T08:00:00Z"
+    assert step.to_status().to_wire()["active"]["until"] == "2026-03-03T08:00:00Z"
     always = {"cron": "0 * * * *", "duration": "90m", "min": 2}
     step = schedule_step(replicas(always), at("2026-03-03T03:10:00Z"))
     assert step is not None and step.floor == 2 and step.next_at == at("2026-03-03T04:00:00Z")

@@ -11,6 +11,7 @@ from docparser_operator.api.status_models import (
     SECTIONS,
     DocParserStatus,
     DrainStatus,
+    ScaleToZeroStatus,
     ShadowStatus,
 )
 from docparser_operator.api.wire import WireModel
@@ -125,6 +126,9 @@ def status(
 
 def typed_sections(sections: dict) -> dict:
     """The sections as build_status takes them: status.drains as its model's entries."""
+    if sections.get("scale_to_zero") is not None:
+        typed = ScaleToZeroStatus.model_validate(sections["scale_to_zero"])
+        sections = {**sections, "scale_to_zero": typed}
     if sections.get("drains") is not None:
         sections = {
             **sections,
