@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Literal
 
 from docparser_operator.analysis import shadow_score as shadow
 from docparser_operator.analysis.counters import (
@@ -59,7 +59,8 @@ from docparser_operator.analysis.counters import (
 from docparser_operator.analysis.golden_score import GoldenScore
 from docparser_operator.analysis.shadow_score import ShadowCounters, ShadowFigures
 from docparser_operator.api.analysis_spec import AnalysisStep, CanaryAnalysis
-from docparser_operator.api.status_models import AnalysisStatus
+from docparser_operator.api.status_models import AnalysisCheck, AnalysisStatus
+from docparser_operator.api.status_models import GoldenScore as GoldenScoreStatus
 
 Phase = Literal["Verifying", "Shadowing", "Progressing", "Paused", "Failed", "Succeeded"]
 __all__ = ["AnalysisState", "Check", "Window", "advance", "current", "evaluate", "window_due"]
@@ -94,28 +95,25 @@ class AnalysisState:
             return 100
         return self.steps[self.step].weight
 
-    def to_status(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "revision": self.revision,
-            "step": self.step + 1,
-            "steps": len(self.steps),
-            "weight": self.weight,
-            "phase": self.phase,
-            "failures": self.failures,
-            "message": self.message,
-            "checks": [c.to_status() for c in self.checks],
-        }
-        if self.window_start:
-            out["windowStart"] = self.window_start
-        if self.paused_generation:
-            out["pausedGeneration"] = self.paused_generation
-        if self.retry:
-            out["retry"] = self.retry
-        if self.reason:
-            out["reason"] = self.reason
-        if self.golden:
-            out["golden"] = [g.to_status() for g in self.golden]
-        return out
+    def to_status(self) -> AnalysisStatus:
+        """``status.canary.analysis``, through its model (what ``current`` reads back)."""
+        return AnalysisStatus(
+            revision=self.revision,
+            step=self.step + 1,
+            steps=len(self.steps),
+            weight=self.weight,
+            phase=self.phase,
+            failures=self.failures,
+            message=self.message,
+            checks=[AnalysisCheck.model_validate(c.to_status()) for c in self.checks],
+            window_start=self.window_start or None,
+            paused_generation=self.paused_generation or None,
+            retry=self.retry or None,
+            reason=self.reason or None,
+            golden=[GoldenScoreStatus.model_validate(g.to_status()) for g in self.golden]
+            if self.golden
+            else None,
+        )
 
 
 def current(

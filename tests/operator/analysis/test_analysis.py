@@ -231,7 +231,7 @@ def test_the_walk_resumes_from_status_and_restarts_for_a_new_canary_or_retry() -
         generation=1,
         serving_step=True,
     )
-    wire = state.to_status()
+    wire = state.to_status().to_wire()
     assert wire["step"] == 2 and wire["weight"] == 25
     status = AnalysisStatus.model_validate(wire)  # as the pass reads it back (typed)
     again = current(CONFIG, status, "canary1")

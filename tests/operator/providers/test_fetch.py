@@ -206,7 +206,7 @@ def test_no_remote_body_reaches_status(leaky: LocalServer) -> None:
         memory, guarded, model, started, revisions, [], serving=True, now="2026-12-01T10:00:06Z"
     )
     assert after.message == "cannot query Prometheus: HTTP 200, errorType unknown", after.message
-    assert SECRET not in json.dumps(after.to_status())
+    assert SECRET not in json.dumps(after.to_status().to_wire())
 
     # A pod's golden parse that fails: the track, its pod, the code.
     pod = {

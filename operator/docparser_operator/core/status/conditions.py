@@ -245,7 +245,7 @@ def build_status(
     selector: str,
     rollout: RolloutStatus | None = None,
     weights_cached: tuple[bool, str, str] | None = None,
-    analysis: dict[str, Any] | None = None,
+    analysis: AnalysisStatus | None = None,
     route_gate: tuple[str, str] | None = None,
     drains: list[DrainStatus] | None = None,
     draining: bool = False,
@@ -354,7 +354,7 @@ def build_status(
             weight=routed_weight,
             requested_weight=requested_weight,
             ready_replicas=canary.ready,
-            analysis=AnalysisStatus.model_validate(analysis) if analysis is not None else None,
+            analysis=analysis,
             shadow=shadow,
         )
         if canary is not None

@@ -9,6 +9,7 @@ from typing import get_args, get_origin
 import pytest
 from docparser_operator.api.status_models import (
     SECTIONS,
+    AnalysisStatus,
     DocParserStatus,
     DrainStatus,
     ScaleToZeroStatus,
@@ -126,6 +127,8 @@ def status(
 
 def typed_sections(sections: dict) -> dict:
     """The sections as build_status takes them: status.drains as its model's entries."""
+    if sections.get("analysis") is not None:
+        sections = {**sections, "analysis": AnalysisStatus.model_validate(sections["analysis"])}
     if sections.get("scale_to_zero") is not None:
         typed = ScaleToZeroStatus.model_validate(sections["scale_to_zero"])
         sections = {**sections, "scale_to_zero": typed}
