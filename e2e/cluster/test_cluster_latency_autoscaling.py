@@ -12,8 +12,10 @@ prometheus-adapter. Each page's queue wait is the runtime's own (``timings_ms.qu
 
 Printed and recorded (docs/benchmarks.md material): the timeline per second and the moments
 of the HPA's decision, the Deployment's new size, the second pod Ready and the p95 crossing.
-Asserted: the causal order only. On this machine the nodes share two cores, so more pods add
-no CPU: what is measured is when the autoscaler acts, not the capacity it buys.
+Asserted: the causal order, and that every page sent before the target was missed is answered
+(after it, a page may wait past the pods' deadline and get the runtime's 504, nothing else).
+On this machine the nodes share two cores, so more pods add no CPU: what is measured is when
+the autoscaler acts, not the capacity it buys.
 
 A measurement (marked ``measure``): ``make test`` leaves it out, because its step is sized from
 the service time measured at its start, and in ``make test`` the other sessions share the same
@@ -157,9 +159,20 @@ def test_a_load_step_scales_out_before_the_p95_wait_crosses_the_target(
             f"{what} {'never' if at is None else f'{at - step:+.1f} s'}"
             for what, at in moments.items()
         )
-        record("latency autoscaler", f"{service_s:.2f} s/page, target {TARGET_S:g} s: {summary}")
-        errors = [p.status for p in pages if p.status != 200]
-        assert not errors, f"{len(errors)} of {len(pages)} pages not answered 200: {errors[:5]}"
+        # Until the target is missed every page is answered. After it, pages that wait past
+        # the pods' own deadline (the drain window) get the runtime's 504: on two shared cores
+        # the new pods add no CPU, so when the machine's other work slows the pods below the
+        # service time measured at the start, the step's queue outgrows that deadline.
+        missed = crossing if crossing is not None else float("inf")
+        before = [p.status for p in pages if p.sent < missed and p.status != 200]
+        after = [p.status for p in pages if p.sent >= missed and p.status != 200]
+        late = f"; {len(after)} pages sent after the target was missed got 504" if after else ""
+        record(
+            "latency autoscaler",
+            f"{service_s:.2f} s/page, target {TARGET_S:g} s: {summary}{late}",
+        )
+        assert not before, f"{len(before)} pages sent before the target was missed: {before[:5]}"
+        assert set(after) <= {504}, f"after the target was missed: {sorted(set(after))}"
         assert risen is not None and risen >= step, "replicas did not rise after the step"
         assert crossing is None or risen < crossing, (risen - step, crossing - step)
     finally:
