@@ -12,8 +12,8 @@ prometheus-adapter. Each page's queue wait is the runtime's own (``timings_ms.qu
 
 Printed and recorded (docs/benchmarks.md material): the timeline per second and the moments
 of the HPA's decision, the Deployment's new size, the second pod Ready and the p95 crossing.
-Asserted: the causal order, and that every page sent before the target was missed is answered
-(after it, a page may wait past the pods' deadline and get the runtime's 504, nothing else).
+Asserted: the causal order, and every page answered (the step stops once a page sent then
+would wait ``CUT_S``, so that the queue stays within the pods' own deadline).
 On this machine the nodes share two cores, so more pods add no CPU: what is measured is when
 the autoscaler acts, not the capacity it buys.
 
@@ -49,6 +49,13 @@ TARGET_S = 30.0  # > 15 s HPA sync + the 10 % tolerance's share: room for the de
 BASE_LOAD, STEP_LOAD = 0.3, 2.5  # of one pod's capacity (1 / service time)
 BASELINE_S, STEP_S = 20.0, 60.0
 WINDOW_S = 15.0
+# The step stops once a page sent then would wait this long (queue_waits.predicted_wait: the
+# pages still waiting over the answers per second just before): half the pods' own deadline
+# (the rapidocr drain window, 120 s), so no page waits past it even when the machine's other
+# work slows the pods below the service time measured at the start (a race hunt's run: 0.55
+# s/page measured, about 4x slower under the step, 60 of 281 pages 504 without this cut). On two
+# shared cores the new pods add no CPU, so only the cut bounds the queue.
+CUT_S = 60.0
 MAX_RATE = 5.0  # pages/s at most: the queue stays under the runtime's 256-page bound (no 429s)
 
 
@@ -140,7 +147,9 @@ def test_a_load_step_scales_out_before_the_p95_wait_crosses_the_target(
         # a distinct page each (the result cache would answer a repeated one at once)
         documents = [page_png((f"Invoice number {k}", "Total due 1280 EUR")) for k in range(total)]
         with Chain(cluster, namespace, adapter) as chain:
-            pages, step = open_loop(lambda: url, phases, documents=documents, keepalive=False)
+            pages, step = open_loop(
+                lambda: url, phases, documents=documents, keepalive=False, cut_after_s=CUT_S
+            )
         samples = chain.samples
         crossing = p95_crossing(pages, step - BASELINE_S, TARGET_S, WINDOW_S)
         risen = first(samples, lambda s: s.replicas > 1)
@@ -159,20 +168,13 @@ def test_a_load_step_scales_out_before_the_p95_wait_crosses_the_target(
             f"{what} {'never' if at is None else f'{at - step:+.1f} s'}"
             for what, at in moments.items()
         )
-        # Until the target is missed every page is answered. After it, pages that wait past
-        # the pods' own deadline (the drain window) get the runtime's 504: on two shared cores
-        # the new pods add no CPU, so when the machine's other work slows the pods below the
-        # service time measured at the start, the step's queue outgrows that deadline.
-        missed = crossing if crossing is not None else float("inf")
-        before = [p.status for p in pages if p.sent < missed and p.status != 200]
-        after = [p.status for p in pages if p.sent >= missed and p.status != 200]
-        late = f"; {len(after)} pages sent after the target was missed got 504" if after else ""
+        sent = sum(1 for p in pages if p.sent >= step)
         record(
             "latency autoscaler",
-            f"{service_s:.2f} s/page, target {TARGET_S:g} s: {summary}{late}",
+            f"{service_s:.2f} s/page, target {TARGET_S:g} s: {summary}; step {sent} pages",
         )
-        assert not before, f"{len(before)} pages sent before the target was missed: {before[:5]}"
-        assert set(after) <= {504}, f"after the target was missed: {sorted(set(after))}"
+        errors = [p.status for p in pages if p.status != 200]
+        assert not errors, f"{len(errors)} of {len(pages)} pages not answered 200: {errors[:5]}"
         assert risen is not None and risen >= step, "replicas did not rise after the step"
         assert crossing is None or risen < crossing, (risen - step, crossing - step)
     finally:

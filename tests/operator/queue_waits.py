@@ -32,6 +32,7 @@ class Page:
     url: str | None  # where it went (None: no Ready endpoint then)
     status: int = 0  # HTTP status (0: no answer)
     queue_s: float | None = None
+    done_at: float | None = None  # monotonic: answered, refused or failed
 
     @property
     def known_at(self) -> float | None:
@@ -57,17 +58,31 @@ def png() -> bytes:
 
 
 def _send(client: httpx.Client, page: Page, body: bytes) -> None:
-    if page.url is None:
-        return
     try:
-        reply = client.post(
-            f"{page.url}/v1/document/parse", files={"file": ("p.png", body, "image/png")}
-        )
-    except httpx.HTTPError:
-        return
-    page.status = reply.status_code
-    if reply.status_code == 200:
-        page.queue_s = reply.json()["timings_ms"]["queue"] / 1000
+        if page.url is None:
+            return
+        try:
+            reply = client.post(
+                f"{page.url}/v1/document/parse", files={"file": ("p.png", body, "image/png")}
+            )
+        except httpx.HTTPError:
+            return
+        page.status = reply.status_code
+        if reply.status_code == 200:
+            page.queue_s = reply.json()["timings_ms"]["queue"] / 1000
+    finally:
+        page.done_at = time.monotonic()
+
+
+def predicted_wait(pages: list[Page], now: float, over_s: float = 10.0) -> float:
+    """How long a page sent now would wait: the pages still unanswered over the answers per
+    second of the last ``over_s`` (what the pods really serve now, whatever was measured
+    before); infinite when pages wait and none was answered in that time."""
+    waiting = sum(1 for p in pages if p.done_at is None and p.url is not None)
+    served = sum(1 for p in pages if p.done_at is not None and now - p.done_at <= over_s)
+    if not waiting:
+        return 0.0
+    return waiting * over_s / served if served else float("inf")
 
 
 def open_loop(
@@ -76,12 +91,17 @@ def open_loop(
     *,
     documents: list[bytes] | None = None,
     keepalive: bool = True,
+    cut_after_s: float | None = None,
 ) -> tuple[list[Page], float]:
     """``rate`` pages/s for ``seconds``, phase after phase, each page to ``next_url()``; returns
     every page once answered (at most ``SETTLE_S`` after the last arrival) and when the last
     phase began. The k-th page is ``documents[k]`` (cycled; distinct ones get past a result
     cache), by default one blank page. ``keepalive=False``: a new connection per page
-    (kube-proxy balances connections, so kept-alive ones would stick to one pod)."""
+    (kube-proxy balances connections, so kept-alive ones would stick to one pod).
+    ``cut_after_s``: the last phase stops sending once a page sent then would wait longer
+    (``predicted_wait``). Its rate is sized from a service time measured before it; when the
+    machine's other work slows the pods under it, the queue would otherwise outgrow the pods'
+    own deadline (504)."""
     documents = documents or [png()]
     pages: list[Page] = []
     futures: list[Future[None]] = []
@@ -90,10 +110,13 @@ def open_loop(
     client = httpx.Client(timeout=SETTLE_S, limits=limits)
     last_phase = 0.0
     try:
-        for rate, seconds in phases:
+        for index, (rate, seconds) in enumerate(phases):
             last_phase = start = time.monotonic()
+            last = index == len(phases) - 1
             for k in range(int(rate * seconds)):
                 time.sleep(max(0.0, start + k / rate - time.monotonic()))
+                if last and cut_after_s and predicted_wait(pages, time.monotonic()) > cut_after_s:
+                    break
                 page = Page(time.monotonic(), next_url())
                 pages.append(page)
                 body = documents[len(pages) % len(documents)]
