@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, model_validator
 
-from docparser_operator.api.wire import WireModel
+from docparser_operator.api.wire import StatusModel, WireModel
 
 MAX_POOL = 1000
 
@@ -44,7 +44,7 @@ class BatchSpec(WireModel):
     backfill: bool = True
 
 
-class BatchPoolStatus(WireModel):
+class BatchPoolStatus(StatusModel):
     """The pool and the DocParser's batches now, rounded to two significant digits so a
     batch in progress writes status only when a figure moves by a step, and none at rest."""
 

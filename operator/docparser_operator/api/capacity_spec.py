@@ -11,7 +11,7 @@ from typing import Annotated
 from pydantic import Field
 
 from docparser_operator.api.analysis_spec import PrometheusSource
-from docparser_operator.api.wire import WireModel
+from docparser_operator.api.wire import StatusModel, WireModel
 
 # 10..9999 s, 1..9999 min, 1..24 h: a window shorter than a few readings measures nothing
 WINDOW_PATTERN = r"^([1-9][0-9]{1,3}s|[1-9][0-9]{0,3}m|([1-9]|1[0-9]|2[0-4])h)$"
@@ -25,7 +25,7 @@ class CapacitySpec(WireModel):
     prometheus: PrometheusSource | None = None
 
 
-class CapacityTier(WireModel):
+class CapacityTier(StatusModel):
     """One tier's share of the pages ``auto`` chose, and the seconds its pages held a slot."""
 
     tier: int | None = None
@@ -33,7 +33,7 @@ class CapacityTier(WireModel):
     seconds_per_page: float | None = None
 
 
-class CapacityRecommended(WireModel):
+class CapacityRecommended(StatusModel):
     """What the spec should say for the traffic measured (core/status/capacity_sizing.py)."""
 
     replicas: int | None = None
@@ -43,7 +43,7 @@ class CapacityRecommended(WireModel):
     target_wait_seconds: float | None = None  # the p95 queue wait ``replicas`` is sized for
 
 
-class CapacityStatus(WireModel):
+class CapacityStatus(StatusModel):
     """The last whole window's figures (rounded; written at most once per window)."""
 
     window: str | None = None

@@ -19,10 +19,10 @@ from pydantic import Field
 
 from docparser_operator.api.batch_spec import BatchPoolStatus
 from docparser_operator.api.capacity_spec import CapacityStatus
-from docparser_operator.api.wire import WireModel
+from docparser_operator.api.wire import StatusModel
 
 
-class Condition(WireModel):
+class Condition(StatusModel):
     type: Annotated[str, Field(max_length=316)]
     status: Literal["True", "False", "Unknown"]
     reason: Annotated[str, Field(max_length=1024)] | None = None
@@ -31,7 +31,7 @@ class Condition(WireModel):
     observed_generation: int | None = None
 
 
-class TrackStatus(WireModel):
+class TrackStatus(StatusModel):
     version: str | None = None
     revision: str | None = None
     ready_replicas: int | None = None
@@ -41,7 +41,7 @@ class StableStatus(TrackStatus):
     served_since: str | None = None  # when this revision first served (restarts tolerated)
 
 
-class AnalysisCheck(WireModel):
+class AnalysisCheck(StatusModel):
     name: str | None = None
     value: float | None = None
     threshold: float | None = None
@@ -51,14 +51,14 @@ class AnalysisCheck(WireModel):
     quantile: float | None = None
 
 
-class GoldenScore(WireModel):
+class GoldenScore(StatusModel):
     document: str | None = None
     canary: float | None = None
     stable: float | None = None
     ok: bool | None = None
 
 
-class AnalysisStatus(WireModel):
+class AnalysisStatus(StatusModel):
     revision: str | None = None
     reason: str | None = None
     golden: list[GoldenScore] | None = None
@@ -74,12 +74,12 @@ class AnalysisStatus(WireModel):
     checks: list[AnalysisCheck] | None = None
 
 
-class ShadowDrop(WireModel):
+class ShadowDrop(StatusModel):
     reason: str | None = None
     requests: float | None = None
 
 
-class ShadowStatus(WireModel):
+class ShadowStatus(StatusModel):
     """What the shadow does and costs (``spec.canary.shadow``): its configuration as rendered
     in ``<name>-shadow``, and the stable pods' comparison figures over the span measured last."""
 
@@ -104,13 +104,13 @@ class CanaryStatus(TrackStatus):
     shadow: ShadowStatus | None = None
 
 
-class RolloutStatus(WireModel):
+class RolloutStatus(StatusModel):
     size: int | None = None
     pods: int | None = None
     max_surge: int | None = None
 
 
-class DrainStatus(WireModel):
+class DrainStatus(StatusModel):
     """One cordoned node holding our pods (core/plan/drain.py)."""
 
     node: str | None = None
@@ -120,14 +120,14 @@ class DrainStatus(WireModel):
     phase: str | None = None
 
 
-class ScaleToZeroStatus(WireModel):
+class ScaleToZeroStatus(StatusModel):
     state: Literal["Awake", "Idle", "Waking"] | None = None
     since: str | None = None
     reason: str | None = None
     wake_replicas: int | None = None
 
 
-class ScheduleActive(WireModel):
+class ScheduleActive(StatusModel):
     """The open window that sets the floor, when it closes, and the bounds in effect."""
 
     cron: str | None = None
@@ -136,7 +136,7 @@ class ScheduleActive(WireModel):
     max: int | None = None
 
 
-class ScheduleNext(WireModel):
+class ScheduleNext(StatusModel):
     """The next window boundary and the bounds from then on."""
 
     at: str | None = None
@@ -144,7 +144,7 @@ class ScheduleNext(WireModel):
     max: int | None = None
 
 
-class ScheduleStatus(WireModel):
+class ScheduleStatus(StatusModel):
     """``spec.replicas.schedule`` now (core/plan/schedule.py): the window in effect, the next
     change."""
 
@@ -152,7 +152,7 @@ class ScheduleStatus(WireModel):
     next: ScheduleNext | None = None
 
 
-class DocParserStatus(WireModel):
+class DocParserStatus(StatusModel):
     observed_generation: int | None = None
     conditions: list[Condition] = Field(default_factory=list)
     stable: StableStatus | None = None

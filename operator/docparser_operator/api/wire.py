@@ -21,6 +21,17 @@ class WireModel(BaseModel):
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
+class StatusModel(WireModel):
+    """A part of ``status``: unknown fields are ignored, not refused. Status is what an
+    operator wrote, and Helm never downgrades a CRD: after a rollback to an older operator the
+    API server keeps serving the sections a newer one wrote, and refusing them would make the
+    whole DocParser unreadable (SpecInvalid) for a field nobody set by hand."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True
+    )
+
+
 class SecretRef(WireModel):
     """A reference by name to an object in the DocParser's namespace (a Secret, a ConfigMap)."""
 

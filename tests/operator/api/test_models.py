@@ -13,6 +13,7 @@ import pytest
 from crd_tools import EXAMPLES_DIR, admit, apply_defaults, load_yaml, root_schema
 from docparser_operator.api.models import DocParser, DocParserSpec
 from docparser_operator.api.status_models import DocParserStatus
+from dp_helpers import docparser
 
 CONSTRAINTS = (
     "minimum",
@@ -143,3 +144,26 @@ def test_the_walk_detects_a_disagreement() -> None:
     assert any("spec.replicas.min: minimum" in d for d in diffs)
     assert any("spec.runtime.maxBatchSize: default" in d for d in diffs)
     assert any("spec.traffic: properties" in d for d in diffs)
+
+
+def test_a_status_written_by_a_newer_operator_still_parses() -> None:
+    """Helm never downgrades a CRD, so after a rollback the API server serves status fields
+    only a newer operator knows; the DocParser must stay readable (a spec field nobody knows
+    is still refused: that one a person wrote)."""
+    newer = {
+        "observedGeneration": 3,
+        "stable": {"revision": "a1b2c3", "readyReplicas": 2, "warmPool": 1},
+        "canary": {"revision": "d4", "shadow": {"enabled": True, "percent": 5, "p99Cer": 0.1}},
+        "capacity": {"window": "1h", "recommended": {"replicas": 3, "gpuType": "h200"}},
+        "batch": {"replicas": 1, "spotInterruptions": 2},
+        "futureSection": {"phase": "On"},
+    }
+    status = DocParserStatus.model_validate(newer)
+    assert status.stable is not None and status.stable.revision == "a1b2c3"
+    assert status.canary is not None and status.canary.shadow is not None
+    assert status.batch is not None and status.batch.replicas == 1
+    assert "futureSection" not in status.to_wire()
+    body = {**docparser("inv"), "status": newer}
+    assert DocParser.model_validate(body).status == status
+    with pytest.raises(ValueError, match="futureField"):
+        DocParser.model_validate({**body, "spec": {**body["spec"], "futureField": 1}})
