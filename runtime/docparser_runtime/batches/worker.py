@@ -8,11 +8,10 @@ error files are assembled at ``finalizing`` from those records, in line order. A
 leaving (``accepting()`` False: the preStop signal or a drain) claims no new line; the lines
 it holds finish or go back to the queue when it stops.
 
-``stop`` lets the claimed lines finish until the pod's drain deadline (the heartbeat keeps
-their lease); only what is left then goes back to the queue head, so a rollout mid-batch loses
-no begun work, and each output line names the revision that ran it (``DOCPARSER_REVISION``).
-A pod killed without that chance (a preempted spot node) stops heartbeating: its lines
-requeue once their lease (``DOCPARSER_JOB_LEASE_S``) expires, by another worker's reaper.
+``stop`` lets claimed lines finish until the drain deadline, then requeues the rest: a rollout
+loses no begun work, and each output line names its revision (``DOCPARSER_REVISION``). A pod
+killed first (a preempted spot node) stops heartbeating: another worker's reaper requeues its
+lines once their lease (``DOCPARSER_JOB_LEASE_S``) expires.
 """
 
 from __future__ import annotations
@@ -84,16 +83,17 @@ class BatchWorker:
         self._tasks = [asyncio.create_task(fn(), name=f"batch-{n}") for n, fn in loops]
 
     async def stop(self, deadline: float | None = None) -> None:
-        """Stop every loop; lines this worker still held go back to the queue head.
-        ``deadline`` (``time.monotonic()``): first let the lines already claimed finish
-        until then, the heartbeat keeping their lease (the pod's drain)."""
+        """Stop every loop (cancelled again each second, 10 times: a client's timeout racing a
+        cancel can swallow it). ``deadline`` (monotonic): claimed lines may finish until then."""
         self._stopping = True
         lines = [t for t in self._tasks if t.get_name().startswith("batch-lines-")]
         if deadline is not None and lines:
             await asyncio.wait(lines, timeout=max(0.0, deadline - time.monotonic()))
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        pending = set(self._tasks)
+        for _ in range(10):
+            for task in pending:
+                task.cancel()
+            pending = (await asyncio.wait(pending, timeout=1.0))[1] if pending else pending
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.store.requeue(self.worker_id), 3.0)
 

@@ -335,3 +335,30 @@ async def test_a_claim_whose_reply_is_lost_and_retried_by_redis_py_loses_no_line
         finally:
             await h.store.close()
             await direct.close()
+
+
+async def test_stop_ends_a_loop_that_swallowed_its_cancel(harness, monkeypatch):
+    """A client's own timeout racing a cancel can turn the CancelledError into a timeout it
+    retries (the suite once hung 300 s in stop() and again in the loop's teardown): stop()
+    cancels again until every loop has ended."""
+    w = harness.worker("stubborn", lease_s=0.6)  # a heartbeat every 0.2 s
+    seen = []
+    entered = asyncio.Event()
+
+    async def heartbeat(worker_id, lease_s):
+        entered.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            seen.append("swallowed")  # the first cancel is lost, as in the race
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            seen.append("ended")
+            raise
+
+    await w.start()
+    monkeypatch.setattr(harness.store, "heartbeat", heartbeat)
+    await asyncio.wait_for(entered.wait(), 10)
+    await asyncio.wait_for(w.stop(), 30)
+    assert seen == ["swallowed", "ended"]
