@@ -22,7 +22,7 @@ kind get kubeconfig --name "$cluster" > "$kubeconfig"
 export KUBECONFIG=$kubeconfig
 
 docker build -f Dockerfile.runtime -t docparser/runtime:dev \
-	--build-arg BASE_IMAGE=debian:bookworm-slim --build-arg EXTRAS= \
+	--build-arg BASE_IMAGE=debian:bookworm-slim --build-arg EXTRAS=cloud \
 	--build-arg LOCK=runtime/requirements-image-cpu.lock .
 docker build -f Dockerfile.operator -t docparser/operator:dev .
 kind load docker-image --name "$cluster" docparser/runtime:dev docparser/operator:dev

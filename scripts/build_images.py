@@ -71,10 +71,11 @@ IMAGES = [
         dockerfile="Dockerfile.runtime",
         lock="runtime/requirements-image-cpu.lock",
         package_dir="runtime",
-        build_args={"EXTRAS": ""},
+        build_args={"EXTRAS": "cloud"},
         checks=[
             ["docparser-runtime", "--help"],
             ["python", "-c", "import rapidocr_onnxruntime, docparser_runtime.server.app"],
+            ["python", "-c", "import s3fs, gcsfs"],  # batch storage on s3:// and gs://
             ["/usr/bin/tini", "--version"],
             ["sh", "-c", 'test "$(id -u)" = 10001'],
         ],

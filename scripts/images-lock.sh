@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates the pinned, hashed locks the images install (`make images-lock`):
-#   runtime/requirements-image-cpu.lock   runtime deps, no extras (rapidocr engine only)
+#   runtime/requirements-image-cpu.lock   runtime deps + cloud extra (rapidocr engine, s3fs/gcsfs:
+#                                         batch storage and batch submit on s3:// and gs://)
 #   runtime/requirements-image-cuda.lock  runtime deps + deepseek (torch) + cloud + otel extras
 #   operator/requirements-image.lock      operator deps
 # Each also pins the package's build backend ([build-system].requires), because the
@@ -29,6 +30,6 @@ compile() {  # compile OUT PYPROJECT [uv args...]
   echo "wrote $out ($(grep -c '==' "$out") pins)"
 }
 
-compile runtime/requirements-image-cpu.lock runtime/pyproject.toml
+compile runtime/requirements-image-cpu.lock runtime/pyproject.toml --extra cloud
 compile runtime/requirements-image-cuda.lock runtime/pyproject.toml --extra deepseek --extra cloud --extra otel
 compile operator/requirements-image.lock operator/pyproject.toml

@@ -173,7 +173,7 @@ def _pins(text: str) -> dict[str, str]:
 @pytest.mark.parametrize(
     ("pyproject", "extras", "lock"),
     [
-        ("runtime/pyproject.toml", [], "runtime/requirements-image-cpu.lock"),
+        ("runtime/pyproject.toml", ["cloud"], "runtime/requirements-image-cpu.lock"),
         (
             "runtime/pyproject.toml",
             ["deepseek", "cloud", "otel"],
