@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+
+from docparser_operator.api.status_models import AnalysisCheck
 
 # Output-quality outcomes per page (the runtime's docparser_pages_<name>_total counters):
 # the check's name in status, and the CanaryAnalysis field holding its threshold.
@@ -99,18 +100,22 @@ class Check:
     stable: float | None = None
     quantile: float | None = None  # latency or CER: the quantile compared
 
-    def to_status(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "name": self.name,
-            "value": round(self.value, 4),
-            "threshold": self.threshold,
-            "ok": self.ok,
-        }
-        for key in ("canary", "stable", "quantile"):
-            number = getattr(self, key)
-            if number is not None:
-                out[key] = round(number, 4)
-        return out
+    def to_status(self) -> AnalysisCheck:
+        """One of ``status.canary.analysis.checks``: the measured figures to four places, the
+        threshold as the spec says it."""
+        return AnalysisCheck(
+            name=self.name,
+            value=round(self.value, 4),
+            threshold=self.threshold,
+            ok=self.ok,
+            canary=_four(self.canary),
+            stable=_four(self.stable),
+            quantile=_four(self.quantile),
+        )
+
+
+def _four(number: float | None) -> float | None:
+    return None if number is None else round(number, 4)
 
 
 P99 = 0.99

@@ -8,9 +8,9 @@ scores into the walk's next state.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from docparser_operator.api.analysis_spec import CanaryAnalysis
+from docparser_operator.api.status_models import GoldenScore as GoldenScoreStatus
 
 
 def cer(expected: str, got: str) -> float:
@@ -35,13 +35,14 @@ class GoldenScore:
     stable: float
     ok: bool
 
-    def to_status(self) -> dict[str, Any]:
-        return {
-            "document": self.document,
-            "canary": round(self.canary, 4),
-            "stable": round(self.stable, 4),
-            "ok": self.ok,
-        }
+    def to_status(self) -> GoldenScoreStatus:
+        """One of ``status.canary.analysis.golden``: the CERs to four places."""
+        return GoldenScoreStatus(
+            document=self.document,
+            canary=round(self.canary, 4),
+            stable=round(self.stable, 4),
+            ok=self.ok,
+        )
 
 
 def score_golden(

@@ -23,10 +23,10 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from docparser_operator.analysis.counters import Check, histogram_quantile
 from docparser_operator.api.analysis_spec import CanaryAnalysis
+from docparser_operator.api.status_models import ShadowDrop, ShadowStatus
 
 DROP_REASONS = ("busy", "budget", "error", "credential")
 
@@ -125,18 +125,20 @@ class ShadowFigures:
     quantile: float
     span: ShadowCounters
 
-    def to_status(self) -> dict[str, Any]:
+    def to_status(self) -> ShadowStatus:
+        """The measured fields of ``status.canary.shadow`` (its configured ones are left unset:
+        core/status/report.py adds what the shadow is told)."""
         minutes = self.seconds / 60.0
         span = self.span
-        rate = {"pagesPerMinute": round(span.mirrored / minutes, 2)} if minutes > 0 else {}
-        return {
-            "since": self.since,
-            "pagesCompared": span.compared,
-            "pagesMirrored": span.mirrored,
-            **rate,  # none over a span shorter than status' one-second clock
-            "quantile": self.quantile,
-            "cer": round(span.cer_at(self.quantile), 4),
-            "truncationIncrease": round(span.truncation_increase, 4),
-            "structureDisagreements": span.structure,
-            "dropped": [{"reason": r, "requests": n} for r, n in span.dropped if n],
-        }
+        return ShadowStatus(
+            since=self.since,
+            pages_compared=span.compared,
+            pages_mirrored=span.mirrored,
+            # none over a span shorter than status' one-second clock
+            pages_per_minute=round(span.mirrored / minutes, 2) if minutes > 0 else None,
+            quantile=self.quantile,
+            cer=round(span.cer_at(self.quantile), 4),
+            truncation_increase=round(span.truncation_increase, 4),
+            structure_disagreements=span.structure,
+            dropped=[ShadowDrop(reason=r, requests=n) for r, n in span.dropped if n],
+        )

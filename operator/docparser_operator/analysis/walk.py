@@ -59,8 +59,7 @@ from docparser_operator.analysis.counters import (
 from docparser_operator.analysis.golden_score import GoldenScore
 from docparser_operator.analysis.shadow_score import ShadowCounters, ShadowFigures
 from docparser_operator.api.analysis_spec import AnalysisStep, CanaryAnalysis
-from docparser_operator.api.status_models import AnalysisCheck, AnalysisStatus
-from docparser_operator.api.status_models import GoldenScore as GoldenScoreStatus
+from docparser_operator.api.status_models import AnalysisStatus
 
 Phase = Literal["Verifying", "Shadowing", "Progressing", "Paused", "Failed", "Succeeded"]
 __all__ = ["AnalysisState", "Check", "Window", "advance", "current", "evaluate", "window_due"]
@@ -105,14 +104,12 @@ class AnalysisState:
             phase=self.phase,
             failures=self.failures,
             message=self.message,
-            checks=[AnalysisCheck.model_validate(c.to_status()) for c in self.checks],
+            checks=[c.to_status() for c in self.checks],
             window_start=self.window_start or None,
             paused_generation=self.paused_generation or None,
             retry=self.retry or None,
             reason=self.reason or None,
-            golden=[GoldenScoreStatus.model_validate(g.to_status()) for g in self.golden]
-            if self.golden
-            else None,
+            golden=[g.to_status() for g in self.golden] if self.golden else None,
         )
 
 

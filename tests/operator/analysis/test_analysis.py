@@ -200,7 +200,7 @@ def test_one_slow_request_never_decides_the_latency_verdict_alone() -> None:
         return next(c for c in checks if c.name == "latencyP99Ratio")
 
     one = latency(exposition(40, slow=1))
-    assert one.ok and one.quantile == 0.975 and one.to_status()["quantile"] == 0.975, one
+    assert one.ok and one.quantile == 0.975 and one.to_status().quantile == 0.975, one
     two = latency(exposition(40, slow=2))
     assert not two.ok and two.value > 10, two
     many = window(exposition(400, slow=2), exposition(400))  # 0.5 % slow: p99 sees none

@@ -139,7 +139,7 @@ def test_a_step_waits_for_its_compared_pages_and_judges_the_shadow_in_its_window
 def test_status_figures_say_what_the_shadow_costs() -> None:
     dropped = (("budget", 6.0), ("busy", 0.0), ("credential", 0.0), ("error", 1.0))
     figures = ShadowFigures(NOW, 120.0, 0.9, span(200, bad=10, dropped=dropped))
-    assert figures.to_status() == {
+    assert figures.to_status().to_wire() == {
         "since": NOW,
         "pagesCompared": 200.0,
         "pagesMirrored": 200.0,
@@ -168,9 +168,9 @@ def test_the_cli_status_shows_what_the_shadow_costs_and_finds() -> None:
         "enabled": True,
         "percent": 10,
         "podPagesPerMinute": 30,
-        **ShadowFigures(
-            NOW, 450.0, 0.9, span(412, bad=60, dropped=(("budget", 38.0),))
-        ).to_status(),
+        **ShadowFigures(NOW, 450.0, 0.9, span(412, bad=60, dropped=(("budget", 38.0),)))
+        .to_status()
+        .to_wire(),
     }
     dp = {
         "metadata": {"name": "inv", "namespace": "ocr"},

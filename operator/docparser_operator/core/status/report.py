@@ -147,9 +147,6 @@ def pass_status(
     return status
 
 
-CONFIGURED = ("enabled", "percent", "podPagesPerMinute")
-
-
 def shadow_status(
     plan: Target, previous: DocParserStatus, walk: AnalysisState | None = None
 ) -> ShadowStatus | None:
@@ -162,16 +159,19 @@ def shadow_status(
     if spec.canary is None or spec.canary.shadow is None or canary is None:
         return None
     config = shadow_config(plan)
-    out: dict[str, Any] = {"enabled": config["enabled"], "percent": spec.canary.shadow.percent}
-    if config["enabled"]:
-        out["podPagesPerMinute"] = config["maxPagesPerMinute"]
+    enabled = bool(config["enabled"])
+    told = {
+        "enabled": enabled,
+        "percent": spec.canary.shadow.percent,
+        "pod_pages_per_minute": int(config["maxPagesPerMinute"]) if enabled else None,
+    }
     before = previous.canary
+    measured = ShadowStatus()
     if walk is not None and walk.figures is not None:
-        out.update(walk.figures.to_status())
+        measured = walk.figures.to_status()
     elif before is not None and before.revision == canary.revision and before.shadow is not None:
-        kept = before.shadow.to_wire()
-        out.update({k: v for k, v in kept.items() if k not in CONFIGURED})
-    return ShadowStatus.model_validate(out)
+        measured = before.shadow
+    return measured.model_copy(update=told)
 
 
 def _at_zero(
