@@ -16,9 +16,12 @@ it is absent when there is nothing to advise.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from docparser_operator.api.capacity_spec import CapacityRecommended, CapacityStatus
+from docparser_operator.api.capacity_spec import (
+    CapacityRecommended,
+    CapacityStatus,
+    CapacityTier,
+)
 from docparser_operator.api.models import DocParserSpec
 from docparser_operator.api.status_models import DocParserStatus
 from docparser_operator.core.plan.sizing import (
@@ -56,32 +59,35 @@ def target_wait(spec: DocParserSpec) -> float:
     return promised if spec.autoscaling.metric == "latency" and promised else eq.TARGET_WAIT_S
 
 
-def recommended(fig: Figures, spec: DocParserSpec) -> dict[str, Any]:
+def recommended(fig: Figures, spec: DocParserSpec) -> CapacityRecommended:
     """What the spec should say for these figures (each only where the figures support it)."""
-    out: dict[str, Any] = {}
     slots = int(fig.counters.slots) or spec.runtime.max_batch_size
     wait = target_wait(spec)
+    replicas = waited = None
     if fig.seconds_per_page > 0:
-        out["replicas"] = eq.replicas_at_peak(
-            fig.peak_pages_per_s, fig.seconds_per_page, slots, wait
-        )
-        out["targetWaitSeconds"] = wait
+        replicas = eq.replicas_at_peak(fig.peak_pages_per_s, fig.seconds_per_page, slots, wait)
+        waited = wait
     auto = dict(fig.counters.auto_pages)
     tier: int | str | None = None
     if spec.tier == "auto" and sum(auto.values()) > 0:
         tier = eq.tier_for_mix(auto)
-        out["tier"] = str(tier)
-    if fig.counters.memory_peak > 0:
-        out["memory"] = gib(eq.memory_for_peak(fig.counters.memory_peak))
+    max_batch = None
     if spec.resources.gpu_memory and spec.gpus > 0 and WEIGHTS_BYTES[spec.engine] > 0:
         sized = tier if isinstance(tier, int) else spec.max_tier
-        out["maxBatchSize"] = eq.batch_for_gpu(
+        max_batch = eq.batch_for_gpu(
             spec.engine,
             sized,
             spec.runtime.max_new_tokens,
             parse_quantity(spec.resources.gpu_memory),
         )
-    return out
+    peak = fig.counters.memory_peak
+    return CapacityRecommended(
+        replicas=replicas,
+        tier=None if tier is None else str(tier),
+        memory=gib(eq.memory_for_peak(peak)) if peak > 0 else None,
+        max_batch_size=max_batch,
+        target_wait_seconds=waited,
+    )
 
 
 def report(
@@ -93,35 +99,30 @@ def report(
     auto = dict(c.auto_pages)
     chosen = sum(auto.values())
     tiers = [
-        {
-            "tier": t,
-            **({"autoShare": significant(auto.get(t, 0.0) / chosen)} if chosen else {}),
-            **({"secondsPerPage": significant(seconds[t])} if t in seconds else {}),
-        }
+        CapacityTier(
+            tier=t,
+            auto_share=significant(auto.get(t, 0.0) / chosen) if chosen else None,
+            seconds_per_page=significant(seconds[t]) if t in seconds else None,
+        )
         for t in sorted(set(seconds) | {t for t, n in auto.items() if n > 0})
     ]
-    out: dict[str, Any] = {
-        "window": window,
-        "since": since,
-        "source": source,
-        "pods": fig.pods,
-        "pagesPerSecond": significant(fig.pages_per_s),
-        "peakPagesPerSecond": significant(fig.peak_pages_per_s),
-        "visionTokensPerPage": significant(fig.per_page(c.vision_tokens)),
-        "outputTokensPerPage": significant(fig.per_page(c.output_tokens)),
-        "secondsPerPage": significant(fig.seconds_per_page),
-        "queueWaitP95Seconds": significant(fig.queue_wait_p95),
-        "recommended": recommended(fig, spec),
-    }
-    if c.slots:
-        out["slots"] = int(c.slots)
-    if c.memory_peak:
-        out["memoryPeak"] = gib(c.memory_peak)
-    if c.memory_limit:
-        out["memoryLimit"] = gib(c.memory_limit)
-    if tiers:
-        out["tiers"] = tiers
-    return CapacityStatus.model_validate(out)
+    return CapacityStatus(
+        window=window,
+        since=since,
+        source=source,
+        pods=fig.pods,
+        pages_per_second=significant(fig.pages_per_s),
+        peak_pages_per_second=significant(fig.peak_pages_per_s),
+        vision_tokens_per_page=significant(fig.per_page(c.vision_tokens)),
+        output_tokens_per_page=significant(fig.per_page(c.output_tokens)),
+        seconds_per_page=significant(fig.seconds_per_page),
+        slots=int(c.slots) if c.slots else None,
+        queue_wait_p95_seconds=significant(fig.queue_wait_p95),
+        memory_peak=gib(c.memory_peak) if c.memory_peak else None,
+        memory_limit=gib(c.memory_limit) if c.memory_limit else None,
+        tiers=tiers or None,
+        recommended=recommended(fig, spec),
+    )
 
 
 def same_figures(a: CapacityStatus | None, b: CapacityStatus) -> bool:
