@@ -33,6 +33,11 @@ STATE = ".docparser-batch.json"
 SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".tif", ".tiff", ".bmp", ".gif", ".pdf")
 DONE = ("completed", "failed", "expired", "cancelled")
 MAX_WAIT_S = 7 * 24 * 3600.0  # past the server's 24 h window and its expiry, with margin
+# While waiting, a server that does not answer (0), is restarting or has lost its Redis for a
+# moment (502, 503: batch_store_unavailable, 504) is polled again for up to OUTAGE_S: a batch
+# runs for hours, and a pod rollout or a Redis restart in that time must not end the wait.
+TRANSIENT = (0, 502, 503, 504)
+OUTAGE_S = 600.0
 
 
 class SubmitError(Exception):
@@ -168,8 +173,22 @@ class Submission:
     def _wait(self, batch_id: str, total: int) -> dict[str, Any]:
         show = progress_line(self.err, total)
         deadline = time.monotonic() + MAX_WAIT_S
+        outage: float | None = None  # when the server stopped answering the poll
         while True:
-            batch: dict[str, Any] = self.api.json("GET", f"/v1/batches/{batch_id}")
+            try:
+                batch: dict[str, Any] = self.api.json("GET", f"/v1/batches/{batch_id}")
+            except ApiError as exc:
+                now = time.monotonic()
+                if exc.status not in TRANSIENT or (outage and now - outage > OUTAGE_S):
+                    raise
+                if outage is None:
+                    outage = now
+                    self.err.write(f"\n{exc.code}: {exc.message}; retrying for {OUTAGE_S:.0f}s\n")
+                time.sleep(max(self.opts.poll_s, 1.0))
+                continue
+            if outage is not None:
+                self.err.write(f"answering again after {time.monotonic() - outage:.0f}s\n")
+                outage = None
             counts = batch.get("request_counts") or {}
             show(int(counts.get("completed", 0)) + int(counts.get("failed", 0)), batch["status"])
             if batch["status"] in DONE:

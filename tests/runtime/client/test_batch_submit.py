@@ -235,3 +235,42 @@ def test_ctrl_c_while_waiting_leaves_a_batch_the_same_command_resumes(
     assert main([*args, "--no-wait"]) == 0
     assert batch_count(idle, KEY_A) == 1  # resumed batch_id, submitted nothing
     assert json.loads(state_file.read_text())["batch_id"] == batch_id
+
+
+def test_the_wait_rides_out_a_redis_restart(folder, tmp_path):
+    """The CLI polls a batch for hours; the server answers 503 (``job_store_unavailable``)
+    while its Redis restarts. The real CLI process keeps waiting through that (it said so on
+    stderr) and writes every document once the batch completes. Before, the first 503 ended
+    the run with exit 2 mid-batch, found by the 3-node batch scenario
+    (e2e/cluster/test_cluster_batch.py), which restarts Redis while ``batch submit`` waits."""
+    (folder / "broken.png").unlink()
+    dst = tmp_path / "out"
+    with RedisServer(appendonly=True) as redis:
+        env = {
+            "DOCPARSER_DEFAULT_TIER": "0",
+            "DOCPARSER_REDIS_URL": redis.url,
+            "DOCPARSER_BATCH_POLL_S": "0.1",
+            "DOCPARSER_BATCH_STORAGE_URI": f"file://{tmp_path}/store",
+        }
+        # the test engine: each batch of pages takes 1 s, so the batch outlasts the outage
+        with LiveServer(gated_delay_s=1.0, env=env) as live:
+            args = ["batch", "submit", str(folder), "--output", str(dst), "--url", live.url]
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "docparser_runtime", *args, "--poll", "0.2"],
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            try:
+                state = dst / ".docparser-batch.json"
+                deadline = time.monotonic() + 60
+                while not (state.exists() and "batch_id" in state.read_text()):
+                    assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+                    time.sleep(0.1)
+                redis.crash_and_restart(down_s=3.0)
+                assert proc.poll() is None, proc.stderr.read()  # still waiting
+                _, err = proc.communicate(timeout=120)
+            finally:
+                proc.kill()
+    assert proc.returncode == 0, err
+    assert "retrying" in err, err  # it met the outage, and said so
+    assert [row["status"] for row in manifest(dst)] == ["completed"] * 3, err
