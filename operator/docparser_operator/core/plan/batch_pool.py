@@ -26,7 +26,6 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
 
 from docparser_operator.analysis.batch_reading import BatchReading
 from docparser_operator.api import naming
@@ -152,23 +151,31 @@ def pool_status(
     be read), rounded; ``scaled_at``: this pass changed the pool's size then."""
     before = previous if previous is not None else BatchPoolStatus()
     reading = seen.reading
-    figures: dict[str, Any]
+    last = scaled_at or before.last_scale_time or None
     if reading is None:
-        kept = ("batches_in_progress", "pages_queued", "pages_done", "pages_per_minute")
-        figures = {k: getattr(before, k) for k in (*kept, "eta_minutes")}
-    else:
-        rate = seen.pages_per_minute() if reading.in_progress else 0.0
-        figures = {
-            "batches_in_progress": reading.in_progress,
-            "pages_queued": int(two_digits(reading.pages_queued)),
-            "pages_done": int(two_digits(reading.pages_done)),
-            "pages_per_minute": two_digits(rate or 0.0),
-        }
-        if rate and reading.pages_queued:
-            figures["eta_minutes"] = int(two_digits(math.ceil(reading.pages_queued / rate)))
-    last = scaled_at or before.last_scale_time
+        return BatchPoolStatus(
+            replicas=size,
+            ready_replicas=ready,
+            batches_in_progress=before.batches_in_progress,
+            pages_queued=before.pages_queued,
+            pages_done=before.pages_done,
+            pages_per_minute=before.pages_per_minute,
+            eta_minutes=before.eta_minutes,
+            last_scale_time=last,
+        )
+    rate = seen.pages_per_minute() if reading.in_progress else 0.0
+    eta = None
+    if rate and reading.pages_queued:
+        eta = int(two_digits(math.ceil(reading.pages_queued / rate)))
     return BatchPoolStatus(
-        replicas=size, ready_replicas=ready, **figures, last_scale_time=last or None
+        replicas=size,
+        ready_replicas=ready,
+        batches_in_progress=reading.in_progress,
+        pages_queued=int(two_digits(reading.pages_queued)),
+        pages_done=int(two_digits(reading.pages_done)),
+        pages_per_minute=two_digits(rate or 0.0),
+        eta_minutes=eta,
+        last_scale_time=last,
     )
 
 
