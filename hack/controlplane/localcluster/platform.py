@@ -164,6 +164,9 @@ def install_chart(layout: Layout, timeout: float, image_id: str) -> None:
             "image.pullPolicy=Never",
             "--set",
             "resyncIntervalSeconds=15",
+            # The batch scenario waits for its pool to go back to 0 (120 s by default).
+            "--set",
+            "batchCooldownSeconds=20",
             "--set-string",
             f"podAnnotations.docparser\\.io/image-archive={image_id}",
             "--wait",
