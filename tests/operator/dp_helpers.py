@@ -13,9 +13,10 @@ from typing import Any
 import pydantic
 from docparser_operator.api.kinds import DOCPARSER, KNOWN_KINDS
 from docparser_operator.api.models import DocParser, ObjectMeta
+from docparser_operator.cli.main import render_resource
 from docparser_operator.core.decide import Decision, decide, invalid
 from docparser_operator.core.plan.children import Observed
-from docparser_operator.core.render import render_all, roles_of
+from docparser_operator.core.render import roles_of
 from kube_cluster import Cluster
 
 DEPLOY = KNOWN_KINDS["Deployment"]
@@ -154,7 +155,7 @@ def converged(cluster: Cluster, name: str) -> bool:
         return False
     canary = role_deployment(cluster, name, "canary")
     ready = bool(canary and (canary.get("status") or {}).get("readyReplicas"))
-    wanted = render_all(dp, canary_ready=ready)
+    wanted = render_resource(dp, canary_ready=ready)
     for child in wanted:
         live = cluster.get(KNOWN_KINDS[child["kind"]], child["metadata"]["name"])
         body = "spec" if "spec" in child else "data"  # the shadow's ConfigMap has data

@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from docparser_operator.cli.main import to_yaml_stream
-from docparser_operator.core.render import render_all
+from docparser_operator.cli.main import render_resource, to_yaml_stream
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
 EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"
@@ -40,7 +39,7 @@ class Case:
         return yaml.safe_load((EXAMPLES_DIR / f"{self.example}.yaml").read_text())
 
     def render(self) -> list[dict]:
-        return render_all(self.resource(), canary_ready=self.canary_ready, idle=self.idle)
+        return render_resource(self.resource(), canary_ready=self.canary_ready, idle=self.idle)
 
 
 CASES = [

@@ -51,12 +51,23 @@ def _describe(err: ValidationError) -> str:
     return "; ".join(parts)
 
 
+def render_resource(
+    resource: dict[str, Any], *, canary_ready: bool = True, idle: bool = False
+) -> list[dict[str, Any]]:
+    """Every child of a raw DocParser once settled (core/render's ``render_all``, which takes
+    it typed): the render command parses it here, so nothing below the controller reads a raw
+    resource. Raises pydantic.ValidationError on a bad spec."""
+    from docparser_operator.api.models import DocParser
+    from docparser_operator.core.render import render_all
+
+    model = DocParser.from_resource(resource)
+    return render_all(model, canary_ready=canary_ready, idle=idle)
+
+
 def render_documents(
     documents: Sequence[dict[str, Any]], *, canary_ready: bool, err: TextIO
 ) -> list[dict[str, Any]]:
     """Children of every DocParser in ``documents``; raises ValueError naming a bad one."""
-    from docparser_operator.core.render import render_all
-
     children: list[dict[str, Any]] = []
     for index, doc in enumerate(documents):
         if not isinstance(doc, dict) or doc.get("kind") != KIND:
@@ -67,7 +78,7 @@ def render_documents(
             raise ValueError(f"document {index}: apiVersion must be {API_VERSION}")
         name = (doc.get("metadata") or {}).get("name", f"#{index}")
         try:
-            children.extend(render_all(doc, canary_ready=canary_ready))
+            children.extend(render_resource(doc, canary_ready=canary_ready))
         except ValidationError as exc:
             raise ValueError(f"DocParser {name}: {_describe(exc)}") from exc
     return children

@@ -19,7 +19,7 @@ import pytest
 import yaml
 from docparser_operator import __version__
 from docparser_operator.api.kinds import CHILD_KINDS, CHILD_VERBS, KINDS, KNOWN_KINDS
-from docparser_operator.core.render import render_all
+from docparser_operator.cli.main import render_resource
 
 REPO = Path(__file__).resolve().parents[3]
 CHART = REPO / "charts" / "docparser-operator"
@@ -68,7 +68,7 @@ def _allowed(rules: list[dict], group: str, resource: str) -> set[str]:
 def _rendered_kinds() -> set[str]:
     kinds = set()
     for example in (REPO / "examples").glob("*.yaml"):
-        kinds |= {o["kind"] for o in render_all(yaml.safe_load(example.read_text()))}
+        kinds |= {o["kind"] for o in render_resource(yaml.safe_load(example.read_text()))}
     return kinds
 
 

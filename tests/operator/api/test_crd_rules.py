@@ -28,6 +28,7 @@ from crd_tools import (
     root_schema,
 )
 from docparser_operator.api.models import DocParser
+from docparser_operator.cli.main import render_resource
 
 EXAMPLES = sorted(EXAMPLES_DIR.glob("*.yaml"))
 INVALID = sorted(INVALID_DIR.glob("*.yaml"))
@@ -237,13 +238,12 @@ def test_a_runtime_only_canary_needs_no_weights(gateway_canary: dict) -> None:
 def test_a_cpu_docparser_can_canary_a_runtime_image() -> None:
     resource = load_yaml(EXAMPLES_DIR / "rapidocr-runtime-canary.yaml")
     assert admit(resource).accepted
-    from docparser_operator.core.render import render_all
 
     images = {
         o["metadata"]["labels"].get("docparser.io/track"): o["spec"]["template"]["spec"][
             "containers"
         ][0]["image"]
-        for o in render_all(resource)
+        for o in render_resource(resource)
         if o["kind"] == "Deployment"
     }
     assert images == {

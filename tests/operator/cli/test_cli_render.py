@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from docparser_operator.cli.main import build_parser, main
-from docparser_operator.core.render import render_all
+from docparser_operator.cli.main import build_parser, main, render_resource
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLES = REPO / "examples"
@@ -29,7 +28,7 @@ def test_render_prints_every_child_as_a_yaml_stream() -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("---\n")
     documents = list(yaml.safe_load_all(result.stdout))
-    assert documents == render_all(yaml.safe_load(path.read_text()))
+    assert documents == render_resource(yaml.safe_load(path.read_text()))
     assert "&id" not in result.stdout and "*id" not in result.stdout
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 from docparser_operator.api.kinds import DOCPARSER
+from docparser_operator.cli.main import render_resource
 from docparser_operator.cli.rollout import (
     RolloutCommandError,
     promote_patch,
@@ -80,10 +81,9 @@ def test_resume_ends_a_pause_with_a_new_token_and_only_a_pause() -> None:
     assert resume_patch(dp, token) == {"spec": {"canary": {"analysis": {"resume": token}}}}
     # Only the walk moves: the same pod templates, so no new revision and no new pod.
     from docparser_operator.cli.rollout import resumed
-    from docparser_operator.core.render import render_all
 
     def deployments(resource: dict) -> list[dict]:
-        return [o for o in render_all(resource) if o["kind"] == "Deployment"]
+        return [o for o in render_resource(resource) if o["kind"] == "Deployment"]
 
     assert deployments(dp) and deployments(resumed(dp, token)) == deployments(dp)
     manual = docparser("inv", canary={"weights": CANARY_WEIGHTS, "weight": 10})
@@ -145,7 +145,6 @@ def test_promotion_moves_the_canarys_env_into_pod_env_keeping_its_pod_template()
     """canary.runtime.env joins spec.pod.env by name: the promoted spec renders the pod
     template the canary ran, so promoting restarts nothing; a manifest edit writes the same."""
     from docparser_operator.cli import manifest_edit
-    from docparser_operator.core.render import render_all
 
     env = [{"name": "DOCPARSER_MAX_PAGES", "value": "3"}, {"name": "X_NEW", "value": "1"}]
     dp = docparser(
@@ -159,7 +158,7 @@ def test_promotion_moves_the_canarys_env_into_pod_env_keeping_its_pod_template()
     dp["metadata"]["namespace"] = after["metadata"]["namespace"] = "ocr"
 
     def template(resource: dict, track: str) -> dict:
-        deployments = [o for o in render_all(resource) if o["kind"] == "Deployment"]
+        deployments = [o for o in render_resource(resource) if o["kind"] == "Deployment"]
         dep = next(d for d in deployments if d["metadata"]["labels"]["docparser.io/track"] == track)
         return dep["spec"]["template"]
 

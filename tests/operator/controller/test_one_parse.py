@@ -8,7 +8,9 @@ shadow, scale to zero's floor) on: the first pass, which creates the children an
 status, and the pass after it, which reads that status back. The second reads the signatures
 of every function in ``core``, ``analysis`` and ``api``: none takes a DocParser status (a
 parameter named ``status`` or ``previous``/``previous_status``/``old``/``new``) as a dict,
-but the merge patch's, which is JSON by nature.
+but the merge patch's, which is JSON by nature; none takes the DocParser itself as a dict (a
+``resource``, ``docparser``, ``dp`` or ``model``); and
+every ``to_status`` returns a status model (api/status_models.py), never a dict built by hand.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 import pytest
 from docparser_operator.api.kinds import DOCPARSER
 from docparser_operator.api.models import DocParser
+from docparser_operator.api.wire import StatusModel
 from docparser_operator.controller.capacity import CapacityArgs
 from docparser_operator.controller.credential import CredentialMemory
 from docparser_operator.controller.reconcile import reconcile
@@ -39,6 +42,9 @@ CHILD_STATUS = {"docparser_operator.core.status.conditions._container_state"}
 # holds it, and the typed status' to_wire(); controller/reporting.py hands it both.
 WIRE = "docparser_operator.core.status.status_patch."
 BELOW_THE_CONTROLLER = ("core", "analysis", "api")
+# Parameter names that carry the DocParser itself (raw, it is parsed above: the controller's pass
+# and cli/main.py's render_resource; DocParser.from_resource, the parse, is a classmethod).
+RESOURCE_PARAMETERS = {"resource", "docparser", "dp", "model"}
 
 
 @pytest.fixture
@@ -128,3 +134,42 @@ def test_the_walk_sees_a_dict_status_where_there_is_one() -> None:
         if "status" in signature.parameters and "dict" in str(hints.get("status"))
     ]
     assert sorted(CHILD_STATUS) == sorted(hits)
+
+
+def _takes_raw(where: str, signature: inspect.Signature, hints: dict[str, Any]) -> list[str]:
+    return [
+        f"{where}({name}: {hints[name]})"
+        for name in signature.parameters
+        if name in RESOURCE_PARAMETERS and "dict" in str(hints.get(name))
+    ]
+
+
+def test_no_function_below_the_controller_takes_the_docparser_as_a_dict() -> None:
+    """The render command's raw resource is parsed in cli/main.py (``render_resource``), the
+    pass's in the controller: core renders, plans and reports a typed DocParser only."""
+    found = [hit for where, sig, hints in _signatures() for hit in _takes_raw(where, sig, hints)]
+    assert found == []
+
+    def render_all(resource: dict[str, Any], *, canary_ready: bool = True) -> None:
+        """core/render's signature before it took the DocParser typed."""
+
+    hints = typing.get_type_hints(render_all)
+    assert _takes_raw("old", inspect.signature(render_all), hints)  # the check can fail
+
+
+def test_every_status_part_is_returned_as_its_model() -> None:
+    """Each ``to_status`` (the walk's, its checks' and golden scores', the shadow's figures,
+    the idle and schedule steps') returns a StatusModel: the camelCase keys come from the
+    model, never from a dict written by hand."""
+    returns = {
+        where: hints.get("return")
+        for where, _, hints in _signatures()
+        if where.endswith(".to_status")
+    }
+    assert len(returns) >= 6, returns
+    wrong = {
+        where: hint
+        for where, hint in returns.items()
+        if not (isinstance(hint, type) and issubclass(hint, StatusModel))
+    }
+    assert wrong == {}

@@ -10,10 +10,10 @@ from typing import Any
 
 from docparser_operator.api import naming
 from docparser_operator.api.kinds import DOCPARSER, KNOWN_KINDS
+from docparser_operator.cli.main import render_resource
 from docparser_operator.controller.credential import CredentialMemory
 from docparser_operator.controller.features import raised, resource_schedule
 from docparser_operator.controller.reconcile import reconcile
-from docparser_operator.core.render import render_all
 from dp_helpers import create, docparser
 from kube_cluster import Cluster, client_for
 
@@ -108,10 +108,10 @@ def test_a_window_wakes_a_docparser_that_scales_to_zero() -> None:
         },
     )
     dp["metadata"].update(namespace="ocr", uid="0b7d3c5e-0000-4000-8000-000000000036")
-    night = render_all(raised(dp, resource_schedule(dp, at("2026-03-02T03:00:00Z"))))
+    night = render_resource(raised(dp, resource_schedule(dp, at("2026-03-02T03:00:00Z"))))
     names = {(o["kind"], o["metadata"]["name"]) for o in night}
     assert ("Deployment", naming.front("inv")) in names
-    day = render_all(raised(dp, resource_schedule(dp, at("2026-03-02T08:00:00Z"))))
+    day = render_resource(raised(dp, resource_schedule(dp, at("2026-03-02T08:00:00Z"))))
     names = {(o["kind"], o["metadata"]["name"]) for o in day}
     assert ("Deployment", naming.front("inv")) not in names
     (hpa,) = [o for o in day if o["kind"] == "HorizontalPodAutoscaler"]

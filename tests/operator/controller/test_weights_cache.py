@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from docparser_operator.api.kinds import KNOWN_KINDS
 from docparser_operator.api.models import DocParserSpec
+from docparser_operator.cli.main import render_resource
 from docparser_operator.core.status.weights_cache_status import weights_cache_verdict
 from dp_helpers import (
     SHA_A,
@@ -189,19 +190,18 @@ def test_a_deleted_claim_takes_its_fill_job_along() -> None:
     of a volume that is gone: the pass recreates the claim and deletes that Job, so the next
     pass fills the new claim instead of pods waiting on an empty one."""
     from docparser_operator.core.plan.children import Observed, prepare
-    from docparser_operator.core.render import render_all
 
     resource = docparser("wc", weights=weights("v1", SHA_A), weightsCache=CACHE)
     resource["metadata"].update(namespace="ocr", uid="uid-wc", generation=1)
     name = cache_name("wc", SHA_A)
-    (job,) = [o for o in prepare(render_all(resource), owner(resource)) if o["kind"] == "Job"]
+    (job,) = [o for o in prepare(render_resource(resource), owner(resource)) if o["kind"] == "Job"]
     job["metadata"]["uid"] = "uid-job"
     decision = decide_on(resource, Observed({("Job", name): job}, []), previous_weight=0)
     verbs = {(a.verb, a.key) for a in decision.actions}
     assert ("apply", ("PersistentVolumeClaim", name)) in verbs
     assert ("prune", ("Job", name)) in verbs
     # With its claim there, a live Job is left alone (Jobs are immutable).
-    children = prepare(render_all(resource), owner(resource))
+    children = prepare(render_resource(resource), owner(resource))
     claim = next(o for o in children if o["kind"] == "PersistentVolumeClaim")
     both = Observed({("Job", name): job, ("PersistentVolumeClaim", name): claim}, [])
     keys = {a.key for a in decide_on(resource, both, previous_weight=0).actions}

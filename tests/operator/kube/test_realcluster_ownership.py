@@ -20,7 +20,7 @@ from controlplane.kubeapi import KubeApi, KubeApiError
 from crd_objects import BASE_SPEC, SHA_B, docparser, path, with_changes
 from docparser_operator.api.kinds import DOCPARSER, ref_for
 from docparser_operator.api.naming import FIELD_MANAGER
-from docparser_operator.core.render import render_all
+from docparser_operator.cli.main import render_resource
 from docparser_operator.kube.client import KubeClient
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
@@ -42,7 +42,7 @@ def operator_client(real_apiserver: ControlPlane) -> Iterator[KubeClient]:
 def create_and_render(api: KubeApi, namespace: str, name: str, spec: dict) -> list[dict]:
     """Create the DocParser on the server, then render its children from the live object."""
     live = api.create(path(namespace), docparser(name, spec))
-    return render_all(live)
+    return render_resource(live)
 
 
 def object_path(obj: dict[str, Any]) -> str:
@@ -90,7 +90,7 @@ def test_every_rendered_child_is_accepted_and_reapply_is_a_no_op(
     # no new managedFields time). Deployments are also written by the deployment controller
     # (status), so for them only the operator's own managedFields entry is compared.
     live = real_api.get(path(real_namespace, case))
-    for child in render_all(live):
+    for child in render_resource(live):
         before = real_api.get(object_path(child))
         after = operator_client.apply(child)
         assert operator_entry(after) == operator_entry(before), child["metadata"]["name"]

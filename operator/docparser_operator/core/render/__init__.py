@@ -1,6 +1,7 @@
-"""Pure renderers: DocParser resource dict -> desired child objects (no cluster access).
+"""Pure renderers: a typed DocParser -> desired child objects (no cluster access).
 
-``render_all`` is what ``docparser-operator render`` calls (the plan at rest); the reconciler
+``render_all`` is what ``docparser-operator render`` calls (the plan at rest; cli/main.py
+parses the raw resource, core never does); the reconciler
 renders ``render_target`` of the step its rollout planner chose. The order is stable (the weights
 cache claims and fill Jobs; the shadow ConfigMap; per spec revision: Deployment, revision
 Service; then the canary Service, the endpoint Service, the front's Deployment and Services
@@ -81,12 +82,10 @@ def render_target(plan: Target) -> list[dict[str, Any]]:
 
 
 def render_all(
-    resource: dict[str, Any], *, canary_ready: bool = True, idle: bool = False
+    model: DocParser, *, canary_ready: bool = True, idle: bool = False
 ) -> list[dict[str, Any]]:
-    """Every child of ``resource`` once settled; ``canary_ready=False``: before the canary's
-    pods are Ready (all traffic on stable); ``idle``: at zero (``replicas.min: 0``). Raises
-    pydantic.ValidationError on a bad spec."""
-    model = DocParser.from_resource(resource)
+    """Every child of ``model`` once settled; ``canary_ready=False``: before the canary's
+    pods are Ready (all traffic on stable); ``idle``: at zero (``replicas.min: 0``)."""
     if idle and model.spec.replicas.idle_policy is None:
         raise ValueError("only a DocParser with replicas.min 0 goes idle")
     plan = target_at_rest(model, roles_of(model), canary_ready=canary_ready, idle=idle)

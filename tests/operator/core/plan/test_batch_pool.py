@@ -13,6 +13,7 @@ import yaml
 from docparser_operator.analysis.batch_reading import BatchReading, combine, parse
 from docparser_operator.api import labels, naming
 from docparser_operator.api.batch_spec import BatchSpec
+from docparser_operator.cli.main import render_resource
 from docparser_operator.core.plan.batch_pool import (
     PoolSeen,
     decide_pool,
@@ -20,7 +21,6 @@ from docparser_operator.core.plan.batch_pool import (
     pool_status,
     two_digits,
 )
-from docparser_operator.core.render import render_all
 from docparser_operator.core.render.batch_pool import PRESTOP_SLEEP_S
 from docparser_operator.core.status.status_patch import status_write
 from golden import EXAMPLES_DIR
@@ -145,7 +145,7 @@ def test_an_unreadable_pass_keeps_the_figures_in_status() -> None:
 def rendered(**batch: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     resource = yaml.safe_load(EXAMPLE.read_text())
     resource["spec"]["batch"].update(batch)
-    children = render_all(resource)
+    children = render_resource(resource)
     pool = next(c for c in children if c["metadata"]["name"] == naming.batch_pool("archive"))
     return pool, [c for c in children if c is not pool]
 
@@ -219,9 +219,9 @@ def test_without_spec_batch_nothing_of_the_pool_renders() -> None:
     resource = yaml.safe_load(EXAMPLE.read_text())
     without = copy.deepcopy(resource)
     del without["spec"]["batch"]
-    names = {c["metadata"]["name"] for c in render_all(without)}
+    names = {c["metadata"]["name"] for c in render_resource(without)}
     assert naming.batch_pool("archive") not in names
-    stable = next(c for c in render_all(without) if c["kind"] == "Deployment")
+    stable = next(c for c in render_resource(without) if c["kind"] == "Deployment")
     assert "DOCPARSER_BATCH_WORKERS" not in env_of(stable)
 
 
@@ -269,7 +269,7 @@ def test_an_event_when_the_pool_changes_size_only() -> None:
 def test_the_network_policy_covers_the_pool_pods_but_takes_none_as_a_source() -> None:
     resource = yaml.safe_load(EXAMPLE.read_text())
     resource["spec"]["traffic"]["allowFrom"] = [{"namespaceSelector": {"matchLabels": {"a": "b"}}}]
-    children = render_all(resource)
+    children = render_resource(resource)
     policy = next(c for c in children if c["kind"] == "NetworkPolicy")
     pool = next(c for c in children if c["metadata"]["name"] == naming.batch_pool("archive"))
     pod = pool["spec"]["template"]["metadata"]["labels"]

@@ -11,9 +11,10 @@ import pytest
 from docparser_operator.analysis.activity import Activity, PodReading, parse
 from docparser_operator.api.models import DocParser
 from docparser_operator.api.status_models import DocParserStatus, ScaleToZeroStatus
+from docparser_operator.cli.main import render_resource
 from docparser_operator.core.plan.children import Observed, prepare
 from docparser_operator.core.plan.idle import IdleStep, Seen, decide_idle, epoch, rfc3339
-from docparser_operator.core.render import render_all, render_target
+from docparser_operator.core.render import render_target
 from docparser_operator.core.status.outcome import Outcome
 from docparser_operator.core.status.report import pass_status
 from docparser_operator.core.status.transition_events import events_for
@@ -245,7 +246,7 @@ def test_a_restarted_operator_waits_a_whole_window_again() -> None:
 
 def plan_at(dp: dict[str, Any], step: IdleStep, live: dict, pods: int, ready: int) -> Any:
     """decide over a cluster that has ``pods`` runtime pods (``ready`` of them Ready)."""
-    rendered = prepare(render_all(dp), owner(dp))
+    rendered = prepare(render_resource(dp), owner(dp))
     children = {(c["kind"], c["metadata"]["name"]): copy.deepcopy(c) for c in rendered}
     for (kind, name), obj in children.items():
         obj["metadata"]["managedFields"] = [{"manager": "docparser-operator", "operation": "Apply"}]
@@ -287,11 +288,11 @@ def test_each_state_plans_its_size_traffic_and_autoscaler() -> None:
 
 def test_the_route_sends_to_the_front_while_no_pod_is_ready() -> None:
     dp = sleeper(traffic=GATEWAY)
-    idle = render_all(dp, idle=True)
+    idle = render_resource(dp, idle=True)
     (route,) = [o for o in idle if o["kind"] == "HTTPRoute"]
     weights = {b["name"]: b["weight"] for b in route["spec"]["rules"][0]["backendRefs"]}
     assert weights["night-front"] == 100 and sum(weights.values()) == 100
-    (route,) = [o for o in render_all(dp) if o["kind"] == "HTTPRoute"]
+    (route,) = [o for o in render_resource(dp) if o["kind"] == "HTTPRoute"]
     weights = {b["name"]: b["weight"] for b in route["spec"]["rules"][0]["backendRefs"]}
     assert weights["night-front"] == 0 and sum(weights.values()) == 100
     assert not [o for o in idle if o["kind"] == "HorizontalPodAutoscaler"]
@@ -300,8 +301,8 @@ def test_the_route_sends_to_the_front_while_no_pod_is_ready() -> None:
 def test_the_front_is_rendered_only_for_min_zero_and_shares_the_pods_settings() -> None:
     plain = docparser("day", replicas={"min": 1, "max": 3})
     plain["metadata"]["namespace"] = "ocr"
-    assert not [o for o in render_all(plain) if o["metadata"]["name"].startswith("day-front")]
-    objects = render_all(sleeper(auth={"apiKeySecretRef": {"name": "keys"}}))
+    assert not [o for o in render_resource(plain) if o["metadata"]["name"].startswith("day-front")]
+    objects = render_resource(sleeper(auth={"apiKeySecretRef": {"name": "keys"}}))
     names = {(o["kind"], o["metadata"]["name"]) for o in objects}
     assert {("Deployment", "night-front"), ("Service", "night-front")} <= names
     assert ("Service", "night-serving") in names

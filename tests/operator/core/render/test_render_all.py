@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 from docparser_operator.api.labels import TRACK_SHARED
-from docparser_operator.core.render import render_all
+from docparser_operator.cli.main import render_resource
 from golden import CASES, Case
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_every_child_is_labelled_and_namespaced(case: Case) -> None:
     resource = case.resource()
-    for obj in render_all(resource, canary_ready=case.canary_ready):
+    for obj in render_resource(resource, canary_ready=case.canary_ready):
         meta = obj["metadata"]
         assert meta["namespace"] == resource["metadata"]["namespace"]
         assert meta["labels"]["app.kubernetes.io/managed-by"] == "docparser-operator"
@@ -22,7 +22,7 @@ def test_every_child_is_labelled_and_namespaced(case: Case) -> None:
 
 
 def test_order_is_stable() -> None:
-    objects = render_all(Case("deepseek-gateway-canary").resource())
+    objects = render_resource(Case("deepseek-gateway-canary").resource())
     kinds = [(o["kind"], o["metadata"]["labels"]["docparser.io/track"]) for o in objects]
     assert kinds == [
         ("ConfigMap", TRACK_SHARED),  # the shadow's configuration, before the pods mounting it
@@ -41,7 +41,7 @@ def test_order_is_stable() -> None:
 def test_live_object_children_are_owned() -> None:
     resource = Case("rapidocr-minimal").resource()
     resource["metadata"]["uid"] = "0b7e5c2e-1111-2222-3333-444455556666"
-    for obj in render_all(resource):
+    for obj in render_resource(resource):
         (owner,) = obj["metadata"]["ownerReferences"]
         assert owner == {
             "apiVersion": "docparser.io/v1alpha1",
@@ -56,7 +56,7 @@ def test_live_object_children_are_owned() -> None:
 def test_rendering_is_pure_and_deterministic() -> None:
     resource = Case("deepseek-gateway-canary").resource()
     before = repr(resource)
-    assert render_all(resource) == render_all(resource)
+    assert render_resource(resource) == render_resource(resource)
     assert repr(resource) == before
 
 

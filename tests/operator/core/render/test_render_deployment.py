@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 from docparser_operator.api.models import DocParser
+from docparser_operator.cli.main import render_resource
 from docparser_operator.core.plan import sizing
-from docparser_operator.core.render import render_all
 from docparser_operator.core.render.deployment import (
     PRESTOP_SLEEP_S,
     RUNTIME_DRAIN_GRACE_S,
@@ -34,7 +34,7 @@ def _deployments(resource: dict, **kw) -> dict[str, dict]:
     """Deployments by the role their revision plays (the Deployment's track label)."""
     return {
         d["metadata"]["labels"]["docparser.io/track"]: d
-        for d in of_kind(render_all(resource, **kw), "Deployment")
+        for d in of_kind(render_resource(resource, **kw), "Deployment")
     }
 
 

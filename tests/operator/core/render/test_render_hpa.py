@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from docparser_operator.core.render import render_all
+from docparser_operator.cli.main import render_resource
 from golden import CASES, Case, check_golden, of_kind
 
 GATEWAY = Case("deepseek-gateway-canary")
@@ -16,7 +16,8 @@ def test_golden(case: Case) -> None:
 
 def _hpas(resource: dict) -> dict[str, dict]:
     return {
-        h["metadata"]["name"]: h for h in of_kind(render_all(resource), "HorizontalPodAutoscaler")
+        h["metadata"]["name"]: h
+        for h in of_kind(render_resource(resource), "HorizontalPodAutoscaler")
     }
 
 
@@ -39,13 +40,15 @@ def test_one_hpa_scales_the_docparser_not_a_track() -> None:
         "kind": "DocParser",
         "name": "invoices",
     }
-    deployments = of_kind(render_all(resource), "Deployment")
+    deployments = of_kind(render_resource(resource), "Deployment")
     assert sorted(d["spec"]["replicas"] for d in deployments) == [1, 3]  # 4 split 75/25
     resource["spec"]["replicas"]["desired"] = 12  # what the HPA writes through /scale
-    deployments = of_kind(render_all(resource), "Deployment")
+    deployments = of_kind(render_resource(resource), "Deployment")
     assert sorted(d["spec"]["replicas"] for d in deployments) == [3, 9]
     resource["spec"]["replicas"]["desired"] = 99  # clamped to max
-    assert sum(d["spec"]["replicas"] for d in of_kind(render_all(resource), "Deployment")) == 20
+    assert (
+        sum(d["spec"]["replicas"] for d in of_kind(render_resource(resource), "Deployment")) == 20
+    )
 
 
 def _pods(name: str) -> dict:

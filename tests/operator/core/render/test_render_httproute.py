@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from docparser_operator.core.render import render_all
+from docparser_operator.cli.main import render_resource
 from golden import CASES, Case, check_golden, of_kind
 
 GATEWAY = Case("deepseek-gateway-canary")
@@ -16,7 +16,7 @@ def test_golden(case: Case) -> None:
 
 def _backends(resource: dict, *, canary_ready: bool = True) -> dict[str, int]:
     """Backend weights by the role of the revision behind each backend Service."""
-    objects = render_all(resource, canary_ready=canary_ready)
+    objects = render_resource(resource, canary_ready=canary_ready)
     (route,) = of_kind(objects, "HTTPRoute")
     (rule,) = route["spec"]["rules"]
     roles = {
@@ -45,7 +45,7 @@ def test_no_canary_means_one_stable_backend() -> None:
 
 
 def test_parent_ref_and_hostnames() -> None:
-    (route,) = of_kind(render_all(GATEWAY.resource()), "HTTPRoute")
+    (route,) = of_kind(render_resource(GATEWAY.resource()), "HTTPRoute")
     assert route["apiVersion"] == "gateway.networking.k8s.io/v1"
     assert route["spec"]["parentRefs"] == [
         {
@@ -59,4 +59,4 @@ def test_parent_ref_and_hostnames() -> None:
 
 
 def test_service_router_renders_no_httproute() -> None:
-    assert of_kind(render_all(Case("deepseek-service-router").resource()), "HTTPRoute") == []
+    assert of_kind(render_resource(Case("deepseek-service-router").resource()), "HTTPRoute") == []

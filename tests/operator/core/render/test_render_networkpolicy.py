@@ -4,7 +4,7 @@ pods, for the shadow's mirror) reach the runtime port."""
 from __future__ import annotations
 
 import pytest
-from docparser_operator.core.render import render_all
+from docparser_operator.cli.main import render_resource
 from golden import CASES, Case, check_golden, of_kind
 
 SERVICE = Case("deepseek-service-router")
@@ -33,9 +33,9 @@ def test_no_allow_from_no_policy_and_an_empty_list_admits_only_the_own_pods() ->
     shadow's stable-to-canary copies; a podSelector peer means this namespace only)."""
     resource = SERVICE.resource()
     del resource["spec"]["traffic"]["allowFrom"]
-    assert of_kind(render_all(resource), "NetworkPolicy") == []
+    assert of_kind(render_resource(resource), "NetworkPolicy") == []
     resource["spec"]["traffic"]["allowFrom"] = []
-    (policy,) = of_kind(render_all(resource), "NetworkPolicy")
+    (policy,) = of_kind(render_resource(resource), "NetworkPolicy")
     (rule,) = policy["spec"]["ingress"]
     assert rule["from"] == [
         {"podSelector": {"matchLabels": policy["spec"]["podSelector"]["matchLabels"]}}

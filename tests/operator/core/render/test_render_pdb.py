@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 from docparser_operator.api.models import DocParser
+from docparser_operator.cli.main import render_resource
 from docparser_operator.core.plan.drain import DrainPlan, NodeDrain
 from docparser_operator.core.plan.target import target_at_rest
-from docparser_operator.core.render import Target, render_all, roles_of
+from docparser_operator.core.render import Target, roles_of
 from docparser_operator.core.render.pdb import render_pdb
 from golden import CASES, Case, check_golden, of_kind
 
@@ -21,7 +22,7 @@ def test_golden(case: Case) -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_one_budget_selecting_every_runtime_pod(case: Case) -> None:
-    objects = render_all(case.resource(), canary_ready=case.canary_ready)
+    objects = render_resource(case.resource(), canary_ready=case.canary_ready)
     (pdb,) = of_kind(objects, "PodDisruptionBudget")
     selector = pdb["spec"]["selector"]["matchLabels"]
     for dep in of_kind(objects, "Deployment"):

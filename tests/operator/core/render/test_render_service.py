@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from docparser_operator.core.render import render_all
+from docparser_operator.cli.main import render_resource
 from golden import CASES, Case, check_golden, of_kind
 
 
@@ -13,12 +13,12 @@ def test_golden(case: Case) -> None:
 
 
 def _services(case: Case, resource: dict | None = None) -> dict[str, dict]:
-    objects = render_all(resource or case.resource(), canary_ready=case.canary_ready)
+    objects = render_resource(resource or case.resource(), canary_ready=case.canary_ready)
     return {s["metadata"]["name"]: s for s in of_kind(objects, "Service")}
 
 
 def _revision(case: Case, role: str, resource: dict | None = None) -> str:
-    objects = render_all(resource or case.resource(), canary_ready=case.canary_ready)
+    objects = render_resource(resource or case.resource(), canary_ready=case.canary_ready)
     (dep,) = [
         d
         for d in of_kind(objects, "Deployment")

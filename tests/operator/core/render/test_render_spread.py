@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from docparser_operator.core.render import render_all
+from docparser_operator.cli.main import render_resource
 from golden import Case, of_kind
 
 
 def test_default_spread_prefers_distinct_nodes_then_zones() -> None:
     resource = Case("deepseek-gateway-canary").resource()
-    for dep in of_kind(render_all(resource), "Deployment"):
+    for dep in of_kind(render_resource(resource), "Deployment"):
         spread = dep["spec"]["template"]["spec"]["topologySpreadConstraints"]
         assert [c["topologyKey"] for c in spread] == [
             "kubernetes.io/hostname",

@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 
 import pytest
-from docparser_operator.core.render import render_all
+from docparser_operator.cli.main import render_resource
 from golden import Case, check_golden, of_kind
 
 CACHED = Case("deepseek-weights-cache")
@@ -46,7 +46,7 @@ def test_one_claim_and_one_fill_job_per_sha256() -> None:
         "runtime": {"maxBatchSize": 2},
         "weight": 10,
     }
-    shared = render_all(resource)
+    shared = render_resource(resource)
     assert set(_by_name(shared, "PersistentVolumeClaim")) == {f"forms-weights-{STABLE_SHA[:12]}"}
 
 
@@ -106,16 +106,16 @@ def test_runtime_pods_mount_the_claim_read_only_and_wait_for_it() -> None:
 @pytest.mark.parametrize("case", [GATEWAY, SERVICE], ids=lambda c: c.id)
 def test_no_cache_objects_in_emptydir_mode_or_for_pvc_sources(case: Case) -> None:
     resource = copy.deepcopy(case.resource())
-    objects = render_all(resource)
+    objects = render_resource(resource)
     assert not of_kind(objects, "PersistentVolumeClaim") and not of_kind(objects, "Job")
     if case is SERVICE:  # pvc:// weights: already a volume, mounted in place in either mode
         resource["spec"]["weightsCache"] = {"mode": "PersistentVolume"}
-        assert not of_kind(render_all(resource), "Job")
+        assert not of_kind(render_resource(resource), "Job")
 
 
 def test_a_long_docparser_name_keeps_cache_names_within_63_characters() -> None:
     resource = copy.deepcopy(CACHED.resource())
     resource["metadata"]["name"] = "n" * 56
-    for obj in of_kind(render_all(resource), "Job"):
+    for obj in of_kind(render_resource(resource), "Job"):
         assert len(obj["metadata"]["name"]) == 63
         assert obj["metadata"]["name"].endswith(f"-weights-{obj['metadata']['name'][-12:]}")

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from controlplane import gateway_crds
 from crd_tools import apply_defaults, cel_errors, schema_errors
-from docparser_operator.core.render import render_all
+from docparser_operator.cli.main import render_resource
 from golden import CASES, Case, of_kind
 
 VERSIONS = ["1.30.0", kubernetes_validate.latest_version()]
@@ -36,7 +36,7 @@ def _cached_schemas():
 
 
 def _objects(case: Case) -> list[dict]:
-    return render_all(case.resource(), canary_ready=case.canary_ready)
+    return render_resource(case.resource(), canary_ready=case.canary_ready)
 
 
 def test_newest_version_is_newer_than_1_30() -> None:
@@ -64,7 +64,7 @@ def test_latency_hpa_validates_strictly(version: str) -> None:
     """The latency metric's HPA (a Pods metric, a millisecond quantity) is a valid object."""
     resource = Case("deepseek-gateway-canary").resource()
     resource["spec"]["autoscaling"] = {"metric": "latency", "targetSeconds": 2.5}
-    (hpa,) = of_kind(render_all(resource), "HorizontalPodAutoscaler")
+    (hpa,) = of_kind(render_resource(resource), "HorizontalPodAutoscaler")
     assert hpa["spec"]["metrics"][0]["pods"]["target"]["averageValue"] == "2500m"
     kubernetes_validate.validate(hpa, version, strict=True)
 
@@ -127,7 +127,7 @@ def test_httproute_without_canary_validates() -> None:
     resource = Case("deepseek-gateway-canary").resource()
     del resource["spec"]["canary"]
     resource["spec"]["traffic"] = {"router": "gateway", "gatewayRef": {"name": "web"}}
-    (route,) = of_kind(render_all(resource), "HTTPRoute")
+    (route,) = of_kind(render_resource(resource), "HTTPRoute")
     assert _httproute_errors(route) == []
 
 

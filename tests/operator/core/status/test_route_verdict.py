@@ -11,8 +11,8 @@ from typing import Any
 
 from docparser_operator.api.models import DocParser
 from docparser_operator.api.naming import FIELD_MANAGER
+from docparser_operator.cli.main import render_resource
 from docparser_operator.core.plan.children import Observed, prepare
-from docparser_operator.core.render import render_all
 from docparser_operator.core.status.conditions import build_status
 from docparser_operator.core.status.route_verdict import (
     JUDGE_GRACE_S,
@@ -125,7 +125,7 @@ def test_ready_waits_for_the_route_verdict():
 def _live(resource: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
     """The children of a settled 50 % canary: stable grown to 2 Ready pods, canary 1."""
     live = {}
-    for child in prepare(render_all(resource), owner(resource)):
+    for child in prepare(render_resource(resource), owner(resource)):
         obj = copy.deepcopy(child)
         obj["metadata"]["managedFields"] = [{"manager": FIELD_MANAGER, "operation": "Apply"}]
         obj["metadata"].update(generation=1, uid=f"uid-{obj['metadata']['name']}")
