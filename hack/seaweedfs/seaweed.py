@@ -1,5 +1,6 @@
 """A real S3-compatible server for tests: SeaweedFS's ``weed server`` (master, volume server,
-filer and S3 gateway in one process) on free 127.0.0.1 ports, one access key, given buckets.
+filer and S3 gateway in one process) on free ports of 127.0.0.1 (or a given address), one access
+key, given buckets.
 
 The binary comes from ``hack/seaweedfs/build.sh`` (cached under ~/.cache/docparser/seaweedfs);
 when it is not built, ``SeaweedUnavailable`` says why and the fixture skips. Every wait is
@@ -52,13 +53,13 @@ def weed_binary() -> Path:
     return Path(out.stdout.strip())
 
 
-def _free_ports(count: int) -> list[int]:
+def _free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     """``count`` distinct ports the kernel had free (held open together, so none repeats)."""
     socks = []
     try:
         for _ in range(count):
             s = socket.socket()
-            s.bind(("127.0.0.1", 0))
+            s.bind((host, 0))
             socks.append(s)
         return [s.getsockname()[1] for s in socks]
     finally:
@@ -67,10 +68,20 @@ def _free_ports(count: int) -> list[int]:
 
 
 class SeaweedS3:
-    """One ``weed server -filer -s3`` with a config granting ``access_key`` every action."""
+    """One ``weed server -filer -s3`` with a config granting ``access_key`` every action.
 
-    def __init__(self, buckets: tuple[str, ...] = (), *, start_timeout_s: float = 90.0) -> None:
+    ``host``: the address every part listens on and advertises (127.0.0.1; the e2e cluster
+    scenario gives the local cluster's node bridge address, so pods reach the gateway)."""
+
+    def __init__(
+        self,
+        buckets: tuple[str, ...] = (),
+        *,
+        start_timeout_s: float = 90.0,
+        host: str = "127.0.0.1",
+    ) -> None:
         self.buckets = buckets
+        self.host = host
         self.access_key = "docparser-test-" + os.urandom(4).hex()
         self.secret_key = os.urandom(16).hex()
         self._dir = tempfile.TemporaryDirectory(prefix="docparser-seaweed-")
@@ -109,14 +120,14 @@ class SeaweedS3:
             ]
         }
         (root / "s3.json").write_text(json.dumps(config))
-        master, master_g, volume, volume_g, filer, filer_g, s3, s3_g = _free_ports(8)
-        self.endpoint = f"http://127.0.0.1:{s3}"
-        self.filer_url = f"http://127.0.0.1:{filer}"
+        master, master_g, volume, volume_g, filer, filer_g, s3, s3_g = _free_ports(8, self.host)
+        self.endpoint = f"http://{self.host}:{s3}"
+        self.filer_url = f"http://{self.host}:{filer}"
         args = [
             str(weed),
             "server",
-            "-ip=127.0.0.1",
-            "-ip.bind=127.0.0.1",
+            f"-ip={self.host}",
+            f"-ip.bind={self.host}",
             f"-dir={root / 'data'}",
             f"-master.port={master}",
             f"-master.port.grpc={master_g}",
