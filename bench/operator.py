@@ -11,7 +11,11 @@ For 50 and 200 DocParsers it prints
   polling),
 - non-watch requests per minute at rest (`--rest-window` seconds after everything settled;
   the issue's target: under 10 a minute at 100 DocParsers), and after a + the watches
-  (re)opened in that window.
+  (re)opened in that window,
+- the CPU seconds spent during the create phase by the operator's threads and, with
+  `--backend apiserver`, by kube-apiserver, etcd and kube-controller-manager (from
+  /proc/<pid>/stat of the harness's processes): whether "1,000 in 60 s" fits the machine's
+  cores at all (2 cores: 120 CPU s in 60 s, for all of them together).
 
 Run: .venv/bin/python bench/operator.py [--sizes 50 200] [--resync 5] [--backend apiserver]
 `--backend apiserver` runs a real kube-apiserver + etcd (hack/controlplane, built by `make
@@ -58,21 +62,28 @@ def main() -> int:
     import logging
 
     logging.disable(logging.WARNING)
-    with backend(args.backend) as make_cluster:
-        rows = [run_one(make_cluster, n, args.timeout, args.rest_window) for n in args.sizes]
+    with backend(args.backend) as (make_cluster, processes):
+        rows = [
+            run_one(make_cluster, processes, n, args.timeout, args.rest_window) for n in args.sizes
+        ]
     print()
     print(f"backend: {args.backend}, resync every {args.resync:g} s")
     print(
         "| DocParsers | time to all reconciled (s) | API requests / DocParser on create "
         "| writes / DocParser on create | writes in one no-op resync of all "
         "| operator CPU s for one no-op resync of all "
-        "| non-watch requests / min at rest (by verb) |"
+        "| non-watch requests / min at rest (by verb) "
+        "| CPU s on create: operator | kube-apiserver | etcd | kube-controller-manager |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---|")
-    for n, secs, per_dp, writes_per_dp, noop, cpu, rest in rows:
+    print("|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|")
+    for n, secs, per_dp, writes_per_dp, noop, cpu, rest, create_cpu in rows:
+        spent = " | ".join(
+            "-" if create_cpu.get(who) is None else f"{create_cpu[who]:.1f}"
+            for who in ("operator", *CONTROL_PLANE)
+        )
         print(
             f"| {n} | {secs:.1f} | {per_dp:.1f} | {writes_per_dp:.1f} | {noop} | {cpu:.2f} "
-            f"| {rest} |"
+            f"| {rest} | {spent} |"
         )
     load = os.getloadavg()
     print(
@@ -82,13 +93,18 @@ def main() -> int:
     return 0
 
 
+CONTROL_PLANE = ("kube-apiserver", "etcd", "kube-controller-manager")
+MakeCluster = Callable[[Path, str], Iterator[Any]]
+
+
 @contextlib.contextmanager
-def backend(name: str) -> Iterator[Callable[[Path, str], Iterator[Any]]]:
-    """A factory of fresh clusters (one namespace each) on the chosen backend."""
+def backend(name: str) -> Iterator[tuple[MakeCluster, dict[str, int]]]:
+    """A factory of fresh clusters (one namespace each) on the chosen backend, and the pids
+    of the control plane's processes by name (none for the emulator)."""
     from kube_cluster import emulator_cluster, proxied_cluster
 
     if name == "emulator":
-        yield emulator_cluster
+        yield emulator_cluster, {}
         return
     sys.path.insert(0, str(ROOT / "hack"))
     from controlplane.harness import start_control_plane
@@ -102,7 +118,41 @@ def backend(name: str) -> Iterator[Callable[[Path, str], Iterator[Any]]]:
             yield first
             yield from gen
 
-        yield make
+        yield make, harness_pids(Path(cp.log_dir) if cp.log_dir else None)
+
+
+def harness_pids(workdir: Path | None) -> dict[str, int]:
+    """The pids of the harness's kube-apiserver, etcd and kube-controller-manager: the
+    processes whose command line names the harness's work dir (their data, certs and
+    kubeconfig live there), found in /proc (Linux), told apart by their binary's name."""
+    if workdir is None:
+        return {}
+    found: dict[str, int] = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:  # ended meanwhile, or not ours to read
+            continue
+        binary = Path(argv[0].decode(errors="replace")).name
+        if binary in CONTROL_PLANE and any(str(workdir).encode() in a for a in argv[1:]):
+            found[binary] = int(proc.name)
+    return found
+
+
+def process_cpu(pids: dict[str, int]) -> dict[str, float]:
+    """CPU seconds (user + system, all threads) of each process so far, from
+    /proc/<pid>/stat; a process that ended is left out."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for who, pid in pids.items():
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[who] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return out
 
 
 def at_rest(cluster: Any, window: float) -> str:
@@ -167,8 +217,8 @@ def by_kind(records: list[Any], n: int) -> str:
 
 
 def run_one(
-    make_cluster: Callable[[Path, str], Iterator[Any]], n: int, timeout: float, window: float
-) -> tuple[int, float, float, float, int, float, str]:
+    make_cluster: MakeCluster, processes: dict[str, int], n: int, timeout: float, window: float
+) -> tuple[int, float, float, float, int, float, str, dict[str, float]]:
     from docparser_operator.api.kinds import DOCPARSER, KNOWN_KINDS
     from dp_helpers import GATEWAY, docparser, quiet
     from kube_cluster import wait_for
@@ -184,6 +234,7 @@ def run_one(
         try:
             with running_operator(cluster) as run:  # returns once the operator started
                 start_mark = cluster.mark()
+                threads_before, control_before = thread_cpu(harness), process_cpu(processes)
                 t0 = time.monotonic()
                 for i in range(n):
                     spec = {"traffic": GATEWAY} if i % 2 else {}
@@ -206,6 +257,13 @@ def run_one(
 
                 wait_for(f"{n} reconciled", reconciled, timeout=timeout, interval=0.25)
                 elapsed = time.monotonic() - t0
+                create_cpu = {"operator": cpu_between(threads_before, thread_cpu(harness))}
+                create_cpu |= {
+                    who: spent - control_before[who]
+                    for who, spent in process_cpu(processes).items()
+                    if who in control_before
+                }
+                notes.append(f"n={n}: CPU s during the create phase: {fmt_cpu(create_cpu)}")
                 create_reqs = cluster.requests_since(start_mark)
                 per_dp = len(create_reqs) / n
                 writes_per_dp = sum(r.is_write for r in create_reqs) / n
@@ -256,7 +314,13 @@ def run_one(
                     pass
             except Exception as exc:  # the figures are taken: say so, go on to the next size
                 print(f"n={n}: the cluster's teardown failed: {exc!r}", flush=True)
-    return n, elapsed, per_dp, writes_per_dp, noop_writes, cpu, rest
+    return n, elapsed, per_dp, writes_per_dp, noop_writes, cpu, rest, create_cpu
+
+
+def fmt_cpu(spent: dict[str, float]) -> str:
+    total = sum(spent.values())
+    parts = ", ".join(f"{who} {s:.1f}" for who, s in spent.items())
+    return f"{parts}; together {total:.1f}"
 
 
 if __name__ == "__main__":
