@@ -39,9 +39,10 @@ class ResourceRef:
     # A child read by name (a get, trusted for a while: kube/observer.py), not from a watch,
     # for a kind the operator must not list cluster-wide (ConfigMaps): DocParser name -> name.
     named: Callable[[str], str] | None = None
-    # Of a child read by name: whether this content is inert, so a drift in it changes nothing
-    # the operator cares about and it need not be read again at rest (kube/observer.py).
-    inert: Callable[[dict[str, Any]], bool] | None = None
+    # Of a child read by name: whether this content (None: no such object) is inert, so a
+    # drift in it changes nothing the operator cares about and it need not be read again at
+    # rest (kube/observer.py).
+    inert: Callable[[dict[str, Any] | None], bool] | None = None
 
     @property
     def group(self) -> str:
@@ -64,9 +65,12 @@ class ResourceRef:
         return "/".join(parts)
 
 
-def _shadow_off(config_map: dict[str, Any]) -> bool:
-    """A shadow ConfigMap that mirrors nothing: the runtime reads a missing or edited one as
-    off too, so at rest (no canary) it is never worth a request to check it."""
+def _shadow_off(config_map: dict[str, Any] | None) -> bool:
+    """A shadow ConfigMap that mirrors nothing, or none at all (a DocParser that never had a
+    shadow): the runtime reads a missing or edited one as off too, so at rest it is never
+    worth a request to check it."""
+    if config_map is None:
+        return True
     try:
         config = json.loads((config_map.get("data") or {}).get(naming.SHADOW_CONFIG_KEY, ""))
     except ValueError:

@@ -171,6 +171,7 @@ def decide(
         canary_address=_cluster_ip(observed, naming.canary_service(name), uid),
         serving_address=_cluster_ip(observed, naming.serving_service(name), uid),
         batch_replicas=kept_size(model.spec.batch, observed, name, uid, batch_replicas),
+        shadow_config_live=("ConfigMap", naming.shadow_config(name)) in observed.children,
     )
     decision = Decision(target=plan)
     decision.drain = drain.report(drains, step, observed.pods, observed.cordoned or frozenset())

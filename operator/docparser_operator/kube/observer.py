@@ -12,11 +12,13 @@ A child read by name (the shadow's ConfigMap: watching ConfigMaps would mean rea
 ConfigMap in the cluster, api/kinds.py) has no index. What a pass wrote of it, or last read
 with one get, is trusted for ``NAMED_TTL_S`` (10 minutes) while it matters, then read again: a
 ConfigMap deleted or edited by hand during a shadow canary is put back within that time (its
-pods, which mount it optionally, read the shadow as off meanwhile). One that mirrors nothing
-(``ResourceRef.inert``: every DocParser at rest) is trusted until a pass changes it: a missing
-or edited one reads as off to the runtime too, so re-reading it would buy nothing and a
-DocParser at rest costs no request. A new DocParser's are not read at all: its first pass
-creates them with an apply that only creates (kube/client.py ``apply_new``).
+pods, which mount it optionally, read the shadow as off meanwhile). One that mirrors nothing,
+or none at all (``ResourceRef.inert``: every DocParser at rest), is trusted until a pass
+changes it: a missing or edited one reads as off to the runtime too, so re-reading it would buy
+nothing and a DocParser at rest costs no request. A new DocParser's are not read at all, and
+taken as absent: its first pass creates them, if it renders them, with an apply that only
+creates (kube/client.py ``apply_new``); one without a shadow renders none
+(core/render/shadow.py), so its ConfigMap costs no request, then or later.
 
 A watch lags the writes that cause it by a few milliseconds, and the pass right after a write
 must not plan from a view that predates it (it could spend the surge budget twice). So the
@@ -268,7 +270,8 @@ class IndexedObserver:
         one whose every pass failed before its status write) they are not read: such a child
         almost never exists, and the pass creates it with an apply that only creates
         (controller/reconcile.py), reading it only if one does. The read would be one
-        request more per DocParser created."""
+        request more per DocParser created. It is remembered as absent, as a read that
+        found none would be, so the passes after it do not read it either."""
         if self.client is None:
             return []
         forbidden: list[str] = []
@@ -279,6 +282,8 @@ class IndexedObserver:
                 until, obj = self._named.get((key, child), (0.0, None))
             if until <= self.clock():
                 if new:  # neither in the view nor absent: created without a read first
+                    with self._lock:
+                        self._named[(key, child)] = (self._trusted_until(ref, None), None)
                     continue
                 found: dict[Key, dict[str, Any]] = {}
                 if read_named(self.client, key[0], key[1], found, (ref,)):
@@ -294,10 +299,11 @@ class IndexedObserver:
         return forbidden
 
     def _trusted_until(self, ref: ResourceRef, obj: dict[str, Any] | None) -> float:
-        """Until when what we read or wrote of a child read by name stands unread: for ever
-        when its content is inert (``ResourceRef.inert``: the shadow's ConfigMap with nothing
-        to mirror, so a DocParser at rest costs no request), else ``named_ttl_s``."""
-        if obj is not None and ref.inert is not None and ref.inert(obj):
+        """Until when what we read or wrote of a child read by name (None: that none exists)
+        stands unread: for ever when that is inert (``ResourceRef.inert``: the shadow's
+        ConfigMap with nothing to mirror, or none, so a DocParser at rest costs no request),
+        else ``named_ttl_s``."""
+        if ref.inert is not None and ref.inert(obj):
             return float("inf")
         return self.clock() + self.named_ttl_s
 

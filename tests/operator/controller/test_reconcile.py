@@ -131,7 +131,6 @@ def test_second_pass_makes_zero_writes(cluster: Cluster) -> None:
     kinds = sorted(k for k, _ in first.applied)
     assert kinds == sorted(
         [
-            "ConfigMap",  # <name>-shadow (off: no shadow in the spec)
             "Deployment",
             "Deployment",
             "Service",  # the stable revision's backend
@@ -226,7 +225,8 @@ def test_a_new_docparsers_children_are_created_without_a_read_before(cluster: Cl
     from docparser_operator.kube.observer import IndexedObserver
 
     api = operator_client(cluster)
-    dp = create(cluster, docparser("inv", traffic=GATEWAY))
+    canary = {"weights": CANARY_WEIGHTS, "weight": 0, "shadow": {"percent": 10}}
+    dp = create(cluster, docparser("inv", traffic=GATEWAY, canary=canary))
     mark = cluster.mark()
     outcome = reconcile(api, dp, observer=IndexedObserver({}, client=api))
     sent = cluster.requests_since(mark)
@@ -254,21 +254,31 @@ def test_a_child_of_ours_the_view_lacks_is_applied_after_one_read(cluster: Clust
     assert {("Service", "inv"), ("PodDisruptionBudget", "inv")} <= set(outcome.applied)
     gets = [r.path for r in cluster.requests_since(mark) if r.method == "GET"]
     assert sorted(p.rsplit("/", 2)[-2] for p in gets) == sorted(
-        ["configmaps", "poddisruptionbudgets", "services"]
+        ["poddisruptionbudgets", "services"]  # no shadow: no ConfigMap (render/shadow.py)
     )
 
 
 def test_a_config_map_squatter_is_left_alone_by_a_new_docparser(cluster: Cluster) -> None:
     """Someone's ConfigMap named like the shadow's, there before the DocParser: the first pass
-    (which does not read it first) reports the conflict and leaves it as it was."""
+    (which does not read it first) of one with a shadow reports the conflict and leaves it as
+    it was. One without a shadow renders no ConfigMap, so it neither reads nor writes it."""
     from docparser_operator.kube.observer import IndexedObserver
 
     api = operator_client(cluster)
     body = {"apiVersion": "v1", "kind": "ConfigMap", "data": {"config.json": "{}"}}
-    squatter = cluster.client.create(
-        {**body, "metadata": {"name": "inv-shadow", "namespace": cluster.namespace}}
+    squatter, other = (
+        cluster.client.create({**body, "metadata": {"name": n, "namespace": cluster.namespace}})
+        for n in ("inv-shadow", "plain-shadow")
     )
-    dp = create(cluster, docparser("inv"))
+    plain = create(cluster, docparser("plain"))
+    mark = cluster.mark()
+    outcome = reconcile(api, plain, observer=IndexedObserver({}, client=api))
+    assert not outcome.conflicts
+    assert [r for r in cluster.requests_since(mark) if "/configmaps" in r.path] == []
+    untouched = cluster.get(KNOWN_KINDS["ConfigMap"], "plain-shadow")
+    assert untouched["metadata"]["resourceVersion"] == other["metadata"]["resourceVersion"]
+    canary = {"weights": CANARY_WEIGHTS, "weight": 0, "shadow": {"percent": 10}}
+    dp = create(cluster, docparser("inv", canary=canary))
     outcome = reconcile(api, dp, observer=IndexedObserver({}, client=api))
     assert ("ConfigMap", "inv-shadow") in outcome.conflicts
     assert ("ConfigMap", "inv-shadow") not in outcome.applied

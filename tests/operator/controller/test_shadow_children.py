@@ -1,6 +1,8 @@
 """The shadow's children on the emulator and a real API server: the internal token Secret is
-created once and never read, the ConfigMap <name>-shadow is read by name and kept current, and
-turning the shadow on or replacing the canary writes the ConfigMap only (no pod restarts)."""
+created once and never read, the ConfigMap <name>-shadow exists only once a shadow was
+configured (none, and no request for it, without), is read by name and kept current, and
+turning the shadow on or off or replacing the canary writes the ConfigMap only (no pod
+restarts)."""
 
 from __future__ import annotations
 
@@ -80,14 +82,17 @@ def test_a_secret_the_user_made_is_left_alone(cluster: Cluster) -> None:
     assert kept["metadata"]["resourceVersion"] == made["metadata"]["resourceVersion"]
 
 
+SHADOW = {"percent": 20, "maxPagesPerMinute": 30}
+
+
 def test_shadow_on_and_a_new_canary_rewrite_only_the_config_map(cluster: Cluster) -> None:
     run = CredentialMemory()
     create(cluster, docparser("inv", canary={"weights": CANARY_WEIGHTS, "weight": 0}))
     _pass(cluster, run)
-    assert _shadow_config(cluster) == {"enabled": False}
+    assert cluster.get(CONFIG_MAP, "inv-shadow") is None  # no shadow yet: none
     deployments = {d["metadata"]["name"] for d in cluster.list(DEPLOY)}
     spec = spec_of(cluster, "inv")
-    spec["canary"]["shadow"] = {"percent": 20, "maxPagesPerMinute": 30}
+    spec["canary"]["shadow"] = SHADOW
     set_spec(cluster, "inv", spec)
     outcome = _pass(cluster, run)
     assert outcome.applied == [("ConfigMap", "inv-shadow")]
@@ -112,9 +117,66 @@ def test_shadow_on_and_a_new_canary_rewrite_only_the_config_map(cluster: Cluster
     assert [k for k in outcome.applied if k[0] == "Deployment"] == [("Deployment", new_canary)]
 
 
+def test_shadow_off_tells_the_running_pods_and_writes_nothing_else(cluster: Cluster) -> None:
+    """The pods keep the last config their mounted file holds: turning the shadow off (with
+    the canary kept, or the canary removed) must rewrite ``<name>-shadow`` to ``enabled:
+    false``, not leave it or delete it (a deleted ConfigMap leaves the kubelet's last copy in
+    running pods). It stays, off, and the next pass writes nothing."""
+    run = CredentialMemory()
+    canary = {"weights": CANARY_WEIGHTS, "weight": 0, "shadow": SHADOW}
+    create(cluster, docparser("inv", canary=canary))
+    _pass(cluster, run)
+    assert _shadow_config(cluster)["enabled"] is True
+    spec = spec_of(cluster, "inv")
+    del spec["canary"]["shadow"]
+    set_spec(cluster, "inv", spec)
+    outcome = _pass(cluster, run)
+    assert outcome.applied == [("ConfigMap", "inv-shadow")]  # no pod template changes
+    assert _shadow_config(cluster) == {"enabled": False}
+    assert _pass(cluster, run).applied == []
+    spec["canary"]["shadow"] = SHADOW  # on again, then the canary removed altogether
+    set_spec(cluster, "inv", spec)
+    _pass(cluster, run)
+    assert _shadow_config(cluster)["enabled"] is True
+    del spec["canary"]
+    set_spec(cluster, "inv", spec)
+    outcome = _pass(cluster, run)
+    assert ("ConfigMap", "inv-shadow") in outcome.applied
+    assert _shadow_config(cluster) == {"enabled": False}
+
+
+def test_a_docparser_without_a_shadow_costs_no_config_map_request(cluster: Cluster) -> None:
+    """Without a shadow no ConfigMap is rendered (its pods mount it ``optional``; the runtime
+    reads a missing file as off): a DocParser created costs one apply fewer, and neither its
+    first pass (new: not read), the passes after it, nor the passes of a restarted operator
+    beyond one read (then trusted: nothing to mirror) ask for it."""
+    from docparser_operator.kube.observer import IndexedObserver
+
+    create(cluster, docparser("inv"))
+    api = _operator(cluster)
+    clock = [0.0]
+    seen = IndexedObserver({}, client=api, clock=lambda: clock[0])
+    mark = cluster.mark()
+
+    def configmap_requests() -> list[str]:
+        return [r.method for r in cluster.requests_since(mark) if "/configmaps" in r.path]
+
+    for _ in range(3):  # the first pass, then two more (no longer new)
+        live = cluster.get(KNOWN_KINDS["DocParser"], "inv")
+        reconcile(api, live, observer=seen, credentials=CredentialMemory())
+        clock[0] += 3600.0
+    assert configmap_requests() == []
+    assert cluster.get(CONFIG_MAP, "inv-shadow") is None
+    restarted = IndexedObserver({}, client=api, clock=lambda: clock[0])
+    for _ in range(3):  # one read, found none: none is as inert as one that says off
+        restarted(cluster.namespace, "inv")
+        clock[0] += 3600.0
+    assert configmap_requests() == ["GET"]
+
+
 def test_a_deleted_config_map_is_put_back_by_the_next_pass(cluster: Cluster) -> None:
     run = CredentialMemory()
-    create(cluster, docparser("inv"))
+    create(cluster, docparser("inv", canary={"weights": CANARY_WEIGHTS, "shadow": SHADOW}))
     _pass(cluster, run)
     config_map = cluster.get(CONFIG_MAP, "inv-shadow")
     assert config_map is not None
@@ -123,7 +185,7 @@ def test_a_deleted_config_map_is_put_back_by_the_next_pass(cluster: Cluster) -> 
     )
     outcome = _pass(cluster, run)
     assert ("ConfigMap", "inv-shadow") in outcome.applied
-    assert _shadow_config(cluster) == {"enabled": False}
+    assert _shadow_config(cluster)["enabled"] is True
 
 
 def test_status_says_what_the_shadow_is_told(cluster: Cluster) -> None:
@@ -144,7 +206,7 @@ def test_the_watch_backed_observer_reads_the_config_map_once_per_ttl(cluster: Cl
     cluster costs one get per DocParser per TTL; a deletion is seen after it."""
     from docparser_operator.kube.observer import IndexedObserver
 
-    create(cluster, docparser("inv"))
+    create(cluster, docparser("inv", canary={"weights": CANARY_WEIGHTS, "shadow": SHADOW}))
     _pass(cluster, CredentialMemory())
     clock = [0.0]
     seen = IndexedObserver({}, client=_operator(cluster), named_ttl_s=600, clock=lambda: clock[0])
@@ -168,12 +230,16 @@ def test_the_watch_backed_observer_reads_the_config_map_once_per_ttl(cluster: Cl
 
 
 def test_a_config_map_that_mirrors_nothing_is_never_read_again_at_rest(cluster: Cluster) -> None:
-    """At rest (no canary) <name>-shadow says ``enabled: false``, which the runtime also reads
-    from a missing or edited one: the observer trusts it until a pass writes another, so a
-    DocParser at rest costs no request however long it rests."""
+    """After a shadow was turned off <name>-shadow says ``enabled: false``, which the runtime
+    also reads from a missing or edited one: the observer trusts it until a pass writes
+    another, so a DocParser at rest costs no request however long it rests."""
     from docparser_operator.kube.observer import IndexedObserver
 
-    create(cluster, docparser("inv"))
+    create(cluster, docparser("inv", canary={"weights": CANARY_WEIGHTS, "shadow": SHADOW}))
+    _pass(cluster, CredentialMemory())
+    spec = spec_of(cluster, "inv")
+    del spec["canary"]
+    set_spec(cluster, "inv", spec)
     _pass(cluster, CredentialMemory())
     clock = [0.0]
     seen = IndexedObserver({}, client=_operator(cluster), named_ttl_s=600, clock=lambda: clock[0])

@@ -157,6 +157,38 @@ def test_the_config_is_re_read_when_the_file_changes(tmp_path: Path):
     assert watcher.refresh() == OFF  # invalid: off, never a crash
 
 
+def test_a_config_map_made_after_the_pod_started_is_read_when_the_kubelet_fills_the_volume(
+    tmp_path: Path,
+):
+    """A DocParser without a shadow has no ``<name>-shadow`` (the operator renders it only
+    once a shadow is configured); its pods mount the ConfigMap ``optional``, so the kubelet
+    starts them with an empty folder and, once the ConfigMap is made, fills it the way it
+    updates any ConfigMap volume: a timestamped folder, ``..data`` pointing at it, and
+    ``config.json`` a link through ``..data``. Until then the shadow is off; then the pod
+    mirrors without a restart, and off again when the operator rewrites it."""
+    volume = tmp_path / "shadow"
+    volume.mkdir()  # the optional volume of a ConfigMap that does not exist: empty
+    watcher = ConfigWatcher(volume / "config.json")
+    for _ in range(3):
+        assert watcher.refresh() == OFF
+    on = {"enabled": True, "target": "http://c", "stableRevision": "s", "canaryRevision": "c1"}
+
+    def kubelet_writes(stamp: str, config: dict) -> None:
+        folder = volume / f"..{stamp}"
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps(config))
+        link = volume / "..data_tmp"
+        link.symlink_to(folder.name)
+        os.replace(link, volume / "..data")  # the atomic swap of the kubelet's AtomicWriter
+        if not (volume / "config.json").is_symlink():
+            (volume / "config.json").symlink_to("..data/config.json")
+
+    kubelet_writes("2026_12_05_07_00_00.1", on)
+    assert watcher.refresh().mirrors("s")
+    kubelet_writes("2026_12_05_07_01_00.2", {"enabled": False})
+    assert watcher.refresh() == OFF and watcher.reloads == 2
+
+
 # -- budget and sampling -------------------------------------------------------------------
 def test_the_page_budget_refills_per_minute_and_drops_whole_requests():
     now = [0.0]

@@ -77,6 +77,9 @@ class Target:
     serving_address: str = ""
     # The batch pool's size (spec.batch: core/plan/batch_pool.py); None: batch.replicas.min.
     batch_replicas: int | None = None
+    # The live view holds ``<name>-shadow``: it is rendered even with no shadow in the spec, so
+    # turning a shadow off tells the running pods ``enabled: false`` (render/shadow.py).
+    shadow_config_live: bool = False
 
     @property
     def name(self) -> str:

@@ -3,11 +3,11 @@
 ``render_all`` is what ``docparser-operator render`` calls (the plan at rest; cli/main.py
 parses the raw resource, core never does); the reconciler
 renders ``render_target`` of the step its rollout planner chose. The order is stable (the weights
-cache claims and fill Jobs; the shadow ConfigMap; per spec revision: Deployment, revision
-Service; then the canary Service, the endpoint Service, the front's Deployment and Services
-with ``replicas.min: 0``, the HPA, the PDB, the HTTPRoute, the NetworkPolicy and the batch
-pool of ``spec.batch``) so golden
-files and apply batches never reorder. The shadow's internal token Secret is not rendered here:
+cache claims and fill Jobs; the shadow ConfigMap where a shadow was ever configured; per spec
+revision: Deployment, revision Service; then the canary Service, the endpoint Service, the
+front's Deployment and Services with ``replicas.min: 0``, the HPA, the PDB, the HTTPRoute, the
+NetworkPolicy and the batch pool of ``spec.batch``) so golden files and apply batches never
+reorder. The shadow's internal token Secret is not rendered here:
 the controller creates it once with random bytes (controller/credential.py).
 """
 
@@ -39,6 +39,7 @@ from docparser_operator.core.render.service import (
     render_serving_service,
 )
 from docparser_operator.core.render.shadow import render_shadow_config
+from docparser_operator.core.render.shadow import wanted as shadow_config_wanted
 from docparser_operator.core.render.weights_cache import render_weights_cache
 
 __all__ = ["RoleRevision", "Target", "render_all", "render_target", "roles_of"]
@@ -57,7 +58,8 @@ def roles_of(resource: DocParser) -> tuple[RoleRevision, ...]:
 def render_target(plan: Target) -> list[dict[str, Any]]:
     gateway = plan.resource.spec.traffic.router == "gateway"
     children: list[dict[str, Any]] = render_weights_cache(plan)
-    children.append(render_shadow_config(plan))  # before the pods that mount it
+    if shadow_config_wanted(plan):  # before the pods that mount it
+        children.append(render_shadow_config(plan))
     for tp in plan.roles:
         children.append(render_deployment(plan, tp))
     if gateway:

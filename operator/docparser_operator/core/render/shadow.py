@@ -6,8 +6,15 @@ canary, must not restart stable's pods. Every runtime pod (both roles, every rev
 the same ConfigMap, the internal token Secret and (with ``auth.adminKeySecretRef``) the
 admin key, all at fixed paths and ``optional`` where the operator creates the object itself,
 so the pod template never depends on the shadow; the kubelet refreshes a mounted ConfigMap
-in place (within about a minute) and the runtime re-reads it. The ConfigMap always exists:
-``{"enabled": false}`` when there is nothing to mirror.
+in place (within about a minute) and the runtime re-reads it.
+
+The ConfigMap exists only where a shadow was ever configured (``wanted``): the spec has one,
+or the live view holds the ConfigMap (a shadow turned off: it then says ``{"enabled":
+false}`` to the running pods, whose files would otherwise keep the last config). A DocParser
+that never had a shadow has none, one apply fewer per DocParser created: its pods mount the
+volume ``optional``, so the kubelet starts them with an empty folder (and fills it once the
+ConfigMap is made), and the runtime reads a missing file as shadow off
+(runtime/docparser_runtime/server/shadow/config.py).
 
 The configuration (the contract with the runtime, docs/operations.md "Shadow canary"): stable
 pods whose revision is ``stableRevision`` copy ``percent`` of the parse requests they answered
@@ -54,6 +61,13 @@ def shadow_config(plan: Target) -> dict[str, Any]:
         "stableRevision": stable.revision,
         "canaryRevision": canary.revision,
     }
+
+
+def wanted(plan: Target) -> bool:
+    """Whether the plan renders ``<name>-shadow``: a shadow in the spec, or one live (module
+    doc). The pod template mounts it either way."""
+    canary = plan.resource.spec.canary
+    return (canary is not None and canary.shadow is not None) or plan.shadow_config_live
 
 
 def render_shadow_config(plan: Target) -> dict[str, Any]:

@@ -4,10 +4,14 @@ pod template the same whether the shadow is on, off, or its canary replaced."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 
 import pytest
+from docparser_operator.api.models import DocParser
 from docparser_operator.cli.main import render_resource
+from docparser_operator.core.plan.target import target_at_rest
+from docparser_operator.core.render import render_target, roles_of
 from golden import CASES, Case, check_golden, of_kind
 
 GATEWAY = Case("deepseek-gateway-canary")  # canary with shadow, adminKeySecretRef
@@ -24,10 +28,20 @@ def test_golden(case: Case) -> None:
     check_golden(case, "ConfigMap")
 
 
-def _config(resource: dict, **kwargs: bool) -> dict:
-    (config_map,) = of_kind(render_resource(resource, **kwargs), "ConfigMap")
+def _config(resource: dict, *, live: bool = False) -> dict:
+    """What ``<name>-shadow`` says at rest; ``live``: as a pass renders it when its view holds
+    the ConfigMap (a shadow turned off)."""
+    (config_map,) = of_kind(_at_rest(resource, live=live), "ConfigMap")
     assert config_map["metadata"]["name"] == resource["metadata"]["name"] + "-shadow"
     return json.loads(config_map["data"]["config.json"])
+
+
+def _at_rest(resource: dict, *, live: bool) -> list[dict]:
+    """Every child at rest, rendered as a pass does: ``live`` when its view holds the ConfigMap
+    ``<name>-shadow`` (``Target.shadow_config_live``)."""
+    model = DocParser.from_resource(resource)
+    plan = target_at_rest(model, roles_of(model))
+    return render_target(dataclasses.replace(plan, shadow_config_live=live))
 
 
 def _templates(resource: dict) -> dict[str, dict]:
@@ -82,11 +96,23 @@ def test_the_budget_is_divided_among_stable_pods_rounding_up(
     assert _config(resource)["maxPagesPerMinute"] == per_pod
 
 
-def test_without_a_canary_or_a_shadow_the_config_says_off() -> None:
-    assert _config(MINIMAL.resource()) == {"enabled": False}
-    resource = GATEWAY.resource()
-    del resource["spec"]["canary"]["shadow"]
-    assert _config(resource) == {"enabled": False}
+def test_without_a_shadow_the_config_map_is_rendered_only_when_live_and_then_says_off() -> None:
+    """A DocParser that never had a shadow has no ``<name>-shadow`` (one apply fewer per
+    DocParser created; its pods mount it ``optional`` and the runtime reads a missing file as
+    off). One that exists (a shadow turned off, or made by an older operator) is kept and says
+    ``enabled: false``, so running pods stop mirroring. The pod templates are the same either
+    way: no revision hash, so no pod, depends on it."""
+    no_canary = MINIMAL.resource()
+    no_shadow = GATEWAY.resource()
+    del no_shadow["spec"]["canary"]["shadow"]
+    for resource in (no_canary, no_shadow):
+        assert of_kind(_at_rest(resource, live=False), "ConfigMap") == []
+        assert _config(resource, live=True) == {"enabled": False}
+        templates = [of_kind(_at_rest(resource, live=live), "Deployment") for live in (False, True)]
+        assert templates[0] == templates[1]
+    shadowed = GATEWAY.resource()  # with a shadow in the spec: rendered, live or not
+    assert _config(shadowed, live=False) == _config(shadowed, live=True)
+    assert _config(shadowed)["enabled"] is True
 
 
 def test_shadow_on_off_and_a_new_canary_never_change_the_stable_pod_template() -> None:
@@ -106,7 +132,9 @@ def test_shadow_on_off_and_a_new_canary_never_change_the_stable_pod_template() -
     for other in (off, resized, replaced, no_canary):
         assert _templates(other)["stable"] == stable
     assert _templates(off)["canary"] == _templates(on)["canary"]
-    configs = {json.dumps(_config(r), sort_keys=True) for r in (on, off, resized, replaced)}
+    configs = {
+        json.dumps(_config(r, live=True), sort_keys=True) for r in (on, off, resized, replaced)
+    }
     assert len(configs) == 4  # ... while the configuration did change each time
 
 
