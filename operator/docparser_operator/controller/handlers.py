@@ -205,9 +205,7 @@ def track(event: Mapping[str, Any], body: kopf.Body, memo: kopf.Memo, **_: Any) 
     if not uid:
         return
     if event.get("type") == "DELETED" or meta.get("deletionTimestamp"):
-        state.known.pop(uid, None)
-        state.refusals.forget(uid)
-        state.handled.pop(uid, None)
+        state.deleted(uid, meta.get("namespace") or "", meta.get("name") or "")
         return
     plain = _plain(body)
     state.saw_event(uid, plain)  # a generation passed already: our status write, a label edit

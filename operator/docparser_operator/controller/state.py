@@ -147,6 +147,17 @@ class OperatorState:
             if known is None or _age(body) >= _age(known):
                 self.known[uid] = body
 
+    def deleted(self, uid: str, namespace: str, name: str) -> None:
+        """The DocParser is gone (or going): forget what this run kept of it, and what the
+        observer remembers of its children (``IndexedObserver.forget_owner``), so one created
+        again under its name starts from nothing."""
+        with self.locks_guard:
+            self.known.pop(uid, None)
+            self.handled.pop(uid, None)
+        self.refusals.forget(uid)
+        if self.observer is not None:
+            self.observer.forget_owner(namespace, name)
+
     def saw_write(self, body: dict[str, Any] | None) -> None:
         """Our status write returned ``body``: later passes start from it (their ``previous``
         status), not from an older event's copy. A deleted DocParser is not brought back."""

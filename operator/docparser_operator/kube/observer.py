@@ -340,6 +340,16 @@ class IndexedObserver:
             live = {k: e for k, e in entries.items() if e.obj is None or e.uid not in self._gone}
             self._pending.setdefault((namespace, name), {}).update(live)
 
+    def forget_owner(self, namespace: str, name: str) -> None:
+        """The DocParser was deleted: what we read or wrote of its children no longer holds
+        (they go with it), and one created again under its name starts from nothing. Why:
+        a ConfigMap remembered for the deleted one (trusted for ever at rest) stood in the
+        new one's view, owned by the old uid: a ChildConflict for ever."""
+        with self._lock:
+            for entry in [e for e in self._named if e[0] == (namespace, name)]:
+                del self._named[entry]
+            self._pending.pop((namespace, name), None)
+
     def forget(self, namespace: str, name: str, child: Key, uid: str) -> None:
         """The watch reported ``child`` (this uid) deleted: whatever we wrote of it no longer
         holds, even if the pass that wrote it only tells us after this (``_gone``)."""

@@ -109,6 +109,18 @@ def test_nothing_is_remembered_past_its_ttl() -> None:
     assert seen(NS, DP).children == {}
 
 
+def test_a_deleted_docparser_s_children_are_forgotten() -> None:
+    """A DocParser deleted and created again under its name: what was remembered of the
+    first one's children (written, or read by name and trusted for ever at rest) must not
+    stand in the new one's view, where it is owned by the old uid (a ChildConflict)."""
+    seen, _, _ = observer()
+    seen.remember(NS, DP, {("Service", "inv"): obj("Service", "inv", 4)}, {})
+    seen.forget_owner(NS, "other")  # another DocParser's deletion: ours stays
+    assert set(seen(NS, DP).children) == {("Service", "inv")}
+    seen.forget_owner(NS, DP)
+    assert seen(NS, DP).children == {}
+
+
 def test_opaque_resource_versions_trust_the_watch() -> None:
     indexed = obj("Service", "inv", 1)
     indexed["metadata"]["resourceVersion"] = "abc"
