@@ -8,7 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from docparser_operator.kube.observer import IndexedObserver, index_key, resource_version
+from docparser_operator.kube.observer import (
+    PENDING_BOUND_S,
+    IndexedObserver,
+    index_key,
+    resource_version,
+)
 
 NS, DP = "team", "inv"
 
@@ -106,6 +111,31 @@ def test_nothing_is_remembered_past_its_ttl() -> None:
     seen, _, clock = observer()
     seen.remember(NS, DP, {("Service", "inv"): obj("Service", "inv", 4)}, {})
     clock.now = 11
+    assert seen(NS, DP).children == {}
+
+
+def test_a_write_stands_in_for_as_long_as_its_watch_event_is_late() -> None:
+    """At 1,000 DocParsers created at once the watch delivered the operator's own creates
+    more than 10 s late (the window this used to be): the passes after that saw no Service,
+    created it again (409), read it and applied it again. A write now stands in until the
+    watch delivers its resourceVersion; ``ttl_s`` (``PENDING_BOUND_S``) only bounds a
+    watch that never does. Fails with a fixed 10 s window."""
+    assert PENDING_BOUND_S >= 60
+    clock = Clock()
+    indexes: dict[str, dict[tuple[str, str], list[dict[str, Any]]]] = {"Service": {}}
+    seen = IndexedObserver(indexes, clock=clock)  # the operator's default bound
+    svc = obj("Service", "inv", 40)
+    seen.remember(NS, DP, {("Service", "inv"): svc}, {})
+    for late in (11.0, 30.0, 59.0):  # the watch lags by this much: our write still holds
+        clock.now = late
+        assert seen(NS, DP).children == {("Service", "inv"): svc}
+    delivered = obj("Service", "inv", 40)
+    indexes["Service"][(NS, DP)] = [delivered]  # the watch delivers that version
+    assert seen(NS, DP).children[("Service", "inv")] is delivered
+    indexes["Service"][(NS, DP)] = []  # a deletion arrives: no stale write of ours shows
+    assert seen(NS, DP).children == {}
+    seen.remember(NS, DP, {("Service", "inv"): svc}, {})
+    clock.now += PENDING_BOUND_S + 1  # never delivered (a deletion missed): bounded
     assert seen(NS, DP).children == {}
 
 
