@@ -11,17 +11,21 @@ import copy
 import json
 from typing import Any
 
+import pytest
 from docparser_operator.api.kinds import KNOWN_KINDS
 from docparser_operator.controller.credential import CredentialMemory
 from docparser_operator.controller.reconcile import reconcile
 from docparser_operator.kube.client import KubeClient
-from dp_helpers import CANARY_WEIGHTS, SHA_C, create, docparser, set_spec, spec_of
-from kube_cluster import Cluster, client_for
+from dp_helpers import CANARY_WEIGHTS, SHA_C, condition, create, docparser, set_spec, spec_of
+from kube_cluster import Cluster, client_for, wait_for
+from operator_runner import running_operator
 
-SECRET, CONFIG_MAP, DEPLOY = (
+SECRET, CONFIG_MAP, DEPLOY, DOCPARSER, PDB = (
     KNOWN_KINDS["Secret"],
     KNOWN_KINDS["ConfigMap"],
     KNOWN_KINDS["Deployment"],
+    KNOWN_KINDS["DocParser"],
+    KNOWN_KINDS["PodDisruptionBudget"],
 )
 
 
@@ -255,3 +259,51 @@ def test_a_config_map_that_mirrors_nothing_is_never_read_again_at_rest(cluster: 
     clock[0] += 601.0  # a config that mirrors is read again after the TTL
     seen(cluster.namespace, "inv")
     assert len([r for r in cluster.requests_since(mark) if "/configmaps/" in r.path]) == 2
+
+
+def test_a_docparser_made_again_under_its_name_does_not_inherit_the_old_config_map(
+    cluster: Cluster,
+) -> None:
+    """The running operator's observer remembers ``<name>-shadow`` by namespace and name, and
+    one that says off is trusted for ever. A DocParser deleted (its ConfigMap collected) and
+    made again under its name saw the first one's ConfigMap, owned by the old uid: a
+    ChildConflict until the operator restarted. The deletion event now clears what the
+    observer kept of the first one (``IndexedObserver.forget_owner``)."""
+    if not cluster.has_garbage_collector:
+        pytest.skip("needs the garbage collector to remove the first DocParser's ConfigMap")
+    with running_operator(cluster):
+        canary = {"weights": CANARY_WEIGHTS, "weight": 0, "shadow": SHADOW}
+        first = create(cluster, docparser("inv", canary=canary))
+
+        def config() -> dict[str, Any] | None:
+            found = cluster.get(CONFIG_MAP, "inv-shadow")
+            return json.loads(found["data"]["config.json"]) if found else None
+
+        wait_for("the shadow on", lambda: (config() or {}).get("enabled") is True, timeout=60)
+        spec = spec_of(cluster, "inv")
+        del spec["canary"]
+        set_spec(cluster, "inv", spec)
+        wait_for("the shadow off", lambda: config() == {"enabled": False}, timeout=60)
+        cluster.client.delete(DOCPARSER, cluster.namespace, "inv", uid=first["metadata"]["uid"])
+        children = (CONFIG_MAP, "inv-shadow"), (KNOWN_KINDS["Service"], "inv"), (PDB, "inv")
+        wait_for(  # all of them: one of the old uid left is a ChildConflict, rightly
+            "its children collected",
+            lambda: (
+                all(cluster.get(kind, child) is None for kind, child in children)
+                and not cluster.list(DEPLOY)
+            ),
+            timeout=60,
+        )
+        second = create(cluster, docparser("inv"))
+
+        def reported() -> bool:
+            live = cluster.get(DOCPARSER, "inv") or {"metadata": {}}
+            return (live.get("status") or {}).get("observedGeneration") == live["metadata"].get(
+                "generation"
+            ) and live["metadata"].get("uid") == second["metadata"]["uid"]
+
+        wait_for("the second DocParser reconciled", reported, timeout=60)
+        degraded = condition(cluster, "inv", "Degraded")
+        assert "ConfigMap" not in degraded.get("message", ""), degraded
+        assert degraded.get("reason") != "ChildConflict", degraded
+        assert config() is None  # no shadow: none rendered for the second one
