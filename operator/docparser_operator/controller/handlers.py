@@ -38,7 +38,7 @@ import kopf
 from docparser_operator.api import labels
 from docparser_operator.api.kinds import DOCPARSER, INDEXED, KINDS
 from docparser_operator.api.naming import API_GROUP, KIND, PLURAL
-from docparser_operator.controller import drains, post_events, wakeups
+from docparser_operator.controller import drains, kopf_costs, post_events, wakeups
 from docparser_operator.controller.metrics import OperatorMetrics
 from docparser_operator.controller.reconcile import reconcile
 from docparser_operator.controller.settings import OperatorSettings
@@ -138,15 +138,8 @@ def _index_id(kind: str) -> str:
 
 
 def _by_owner(body: kopf.Body, **_: Any) -> dict[IndexKey, dict[str, Any]]:
-    obj = _plain(body)
-    key = index_key(obj)
-    if obj.get("kind") == "Pod":
-        obj["metadata"].pop("managedFields", None)  # never read for pods: keep the index small
-    elif obj.get("kind") == "ReplicaSet":  # only its owner chain is read (readable_pods)
-        meta = obj["metadata"]
-        kept = ("name", "namespace", "uid", "labels", "ownerReferences", "resourceVersion")
-        obj = {"kind": "ReplicaSet", "metadata": {k: meta[k] for k in kept if k in meta}}
-    return {key: obj} if key is not None else {}
+    key = index_key(body)
+    return {key: kopf_costs.index_entry(body)} if key is not None else {}
 
 
 for _ref in INDEXED:
@@ -180,13 +173,12 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -
         refusals=RefusalMemory(ours.refusal_backoff_s, ours.refusal_backoff_max_s),
     )
     memo.state.analysis_sources()  # built once per run (the settings checked the entries)
+    memo.state.capacity_args(), memo.state.idle_args()  # once, not by each worker's 1st pass
     settings.posting.level = logging.WARNING
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
         prefix=ANNOTATION_PREFIX
     )
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=ANNOTATION_PREFIX, key="last-handled-configuration"
-    )
+    settings.persistence.diffbase_storage = kopf_costs.NoDiffBase()  # no change handler
     settings.networking.request_timeout = ours.request_timeout_s
     settings.watching.server_timeout = 300
     settings.queueing.error_delays = [1, 2, 5, 10, 30, 60]
