@@ -13,6 +13,7 @@ import contextlib
 import copy
 import json
 import threading
+import time
 import urllib.parse
 from collections import Counter
 from typing import Any
@@ -65,6 +66,8 @@ class KubeClient:
     and the counters are guarded by a lock.
     """
 
+    refresh_s = 1.0  # the credentials' refresh hook runs at most this often (_headers)
+
     def __init__(
         self,
         configuration: k8s_client.Configuration | None = None,
@@ -78,6 +81,7 @@ class KubeClient:
         self.timeout_s = timeout_s
         self._lock = threading.Lock()
         self.counts: Counter[str] = Counter()  # method -> number of requests sent
+        self._refreshed = float("-inf")  # monotonic time the credentials were last refreshed
 
     # accounting ---------------------------------------------------------------------------
     @property
@@ -92,15 +96,25 @@ class KubeClient:
 
     # transport ----------------------------------------------------------------------------
     def _headers(self, content_type: str | None) -> dict[str, str]:
-        if self.cfg.refresh_api_key_hook is not None:
+        # The kubernetes package's hook re-applies the whole kubeconfig (or in-cluster config)
+        # on every call: its host setter scans the environment for proxies. It ran twice per
+        # request (here and inside ``auth_settings``), about a tenth of the reconcile threads'
+        # CPU (py-spy, docs/benchmarks.md). It renews a token 5 minutes before its expiry
+        # (in-cluster: re-reads it each minute), so once a second never sends an expired one.
+        now = time.monotonic()
+        if self.cfg.refresh_api_key_hook is not None and now - self._refreshed >= self.refresh_s:
+            self._refreshed = now
             self.cfg.refresh_api_key_hook(self.cfg)
         headers = {"Accept": "application/json", "User-Agent": self.user_agent}
         if content_type:
             headers["Content-Type"] = content_type
-        settings: Any = self.cfg.auth_settings()  # the package types it as a bare object map
-        for auth in settings.values():
-            if auth.get("in") == "header" and auth.get("value"):
-                headers[auth["key"]] = auth["value"]
+        # What ``auth_settings()`` sends (its one header, the bearer token), without its call
+        # of the hook: ``get_api_key_with_prefix``'s lookup of the key and its prefix.
+        keys, prefixes = self.cfg.api_key, self.cfg.api_key_prefix
+        key = keys.get("BearerToken", keys.get("authorization"))
+        if key:
+            prefix = prefixes.get("BearerToken", prefixes.get("authorization"))
+            headers["authorization"] = f"{prefix} {key}" if prefix else key
         return headers
 
     def _send(
