@@ -19,15 +19,15 @@ import signal
 import socket
 import subprocess
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
+from cluster_load import Background
 from cluster_support import FONT, REPO, Target
 from PIL import Image, ImageDraw, ImageFont
 
@@ -136,7 +136,7 @@ def spot_nodes(target: Target, nodes: list[str]) -> Iterator[list[str]]:
 
 
 @dataclass
-class Interactive:
+class Interactive(Background):
     """One paced client parsing through the DocParser's Service while the batch runs, bounded
     in count and time. Each request is a new page (its number written on it, so the result
     cache never answers it) on a new connection; every answer is recorded, and one is right
@@ -147,8 +147,7 @@ class Interactive:
     max_requests: int = 300
     max_seconds: float = 330
     samples: list[tuple[float, int, float, str]] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
+    join_s: ClassVar[float] = 90.0
 
     def _run(self) -> None:
         deadline = time.monotonic() + self.max_seconds
@@ -173,16 +172,6 @@ class Interactive:
                     status, said = 0, f"{type(err).__name__}: {err}"
                 self.samples.append((start, status, time.monotonic() - start, said))
                 self._stop.wait(max(0.0, self.pace_s - (time.monotonic() - start)))
-
-    def __enter__(self) -> Interactive:
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(90)
 
     @property
     def failed(self) -> list[tuple[float, int, float, str]]:

@@ -22,13 +22,12 @@ import json
 import re
 import subprocess
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
-from cluster_load import Load
+from cluster_load import Background, Load
 from cluster_support import Target, record, wait_for
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
@@ -162,7 +161,7 @@ def pod_view(pod: dict[str, Any]) -> PodView:
 
 
 @dataclass
-class ClusterSampler:
+class ClusterSampler(Background):
     """Snapshots of one DocParser (and the Service its traffic goes through) every `interval`
     seconds until stopped; bounded in count. A sample the API server did not answer is skipped
     (counted in `missed`): an outage of the sampler is not an outage of the Service."""
@@ -174,8 +173,6 @@ class ClusterSampler:
     max_samples: int = 2400
     samples: list[Snapshot] = field(default_factory=list)
     missed: int = 0
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
     began: float = 0.0  # time.monotonic() of the first sample's start
 
     def snapshot(self, api: k8s.ApiClient) -> Snapshot:
@@ -225,16 +222,9 @@ class ClusterSampler:
                     self.missed += 1
                 self._stop.wait(self.interval)
 
-    def __enter__(self) -> ClusterSampler:
+    def __enter__(self) -> Self:
         self.began = time.monotonic()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
+        return super().__enter__()
 
     @property
     def fewest_ready(self) -> int:

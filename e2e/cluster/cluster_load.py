@@ -7,9 +7,34 @@ import collections
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import ClassVar, Self
 
 import httpx
 from cluster_support import Target
+
+
+@dataclass
+class Background:
+    """One daemon thread a scenario runs beside its steps (a sampler, a paced client): started
+    on enter, told to stop on exit and joined within ``join_s``, so none outlives its scenario.
+    A subclass writes ``_run`` and waits on ``_stop`` between its bounded steps."""
+
+    join_s: ClassVar[float] = 30.0
+    _stop: threading.Event = field(default_factory=threading.Event, kw_only=True, repr=False)
+    _thread: threading.Thread | None = field(default=None, kw_only=True, repr=False)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(self.join_s)
 
 
 @dataclass
@@ -128,7 +153,7 @@ class Load:
 
 
 @dataclass
-class EndpointSampler:
+class EndpointSampler(Background):
     """Counts the Ready endpoints behind a Service every `interval` seconds while a
     transition runs: a moment with none is a moment the Service could not serve."""
 
@@ -138,8 +163,6 @@ class EndpointSampler:
     interval: float = 0.5
     max_samples: int = 2000
     samples: list[int] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
 
     def ready_endpoints(self) -> int:
         slices = self.target.items(
@@ -156,13 +179,3 @@ class EndpointSampler:
         while not self._stop.is_set() and len(self.samples) < self.max_samples:
             self.samples.append(self.ready_endpoints())
             self._stop.wait(self.interval)
-
-    def __enter__(self) -> EndpointSampler:
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)

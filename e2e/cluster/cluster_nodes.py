@@ -12,13 +12,13 @@ import json
 import re
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 import pytest
+from cluster_load import Background
 from cluster_settle import host_nat_rules
 from cluster_support import REPO, Target, wait_for
 
@@ -115,7 +115,7 @@ def node_ctl(action: str, node: str, timeout: float = 180) -> str:
 
 
 @dataclass
-class EchoLoad:
+class EchoLoad(Background):
     """One paced client (a new connection per request, 2 s timeout) against `url`, bounded in
     count and time; records (start, ok, answered-by) for every request."""
 
@@ -124,8 +124,7 @@ class EchoLoad:
     max_requests: int = 6000
     max_seconds: float = 300
     samples: list[tuple[float, bool, str]] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
+    join_s: ClassVar[float] = 10.0
 
     def _run(self) -> None:
         deadline = time.monotonic() + self.max_seconds
@@ -141,16 +140,6 @@ class EchoLoad:
                 except httpx.HTTPError as err:
                     self.samples.append((start, False, type(err).__name__))
                 self._stop.wait(max(0.0, self.pace_s - (time.monotonic() - start)))
-
-    def __enter__(self) -> EchoLoad:
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread:
-            self._thread.join(10)
 
     def failures(self, since: float = 0.0) -> list[tuple[float, bool, str]]:
         return [s for s in self.samples if not s[1] and s[0] >= since]
