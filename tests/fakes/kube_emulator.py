@@ -12,7 +12,11 @@ semantics that a naive merge would hide, so this subclass adds them:
 - the status subresource (main-resource writes ignore status; /status writes touch only it);
 - label selectors on list and watch; delete preconditions (uid);
 - the garbage collector (owner deleted -> dependents deleted), which a bare kube-apiserver
-  lacks, so tests can ask ``cluster.has_garbage_collector``.
+  lacks, so tests can ask ``cluster.has_garbage_collector``. Like the real one it also
+  collects a dependent written *after* its owners went (a reconcile in flight when its
+  DocParser was deleted): once every owner it names is a uid this emulator deleted, the
+  dependent is deleted right after the write that made it. Owner uids it never stored are
+  left alone (unit tests stamp children with made-up owners).
 """
 
 from __future__ import annotations
@@ -184,6 +188,8 @@ class KubeEmulator(kmock.KubernetesEmulator):
         self.applied: dict[tuple[Key, str], dict[str, Any]] = {}
         self.rv = 0
         self.garbage_collect = True
+        self.deleted_uids: set[str] = set()  # owners gone: a dependent naming only these is
+        self._collecting: set[asyncio.Task[None]] = set()  # collected (see the docstring)
         self.missing: set[str] = set()  # resource keys to serve as 404 (e.g. CRDs not installed)
         self.watchers: dict[tuple[str, str, str], list[asyncio.Queue[Any]]] = defaultdict(list)
         for key, (kind, namespaced) in RESOURCES.items():
@@ -293,6 +299,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
         self._bump(obj)
         self.store[key] = obj
         await self._emit(key, "ADDED", obj)
+        self._collect_if_orphaned(key, obj)
         return obj
 
     async def _create(self, request: kmock.Request) -> dict[str, Any]:
@@ -319,6 +326,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
             return await self._remove(key)
         self.store[key] = new
         await self._emit(key, "MODIFIED", new)
+        self._collect_if_orphaned(key, new)
         return new
 
     async def _patch(self, key: Key, request: kmock.Request) -> dict[str, Any]:
@@ -389,11 +397,33 @@ class KubeEmulator(kmock.KubernetesEmulator):
         await self._emit(key, "DELETED", obj)
         if self.garbage_collect:
             uid = obj["metadata"]["uid"]
+            self.deleted_uids.add(uid)
             for dep_key, dep in list(self.store.items()):
                 owners = dep["metadata"].get("ownerReferences") or []
                 if any(o.get("uid") == uid for o in owners) and dep_key in self.store:
                     await self._delete(dep_key, None)
         return obj
+
+    def _collect_if_orphaned(self, key: Key, obj: dict[str, Any]) -> None:
+        """Delete ``obj`` after this write's answer when every owner it names was deleted:
+        the real garbage collector finds such a dependent absent-owned and removes it, so an
+        object written by a reconcile that raced its owner's deletion does not stay for ever."""
+        owners = obj["metadata"].get("ownerReferences") or []
+        if not self.garbage_collect or not owners:
+            return
+        if not all(o.get("uid") in self.deleted_uids for o in owners):
+            return
+        uid = obj["metadata"]["uid"]
+
+        async def collect() -> None:
+            await asyncio.sleep(0)  # the writer's answer first, as from the real collector
+            live = self.store.get(key)
+            if live is not None and live["metadata"]["uid"] == uid:
+                await self._delete(key, None)
+
+        task = asyncio.get_running_loop().create_task(collect())
+        self._collecting.add(task)
+        task.add_done_callback(self._collecting.discard)
 
     async def _delete(self, key: Key, options: dict[str, Any] | None) -> dict[str, Any]:
         obj = self._get(key)
