@@ -298,10 +298,11 @@ def on_deployment(event: Mapping[str, Any], body: kopf.Body, memo: kopf.Memo, **
     if event.get("type") != "DELETED" and state.deployment_seen.get(key) == signature:
         return  # our own no-op (or metadata-only) change: nothing new to report
     state.deployment_seen[key] = signature
-    if event.get("type") == "DELETED":
+    deleted = event.get("type") == "DELETED"
+    if deleted:
         state.deployment_seen.pop(key, None)
         _forget(state, body)
-    _reconcile_owner(state, meta.get("namespace"), owner)
+    _reconcile_owner(state, meta.get("namespace"), owner, child_deleted=deleted)
 
 
 def on_pod(event: Mapping[str, Any], body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
@@ -341,11 +342,26 @@ def _forget(state: OperatorState, body: Mapping[str, Any]) -> None:
         state.observer.forget(key[0], key[1], child, meta.get("uid") or "")
 
 
-def _reconcile_owner(state: OperatorState, namespace: str | None, owner: Mapping[str, Any]) -> None:
-    """Reconcile the owner: its latest body from the watch (our writes included), else a GET."""
-    resource = state.known.get(owner.get("uid") or "") or state.client.get(
-        DOCPARSER, namespace, owner["name"]
-    )
+def _reconcile_owner(
+    state: OperatorState,
+    namespace: str | None,
+    owner: Mapping[str, Any],
+    *,
+    child_deleted: bool = False,
+) -> None:
+    """Reconcile the owner: its latest body from the watch (our writes included), else a GET.
+
+    After a child's deletion the owner is read from the server first. Why: the garbage
+    collector deletes a DocParser's children right after the DocParser, usually before its
+    own DELETED event reaches us; a pass from the watch's copy then wrote every child back
+    under the old uid, for the collector to delete again (and a DocParser made again under
+    the name met them as a ChildConflict meanwhile). One GET per deleted child instead."""
+    uid = owner.get("uid") or ""
+    resource = None if child_deleted else state.known.get(uid)
+    if resource is None:
+        resource = state.client.get(DOCPARSER, namespace, owner["name"])
+        if resource is not None and resource["metadata"].get("uid") == uid:
+            resource = state.newest(resource)
     if resource is None or resource["metadata"].get("uid") != owner.get("uid"):
         return
     if resource["metadata"].get("deletionTimestamp"):
@@ -371,7 +387,7 @@ def on_child_deleted(event: Mapping[str, Any], body: kopf.Body, memo: kopf.Memo,
     owner = _controller_owner(meta)
     _forget(_state(memo), body)
     if owner is not None:
-        _reconcile_owner(_state(memo), meta.get("namespace"), owner)
+        _reconcile_owner(_state(memo), meta.get("namespace"), owner, child_deleted=True)
 
 
 # How each kind's changes reach us is its ``watch`` in api/kinds.py: every change of a
