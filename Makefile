@@ -131,11 +131,14 @@ cluster-down:
 # cluster (about 20 min) start first, in the background, and stream their lines prefixed with
 # `[cluster]`. Meanwhile the lint checks run (ruff, import-linter, mypy --strict: about 50 s on a
 # fresh clone, which the cluster session used to wait for), then the tests that need no cluster
-# run on TEST_WORKERS processes (pytest-xdist), then the real-API-server scenarios (their own
-# etcd + kube-apiserver, stand-in kubelets). The cluster scenarios mostly wait on their control plane, pods and windows, and
-# none samples a wall-clock target, so the two foreground sessions fit inside the cluster's
-# time instead of adding to it (the layout before this one ran them in turn: 36 min in CI).
-# Every session always runs; the target fails if any did.
+# run on TEST_WORKERS processes (pytest-xdist), then the real-API-server scenarios (etcd +
+# kube-apiserver + kube-controller-manager, stand-in kubelets), also on TEST_WORKERS processes:
+# each worker starts its own control plane (about 10 s), and the scenarios mostly wait on
+# windows and controllers, so two halve their 11 minutes. The cluster scenarios mostly wait on
+# their control plane, pods and windows, and none samples a wall-clock target, so the two
+# foreground sessions fit inside the cluster's time instead of adding to it (the layout before
+# this one ran them in turn: 36 min in CI). Every session always runs; the target fails if any
+# did.
 TEST_WORKERS ?= 2
 test: install-test system-deps controlplane seaweedfs cluster-images
 	@status=0; \
@@ -144,8 +147,8 @@ test: install-test system-deps controlplane seaweedfs cluster-images
 	$(MAKE) --no-print-directory lint-checks || status=$$?; \
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not realcluster and not cluster" \
 		$(PYTEST_ARGS) || status=$$?; \
-	$(BIN)/python -m pytest -p no:cacheprovider -m "realcluster and not cluster" --durations=10 \
-		$(PYTEST_ARGS) || status=$$?; \
+	$(BIN)/python -m pytest -p no:cacheprovider -n $(TEST_WORKERS) --dist worksteal \
+		-m "realcluster and not cluster" --durations=10 $(PYTEST_ARGS) || status=$$?; \
 	echo "---- waiting for the cluster session ([cluster] lines) ----"; \
 	wait $$cluster || status=$$?; \
 	exit $$status

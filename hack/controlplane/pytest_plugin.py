@@ -24,6 +24,7 @@ from .harness import (
 from .kubeapi import KubeApi, KubeApiError
 
 _session: dict[str, object] = {}
+_worker_lines: list[str] = []  # on the xdist controller: each worker's backend line
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -70,13 +71,45 @@ def real_namespace(real_api: KubeApi) -> Iterator[str]:
             raise
 
 
-def pytest_terminal_summary(terminalreporter) -> None:
+def _summary() -> str | None:
+    """This process's line on the backend that ran (None when no test asked for it)."""
     cp = _session.get("control_plane")
     if isinstance(cp, ControlPlane):
         kcm = "with kube-controller-manager" if cp.controller_manager else "without controllers"
-        terminalreporter.write_line(
+        return (
             f"backend: real kube-apiserver {cp.version} + etcd ({kcm}), ready in "
             f"{_session['started']:.1f}s, CRDs: {len(cp.installed_crds)}"
         )
-    elif "skipped" in _session:
-        terminalreporter.write_line(f"backend: real kube-apiserver SKIPPED: {_session['skipped']}")
+    if "skipped" in _session:
+        return f"backend: real kube-apiserver SKIPPED: {_session['skipped']}"
+    return None
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Under pytest-xdist each worker starts its own control plane: its line goes back to the
+    controller (``workeroutput``), which prints them all."""
+    output = getattr(session.config, "workeroutput", None)
+    line = _summary()
+    if output is not None and line:
+        output["control_plane_summary"] = line
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(_WorkerLines(), "controlplane-worker-lines")
+
+
+class _WorkerLines:
+    """Collects the workers' backend lines on the xdist controller."""
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: object, error: object) -> None:
+        line = (getattr(node, "workeroutput", None) or {}).get("control_plane_summary")
+        if line:
+            _worker_lines.append(str(line))
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    for line in [_summary(), *_worker_lines]:
+        if line:
+            terminalreporter.write_line(line)
