@@ -172,8 +172,10 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -
         nodes=nodes if aware else None,
         refusals=RefusalMemory(ours.refusal_backoff_s, ours.refusal_backoff_max_s),
     )
-    memo.state.analysis_sources()  # built once per run (the settings checked the entries)
-    memo.state.capacity_args(), memo.state.idle_args()  # once, not by each worker's 1st pass
+    # built once per run, not by each worker's first pass (the settings checked the entries)
+    memo.state.analysis_sources()
+    memo.state.capacity_args()
+    memo.state.idle_args()
     settings.posting.level = logging.WARNING
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
         prefix=ANNOTATION_PREFIX
