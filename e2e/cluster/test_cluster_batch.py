@@ -10,7 +10,7 @@ Asserted: the batch completes with every document exactly once (one Markdown and
 object, each its own page's text, a manifest row `completed` per document, request_counts
 completed == total), the interactive client sees no failed request, the pool's pod is
 replaced on the other spot node, the stable pods never run on a spot node, and the pool goes
-back to 0 replicas (the local cluster's operator has a 20 s cooldown, chart value
+back to 0 replicas (the local cluster's operator has a 10 s cooldown, chart value
 `batchCooldownSeconds`). The storage is SeaweedFS's S3 gateway and Redis a redis-server, both
 on the host's node bridge address (cluster_batch.py), so it runs on the local cluster only.
 """
@@ -52,7 +52,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.timeout(480)]
 NAME = "archive"
 DOCS = 200
 STORE, SRC, DST = "dp-store", "dp-src", "dp-dst"
-EVICT_AFTER_S = 5  # the pool's pods leave an unreachable node this long after its taint
+EVICT_AFTER_S = 2  # the pool's pods leave an unreachable node this long after its taint
 REDIS_DOWN_S = 3.0
 
 

@@ -134,7 +134,7 @@ def test_node_failure_recovers_on_the_remaining_nodes(cluster, namespace):
     require_nodes(cluster, 3)
     if not cluster.local:
         pytest.skip("fails a node through the local cluster's supervisor")
-    cluster.apply(*echo_deployment("echo", namespace, 3, spread="ScheduleAnyway", evict_after_s=5))
+    cluster.apply(*echo_deployment("echo", namespace, 3, spread="ScheduleAnyway", evict_after_s=2))
 
     def pods(ready_only=True):
         found = []

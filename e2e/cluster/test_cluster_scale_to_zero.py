@@ -31,7 +31,7 @@ from cluster_support import (
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
-IDLE_AFTER = "15s"
+IDLE_AFTER = "10s"  # as the burst scenario's: waited twice, the state read within 1 s
 
 
 def _free_port(host: str) -> int:

@@ -32,6 +32,9 @@ GPU_RESOURCE = "nvidia.com/gpu"
 # How long a silent node stays Ready (the default is 50 s): a dead node is seen sooner, while
 # a kubelet slowed by a busy 2-core machine (lease renewed every 10 s) is not declared lost.
 NODE_MONITOR_GRACE = "30s"
+# How often the node controller looks (5 s by default): a silent node is marked lost at most
+# this long after its grace, and the pods' tolerationSeconds start counting then.
+NODE_MONITOR_PERIOD = "2s"
 
 
 class NodeUnavailable(RuntimeError):
@@ -251,6 +254,7 @@ class LocalCluster:
                 "--controllers=*",
                 "--leader-elect=false",
                 f"--node-monitor-grace-period={NODE_MONITOR_GRACE}",
+                f"--node-monitor-period={NODE_MONITOR_PERIOD}",
                 f"--service-account-private-key-file={creds.sa_private}",
                 f"--root-ca-file={creds.ca}",
                 "--use-service-account-credentials=true",
