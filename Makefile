@@ -128,7 +128,7 @@ cluster-down:
 	cd hack && ../$(BIN)/python -m controlplane.localcluster down
 
 # Three sessions, arranged around the longest. The real-pod scenarios on the shared 3-node local
-# cluster (about 20 min) start first, in the background, and stream their lines prefixed with
+# cluster (about 23 min) start first, in the background, and stream their lines prefixed with
 # `[cluster]`. Meanwhile the lint checks run (ruff, import-linter, mypy --strict: about 50 s on a
 # fresh clone, which the cluster session used to wait for), then the tests that need no cluster
 # run on TEST_WORKERS processes (pytest-xdist), then the real-API-server scenarios (etcd +
