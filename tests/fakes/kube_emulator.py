@@ -188,8 +188,9 @@ class KubeEmulator(kmock.KubernetesEmulator):
         self.applied: dict[tuple[Key, str], dict[str, Any]] = {}
         self.rv = 0
         self.garbage_collect = True
-        self.deleted_uids: set[str] = set()  # owners gone: a dependent naming only these is
-        self._collecting: set[asyncio.Task[None]] = set()  # collected (see the docstring)
+        # uids of deleted objects: a dependent naming only these is collected (the docstring)
+        self.deleted_uids: set[str] = set()
+        self._collecting: set[asyncio.Task[None]] = set()  # collections under way
         self.missing: set[str] = set()  # resource keys to serve as 404 (e.g. CRDs not installed)
         self.watchers: dict[tuple[str, str, str], list[asyncio.Queue[Any]]] = defaultdict(list)
         for key, (kind, namespaced) in RESOURCES.items():
