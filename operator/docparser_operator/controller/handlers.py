@@ -5,6 +5,8 @@ start), a drift resync loop, events of the Deployments we own (rollout progress 
 readiness change the status and the routed weight), state changes of runtime pods (a Degraded
 reason or a model state shows at once), and the deletion of any other child (put back at
 once). kopf only delivers triggers; desired state, apply and status live in ``reconcile``.
+This module holds start-up and the DocParser's own triggers; the children's watches are
+``child_events.py``, and the pass every trigger runs is ``passes.run_reconcile``.
 
 Error policy:
 - a spec the API server accepted but the operator cannot serve (an invalid combination, a GPU
@@ -27,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import logging
 import time
 from collections.abc import Iterable, Mapping
@@ -36,79 +37,27 @@ from typing import Any
 import kopf
 
 from docparser_operator.api import labels
-from docparser_operator.api.kinds import DOCPARSER, INDEXED, KINDS
-from docparser_operator.api.naming import API_GROUP, KIND, PLURAL
-from docparser_operator.controller import drains, kopf_costs, post_events, wakeups
+from docparser_operator.api.kinds import DOCPARSER, INDEXED
+from docparser_operator.api.naming import API_GROUP, PLURAL
+from docparser_operator.controller import (
+    child_events,  # noqa: F401  (registers the watches)
+    drains,
+    kopf_costs,
+    post_events,
+    wakeups,
+)
 from docparser_operator.controller.metrics import OperatorMetrics
-from docparser_operator.controller.reconcile import reconcile
+from docparser_operator.controller.passes import plain_body, run_reconcile, state_of
 from docparser_operator.controller.settings import OperatorSettings
 from docparser_operator.controller.state import OperatorState
-from docparser_operator.core.plan import triggers
 from docparser_operator.core.plan.refusals import RefusalMemory
-from docparser_operator.core.status.outcome import Outcome
-from docparser_operator.core.status.transition_events import Event, events_for
-from docparser_operator.kube.client import ApiError, KubeClient, load_configuration
+from docparser_operator.kube.client import KubeClient, load_configuration
 from docparser_operator.kube.nodes import CordonedNodes
 from docparser_operator.kube.observer import IndexedObserver, IndexKey, index_key
 
 VERSION = DOCPARSER.api_version.split("/")[1]
 ANNOTATION_PREFIX = "docparser.io"
 log = logging.getLogger("docparser_operator")
-
-
-def _state(memo: Any) -> OperatorState:
-    return memo.state  # type: ignore[no-any-return]
-
-
-def _plain(body: Mapping[str, Any]) -> dict[str, Any]:
-    return copy.deepcopy({k: body[k] for k in body})
-
-
-def run_reconcile(state: OperatorState, resource: dict[str, Any], *, strict: bool) -> Outcome:
-    """Reconcile one DocParser, post its events, translate errors for kopf.
-
-    ``strict`` raises PermanentError for an unservable spec; the operator's own passes pass
-    False and leave the Degraded status, which a fixed spec (a new generation) clears.
-    The freshness check is inside the per-object lock: a pass that waited for the lock while
-    a newer spec (or our own newer status) arrived works on the newer one, so an old spec is
-    never re-applied, ``observedGeneration`` never goes backwards, and the status a pass builds
-    on (was a rollout under way? what weight was routed?) is the latest one written."""
-    api = state.client
-    uid = resource["metadata"]["uid"]
-    namespace, name = resource["metadata"].get("namespace", ""), resource["metadata"]["name"]
-    with state.lock_for(uid):
-        resource = state.newest(resource)
-        started = time.monotonic()
-        try:
-            outcome = reconcile(
-                api,
-                resource,
-                observer=state.observer,
-                analysis=state.analysis,
-                sources=state.analysis_sources(),
-                credentials=state.credentials,
-                skipped=state.skipped_pods,
-                refusals=state.refusals,
-                capacity=state.capacity_args(),
-                **state.idle_args(),
-            )
-        except ApiError as exc:
-            if state.metrics is not None:
-                state.metrics.failed(namespace, name, exc.status, time.monotonic() - started)
-            failed = [Event("Warning", "ReconcileFailed", str(exc))]
-            post_events.post(api, resource, state.event_limiter.admit(uid, failed))
-            delay = state.settings.retry_delay_s * (1 if exc.transient else 6)
-            raise kopf.TemporaryError(str(exc), delay=delay) from exc
-        state.saw_write(outcome.body)
-        state.handled[uid] = int(resource["metadata"].get("generation") or 0)
-        wakeups.after_pass(state, uid, outcome)
-        if state.metrics is not None:
-            state.metrics.reconciled(namespace, name, outcome.status, time.monotonic() - started)
-    post_events.post(api, resource, state.event_limiter.admit(uid, events_for(outcome)))
-    if strict and outcome.spec_invalid:
-        message = "; ".join(p.message for p in outcome.problems if p.reason == "SpecInvalid")
-        raise kopf.PermanentError(message)
-    return outcome
 
 
 @kopf.on.login()
@@ -193,7 +142,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -
 # start) gets a pass at once; a transient error asks for one after the delay (wakeups).
 @kopf.on.event(API_GROUP, VERSION, PLURAL)
 def track(event: Mapping[str, Any], body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    state = _state(memo)
+    state = state_of(memo)
     meta = body.get("metadata") or {}
     uid = meta.get("uid")
     if not uid:
@@ -201,7 +150,7 @@ def track(event: Mapping[str, Any], body: kopf.Body, memo: kopf.Memo, **_: Any) 
     if event.get("type") == "DELETED" or meta.get("deletionTimestamp"):
         state.deleted(uid, meta.get("namespace") or "", meta.get("name") or "")
         return
-    plain = _plain(body)
+    plain = plain_body(body)
     state.saw_event(uid, plain)  # a generation passed already: our status write, a label edit
     if int(meta.get("generation") or 0) <= state.handled.get(uid, 0):
         return
@@ -254,7 +203,7 @@ async def _resync_loop(state: OperatorState) -> None:
 
 @kopf.on.startup()
 async def start_resync(memo: kopf.Memo, **_: Any) -> None:
-    state = _state(memo)
+    state = state_of(memo)
     state.resync_task = asyncio.get_running_loop().create_task(_resync_loop(state))
     if state.nodes is not None and state.observer is not None:
         state.node_task = asyncio.get_running_loop().create_task(
@@ -276,7 +225,7 @@ def _uids_of(state: OperatorState, owners: set[tuple[str, str]]) -> list[str]:
 
 @kopf.on.cleanup()
 async def stop_resync(memo: kopf.Memo, **_: Any) -> None:
-    state = _state(memo)
+    state = state_of(memo)
     for task in (state.resync_task, state.node_task):
         if task is not None:
             task.cancel()
@@ -284,123 +233,3 @@ async def stop_resync(memo: kopf.Memo, **_: Any) -> None:
                 await task
     if state.metrics is not None and not memo.get("metrics"):
         await asyncio.to_thread(state.metrics.close)  # this run started it, so it stops it
-
-
-def on_deployment(event: Mapping[str, Any], body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """A child Deployment moved (pods became ready, a rollout stalled), a weights cache fill
-    Job finished or failed, or a Gateway's controller judged the HTTPRoute (what a held
-    scale-down waits for, core/status/route_verdict.py): refresh its owner."""
-    state = _state(memo)
-    meta = body.get("metadata") or {}
-    owner = _controller_owner(meta)
-    if owner is None:
-        return
-    key = meta.get("uid", "")
-    signature = triggers.deployment_signature(body)
-    if event.get("type") != "DELETED" and state.deployment_seen.get(key) == signature:
-        return  # our own no-op (or metadata-only) change: nothing new to report
-    state.deployment_seen[key] = signature
-    deleted = event.get("type") == "DELETED"
-    if deleted:
-        state.deployment_seen.pop(key, None)
-        _forget(state, body)
-    _reconcile_owner(state, meta.get("namespace"), owner, child_deleted=deleted)
-
-
-def on_pod(event: Mapping[str, Any], body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """A runtime pod changed state (cannot be scheduled, a Secret is missing, the weights
-    failed, the model loads): the status says so now, not at the next resync. Reads are
-    served from the indexes, so a pass costs no request unless the status changes."""
-    state = _state(memo)
-    meta = body.get("metadata") or {}
-    key = meta.get("uid", "")
-    signature = triggers.pod_signature(body)
-    if event.get("type") == "DELETED":
-        state.pod_seen.pop(key, None)
-        return  # its ReplicaSet and Deployment report the loss
-    if state.pod_seen.get(key) == signature:
-        return
-    state.pod_seen[key] = signature
-    instance = (meta.get("labels") or {}).get(labels.LABEL_INSTANCE)
-    owner = next(
-        (
-            body
-            for body in state.known.values()
-            if body["metadata"].get("name") == instance
-            and body["metadata"].get("namespace") == meta.get("namespace")
-        ),
-        None,
-    )
-    if owner is not None:
-        run_reconcile(state, owner, strict=False)
-
-
-def _forget(state: OperatorState, body: Mapping[str, Any]) -> None:
-    """A child is gone: the observer must not keep showing our last write of it."""
-    key = index_key(body)
-    if state.observer is not None and key is not None:
-        meta = body.get("metadata") or {}
-        child = (body.get("kind") or "", meta.get("name") or "")
-        state.observer.forget(key[0], key[1], child, meta.get("uid") or "")
-
-
-def _reconcile_owner(
-    state: OperatorState,
-    namespace: str | None,
-    owner: Mapping[str, Any],
-    *,
-    child_deleted: bool = False,
-) -> None:
-    """Reconcile the owner: its latest body from the watch (our writes included), else a GET.
-
-    After a child's deletion the owner is read from the server first. Why: the garbage
-    collector deletes a DocParser's children right after the DocParser, usually before its
-    own DELETED event reaches us; a pass from the watch's copy then wrote every child back
-    under the old uid, for the collector to delete again (and a DocParser made again under
-    the name met them as a ChildConflict meanwhile). One GET per deleted child instead."""
-    uid = owner.get("uid") or ""
-    resource = None if child_deleted else state.known.get(uid)
-    if resource is None:
-        resource = state.client.get(DOCPARSER, namespace, owner["name"])
-        if resource is not None and resource["metadata"].get("uid") == uid:
-            resource = state.newest(resource)
-    if resource is None or resource["metadata"].get("uid") != owner.get("uid"):
-        return
-    if resource["metadata"].get("deletionTimestamp"):
-        return
-    run_reconcile(state, resource, strict=False)
-
-
-def _controller_owner(meta: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    return next(
-        (
-            r
-            for r in meta.get("ownerReferences") or []
-            if r.get("kind") == KIND and r.get("controller")
-        ),
-        None,
-    )
-
-
-def on_child_deleted(event: Mapping[str, Any], body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    if event.get("type") != "DELETED":
-        return
-    meta = body.get("metadata") or {}
-    owner = _controller_owner(meta)
-    _forget(_state(memo), body)
-    if owner is not None:
-        _reconcile_owner(_state(memo), meta.get("namespace"), owner, child_deleted=True)
-
-
-# How each kind's changes reach us is its ``watch`` in api/kinds.py: every change of a
-# Deployment, fill Job or HTTPRoute, a runtime pod's state, and only the deletion of the others (a
-# person or a tool removed one; its owner puts it back now, not at the next resync).
-_ON_WATCH = {"changes": on_deployment, "pods": on_pod, "deletion": on_child_deleted}
-for _ref in KINDS:
-    if _ref.watch in _ON_WATCH:
-        kopf.on.event(
-            _ref.group,
-            _ref.version,
-            _ref.plural,
-            labels={labels.LABEL_MANAGED_BY: labels.MANAGED_BY},
-        )(_ON_WATCH[_ref.watch])
