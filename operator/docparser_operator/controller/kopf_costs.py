@@ -24,9 +24,10 @@ class NoDiffBase(kopf.DiffBaseStorage):
     kopf builds an "essence" of every watched body on every event (a deep copy less
     ``status`` and most of ``metadata``, then another copy to clear its progress fields) and
     diffs it against the last handled one; only change handlers and daemons read that diff.
-    The operator registers neither (``handlers.py``: one event handler per kind, no kopf
-    timer), so the copies bought nothing. With no change handler kopf never calls
-    ``store`` either; it is a no-op here all the same, so nothing is written to a DocParser."""
+    The operator registers neither (``handlers.py``, ``child_events.py``: one event handler
+    per kind, no kopf timer), so the copies bought nothing. With no change handler kopf never
+    calls ``store`` either; it is a no-op here all the same, so nothing is written to a
+    DocParser."""
 
     def build(
         self,
