@@ -22,12 +22,14 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
 from docparser_operator.api import naming
 from docparser_operator.api.kinds import KNOWN_KINDS
+from docparser_operator.kube.client import ApiError
 from dp_helpers import CANARY_WEIGHTS, GATEWAY, condition, create, docparser, revision, set_spec
 from gateway_sim import GatewayController
 from kube_cluster import Cluster, wait_for
@@ -70,6 +72,7 @@ class Traffic:
         self.weights_seen: list[int] = []
         self.phases_seen: set[tuple[str, int, int]] = set()  # (phase, step, routed weight)
         self.sent = 0
+        self.errors: list[str] = []  # weight reads the API server failed (the last one kept)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="traffic", daemon=True)
 
@@ -88,8 +91,13 @@ class Traffic:
         with httpx.Client(timeout=10) as client:
             while not self._stop.is_set() and self.sent < MAX_REQUESTS and time.monotonic() < end:
                 if time.monotonic() - checked > 0.3:
-                    weight, checked = self._weight(), time.monotonic()
-                    self.weights_seen.append(weight)
+                    checked = time.monotonic()
+                    try:
+                        weight = self._weight()
+                    except ApiError as exc:  # a busy API server: the last weight, read again
+                        self.errors.append(str(exc)[:200])
+                    else:
+                        self.weights_seen.append(weight)
                 url = self.urls[1] if rng.random() * 100 < weight else self.urls[0]
                 with contextlib.suppress(httpx.HTTPError):
                     client.post(
@@ -145,17 +153,33 @@ def _golden_set(cluster: Cluster, stable: LiveServer) -> None:
     )
 
 
-def _hold_then_resume(cluster: Cluster, analysis: dict[str, Any]) -> None:
+def _walk_reaches(
+    cluster: Cluster, traffic: Traffic, what: str, done: Callable[[dict[str, Any]], bool]
+) -> dict[str, Any]:
+    """The walk's status once ``done`` holds. Why not plain ``wait_for``: a timeout names where
+    the walk stood (its phase, step, message and last checks) and what the client loop had
+    sent, so a stall on a loaded machine says whether the traffic, a window or the operator
+    held it up. 90 s bounds each wait: a phase takes about 10 s on two busy cores."""
+    last: dict[str, Any] = {}
+
+    def probe() -> dict[str, Any] | None:
+        last.clear()
+        last.update(analysis_status(cluster, "walk"))
+        return dict(last) if done(last) else None
+
+    try:
+        return wait_for(what, probe, timeout=90)
+    except AssertionError as exc:
+        raise AssertionError(
+            f"{exc}; the walk: {last}; the client loop: {traffic.sent} sent, "
+            f"{len(traffic.errors)} weight reads failed {traffic.errors[-3:]}"
+        ) from None
+
+
+def _hold_then_resume(cluster: Cluster, traffic: Traffic, analysis: dict[str, Any]) -> None:
     """A pause step holds its weight past a whole window with nobody acting; then a person
     runs `docparser-operator resume` (the real CLI, against the API server) and it goes on."""
-    wait_for(
-        "the pause",
-        lambda: (
-            analysis_status(cluster, "walk").get("phase") == "Paused"
-            and analysis_status(cluster, "walk")
-        ),
-        timeout=60,
-    )
+    _walk_reaches(cluster, traffic, "the pause", lambda walk: walk.get("phase") == "Paused")
     time.sleep(analysis["intervalSeconds"] + 1)
     still = analysis_status(cluster, "walk")
     assert (still["phase"], still["step"], still["weight"]) == ("Paused", 1, 25), still
@@ -213,25 +237,24 @@ def _walk(
                 )
                 ips[canary_revision] = canary.host
                 if resume_paused:
-                    _hold_then_resume(cluster, analysis)
+                    _hold_then_resume(cluster, traffic, analysis)
                 if restart_at_step is not None:
-                    wait_for(
+                    _walk_reaches(
+                        cluster,
+                        traffic,
                         f"step {restart_at_step}",
-                        lambda: analysis_status(cluster, "walk").get("step") == restart_at_step,
-                        timeout=60,
+                        lambda walk: walk.get("step") == restart_at_step,
                     )
                     operator.__exit__(None, None, None)
                     operator = running_operator(cluster)
                     operator.__enter__()
                     after = analysis_status(cluster, "walk")
                     assert after["step"] >= restart_at_step, after  # never back to step 1
-                done = wait_for(
+                done = _walk_reaches(
+                    cluster,
+                    traffic,
                     "a verdict",
-                    lambda: (
-                        analysis_status(cluster, "walk").get("phase") in ("Succeeded", "Failed")
-                        and analysis_status(cluster, "walk")
-                    ),
-                    timeout=90,
+                    lambda walk: walk.get("phase") in ("Succeeded", "Failed"),
                 )
                 wait_for(
                     "the routed weight follows the verdict",
@@ -265,6 +288,12 @@ def test_a_good_canary_passes_the_gate_and_walks_every_step_to_full_traffic(
         **ANALYSIS,
         "steps": [{"weight": 25, "pause": True}, {"weight": 50}],
         "golden": {"configMapRef": {"name": "golden"}, "everyStep": True},
+        # The same engine on both tracks, answering in milliseconds: their p99s differ only by
+        # the machine's noise, and one request held up by a busy CPU (make test runs the
+        # cluster session beside this one) moves a p99 across a histogram bucket, a 2-2.5x
+        # ratio. This scenario is about the walk (gates, pause, restart, resume); the latency
+        # check's own sensitivity is test_a_slower_canary_is_rolled_back_on_its_p99's.
+        "maxLatencyRatio": 20,
     }
     seen = _walk(cluster, analysis=golden, resume_paused=True, restart_at_step=2)
     done = seen["analysis"]
