@@ -6,6 +6,8 @@ check what it reads put one of these behind each pod they report Ready."""
 
 from __future__ import annotations
 
+import itertools
+import os
 import random
 import threading
 from collections.abc import Callable, Iterator
@@ -21,10 +23,20 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
 
+_FIRST, _LAST = 10, 250  # the loopback /24s handed out: 127.0.10 .. 127.0.250
+_handed = itertools.count(random.randrange(_LAST - _FIRST + 1))
+
+
 def loopback_subnet() -> str:
-    """Another loopback /24 per run ("127.0.N"), so a run never clashes on the pod port with
-    a server an earlier run left in TIME_WAIT."""
-    return f"127.0.{random.randint(10, 250)}"
+    """Another loopback /24 per call ("127.0.N"), so a test never clashes on the pod port with
+    a server an earlier one left in TIME_WAIT (a random start per process, then the next
+    one each call) nor with a test running beside it: under pytest-xdist each worker hands
+    out its own share of the range, so two workers never pick the same /24 at once (two
+    random picks did, once in a few hundred overlapping pairs)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+    worker = int((os.environ.get("PYTEST_XDIST_WORKER") or "gw0").removeprefix("gw") or 0)
+    share = (_LAST - _FIRST + 1) // max(workers, 1)
+    return f"127.0.{_FIRST + worker * share + next(_handed) % share}"
 
 
 def serve_metrics(

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import io
 import json
-import random
 import threading
 import urllib.parse
 from collections.abc import Iterator
@@ -32,6 +31,7 @@ from docparser_operator.providers import capacity as sources
 from docparser_runtime import cli
 from docparser_runtime.sizing import live_advise
 from dp_helpers import docparser
+from pod_endpoint import loopback_subnet
 
 WHEN = ("since", "window", "source")
 
@@ -113,7 +113,7 @@ class _Server(ThreadingHTTPServer):
 
 
 def _serve(answer: Any) -> Iterator[str]:
-    host = f"127.0.{random.randint(10, 250)}.9"
+    host = f"{loopback_subnet()}.9"
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:

@@ -37,6 +37,7 @@ from kubelet_sim import Kubelet
 from live_server import LiveServer, start_all
 from operator_runner import running_operator
 from PIL import Image
+from pod_endpoint import loopback_subnet
 from traffic_sampler import TrafficSampler
 
 pytestmark = [pytest.mark.slow, pytest.mark.realcluster]
@@ -116,11 +117,11 @@ class Traffic:
 
 
 def _tracks(canary_args: tuple[str, ...], env: dict[str, object]) -> tuple[LiveServer, LiveServer]:
-    octet = random.randint(10, 250)  # another loopback /24 per run: no clash on the pod port
-    stable = LiveServer(gated_delay_s=0.0, host=f"127.0.{octet}.2", port=naming.HTTP_PORT, env=env)
+    subnet = loopback_subnet()  # no clash on the pod port with an earlier or a parallel test
+    stable = LiveServer(gated_delay_s=0.0, host=f"{subnet}.2", port=naming.HTTP_PORT, env=env)
     canary = LiveServer(
         gated_delay_s=0.0,
-        host=f"127.0.{octet}.3",
+        host=f"{subnet}.3",
         port=naming.HTTP_PORT,
         engine_args=canary_args,
         env={**env, "DOCPARSER_LOG_FORMAT": "json"},  # request ids in its log: golden reads

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import json
-import random
 from typing import Any
 
 import pytest
@@ -22,6 +21,7 @@ from dp_helpers import CANARY_WEIGHTS, condition, create, docparser, revision, s
 from kube_cluster import Cluster, wait_for
 from kubelet_sim import Kubelet
 from operator_runner import running_operator
+from pod_endpoint import loopback_subnet
 from shadow_metrics import ShadowPod
 
 DOCPARSER, CONFIG_MAP = KNOWN_KINDS["DocParser"], KNOWN_KINDS["ConfigMap"]
@@ -37,7 +37,7 @@ def _canary(cluster: Cluster) -> dict[str, Any]:
 def test_a_dark_canary_is_judged_on_live_pages_before_step_1(
     cluster: Cluster, cer: float, verdict: str
 ) -> None:
-    host = f"127.0.{random.randint(10, 250)}.2"  # another loopback /24 per run
+    host = f"{loopback_subnet()}.2"  # no clash on the pod port with an earlier or a parallel test
     with (
         ShadowPod(host, naming.HTTP_PORT, ("", ""), cer=cer, per_second=200) as stable_pod,
         running_operator(cluster),
