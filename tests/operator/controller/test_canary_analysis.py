@@ -160,13 +160,17 @@ def _walk_reaches(
     """The walk's status once ``done`` holds. Why not plain ``wait_for``: a timeout names where
     the walk stood (its phase, step, message and last checks) and what the client loop had
     sent, so a stall on a loaded machine says whether the traffic, a window or the operator
-    held it up. 90 s bounds each wait: a phase takes about 10 s on two busy cores."""
+    held it up; a walk that failed instead ends the wait at once, with its checks. 90 s
+    bounds each wait: a phase takes about 10 s on two busy cores."""
     last: dict[str, Any] = {}
 
     def probe() -> dict[str, Any] | None:
         last.clear()
         last.update(analysis_status(cluster, "walk"))
-        return dict(last) if done(last) else None
+        if done(last):
+            return dict(last)
+        assert last.get("phase") != "Failed", f"the walk failed waiting for {what}: {last}"
+        return None
 
     try:
         return wait_for(what, probe, timeout=90)
