@@ -1,12 +1,14 @@
 """SIGTERM on a real server process under load: /readyz turns 503 first, every request
 that was already accepted gets its 200, later ones get 503 or connection refused (never
-a reset or another 5xx), a running job finishes and a queued one stays in Redis. Before
-SIGTERM, the preStop hook's SIGUSR1: requests still served, no job claimed."""
+another 5xx, and a reset only for the one request that meets the listener's close), a
+running job finishes and a queued one stays in Redis. Before SIGTERM, the preStop hook's
+SIGUSR1: requests still served, no job claimed."""
 
 from __future__ import annotations
 
 import asyncio
 import io
+import re
 import signal
 import threading
 import time
@@ -113,8 +115,15 @@ def test_sigterm_drains_in_flight_work(redis_url):
     # (Answering at all proves readyz flipped while still listening: after the grace
     # window the port is closed and the probe would be refused.)
     print(f"drain: readyz answered 503 {t_readyz * 1000:.0f} ms after SIGTERM")
-    assert late and set(late) <= {"503", "refused"}, late
-    assert "503" in late  # the grace window answered clearly
+    # The late load is sequential: 503s through the grace window, then refusals once the port
+    # is closed. TCP leaves one moment open: a connection the kernel accepted just before the
+    # listener closed is reset (uvicorn closes a connection whose request it has not parsed
+    # yet, and the kernel resets its accept queue), so the one request that meets the close
+    # may break. A reset anywhere else (inside the grace window, or after the first refusal)
+    # fails here.
+    shape = "".join({"503": "a", "refused": "r"}.get(outcome, "b") for outcome in late)
+    assert re.fullmatch("a+b?r*", shape), late  # a+: the grace window answered clearly
+    assert all(o in ("503", "refused") or o.startswith("broken:") for o in late), late
     assert code in (0, -signal.SIGTERM), server.log()
 
     async def job_states():
