@@ -134,10 +134,14 @@ def start_control_plane(
     try:
         etcd_url = _start_etcd(bins, workdir, processes, ready_timeout)
         cp = _start_apiserver(bins, workdir, etcd_url, processes, ready_timeout)
+        # The CRDs before the controller manager: its garbage collector learns the resources
+        # it watches from discovery, at start and then every 30 s. A DocParser it did not know
+        # yet left its children's owner unresolvable; each failed lookup was retried with a
+        # growing backoff, and collecting a deleted DocParser's children took 40 s here.
+        cp = replace(cp, installed_crds=_install_crds(cp, crd_files, gateway))
         if controller_manager and os.access(bins / "kube-controller-manager", os.X_OK):
             _start_controller_manager(bins, workdir, cp, processes)
             cp = replace(cp, controller_manager=True)
-        cp = replace(cp, installed_crds=_install_crds(cp, crd_files, gateway))
         yield cp
     finally:
         for process in reversed(processes):
