@@ -8,7 +8,9 @@ it on sys.path, so the plugins import as `controlplane`, `gitopscheck` and `seaw
 
 from __future__ import annotations
 
+import logging
 import os
+from collections.abc import Iterator
 
 import pytest
 
@@ -35,3 +37,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     slow = {getattr(item, "module", None) for item in items if item.get_closest_marker("slow")}
     slow.discard(None)
     items.sort(key=lambda item: getattr(item, "module", None) not in slow)
+
+
+def _not_pytests(handler: logging.Handler) -> bool:
+    return not type(handler).__module__.startswith("_pytest")
+
+
+@pytest.fixture(autouse=True)
+def _root_logging_restored() -> Iterator[None]:
+    """The root logger's own handlers and level as they were before each test (pytest's
+    capture handlers come and go by phase and are left to pytest). WHY: a test that runs a CLI
+    in-process (``main(["serve", ...])`` calls ``logs.configure``) left a handler on pytest's
+    captured stderr, which pytest closes after that test; a later in-process server then
+    printed "--- Logging error --- ValueError: I/O operation on closed file" per request."""
+    root = logging.getLogger()
+    before, level = [h for h in root.handlers if _not_pytests(h)], root.level
+    yield
+    for handler in root.handlers[:]:
+        if _not_pytests(handler) and handler not in before:
+            root.removeHandler(handler)
+    for handler in before:
+        if handler not in root.handlers:
+            root.addHandler(handler)
+    root.setLevel(level)
