@@ -90,14 +90,18 @@ def reconcile_owner(
     collector deletes a DocParser's children right after the DocParser, usually before its
     own DELETED event reaches us; a pass from the watch's copy then wrote every child back
     under the old uid, for the collector to delete again (and a DocParser made again under
-    the name met them as a ChildConflict meanwhile). One GET per deleted child instead."""
+    the name met them as a ChildConflict meanwhile). One GET per deleted child instead.
+
+    A DocParser made again under the name (another uid) is reconciled on its predecessor's
+    child's deletion: it may have found that child still there (kube/predecessors.py), and
+    without this it waited for the resync to create its own."""
     uid = owner.get("uid") or ""
     resource = None if child_deleted else state.known.get(uid)
     if resource is None:
         resource = state.client.get(DOCPARSER, namespace, owner["name"])
         if resource is not None and resource["metadata"].get("uid") == uid:
             resource = state.newest(resource)
-    if resource is None or resource["metadata"].get("uid") != owner.get("uid"):
+    if resource is None or (resource["metadata"].get("uid") != uid and not child_deleted):
         return
     if resource["metadata"].get("deletionTimestamp"):
         return

@@ -56,6 +56,7 @@ from docparser_operator.core.render.weights_cache import cached_weights
 from docparser_operator.core.status.diagnose import diagnose
 from docparser_operator.core.status.outcome import Outcome
 from docparser_operator.core.status.weights_cache_status import CacheVerdict, weights_cache_verdict
+from docparser_operator.kube import predecessors
 from docparser_operator.kube.client import ApiError, KubeClient
 from docparser_operator.kube.observer import ListObserver, Observer
 from docparser_operator.providers import analysis_run
@@ -221,6 +222,7 @@ def reconcile(
     observer = observer or ListObserver(client)
     # new: no pass has reported on it (its children read by name are created unread)
     observed = observer(namespace, name, new=not out.previous_status.observed_generation)
+    observed = predecessors.confirmed(client, namespace, name, meta.get("uid") or "", observed)
     walk = None
     if isinstance(parsed, pydantic.ValidationError):
         # The schedule's window still shows when only the rest of the spec is invalid.
