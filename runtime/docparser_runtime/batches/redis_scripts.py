@@ -109,3 +109,21 @@ for _, w in ipairs(redis.call('SMEMBERS', KEYS[1])) do
 end
 return moved
 """
+
+# KEYS: lock. ARGV: holder, ttl ms. Returns 1 when the holder has it now: taken free, or
+# already its own (refreshed). Why its own counts: a Redis outage between the coordinator's
+# lock and its unlock left the lock (kept by the AOF) for its whole TTL, and the batch, every
+# line done, waited that long to finish; only one coordinator loop runs per holder.
+LOCK = """
+local held = redis.call('GET', KEYS[1])
+if held and held ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+"""
+
+# KEYS: lock. ARGV: holder. Deletes the lock only if it is still the holder's (after its TTL
+# another replica may hold it).
+UNLOCK = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""

@@ -59,6 +59,8 @@ class RedisBatchStore:
         self._ack = client.register_script(scripts.ACK)
         self._record = client.register_script(scripts.RECORD)
         self._requeue = client.register_script(scripts.REQUEUE)
+        self._lock = client.register_script(scripts.LOCK)
+        self._unlock = client.register_script(scripts.UNLOCK)
 
     @classmethod
     def from_url(cls, url: str, *, prefix: str) -> RedisBatchStore:
@@ -183,14 +185,15 @@ class RedisBatchStore:
         return [as_text(i) for i in await self.r.smembers(f"{self.p}active")]
 
     async def lock(self, batch_id: str, holder: str, ttl_s: float) -> bool:
-        key = f"{self.p}lock:{batch_id}"
-        return bool(await self.r.set(key, holder, nx=True, px=max(int(ttl_s * 1000), 1)))
+        """The batch's lock for ``holder``: free, or already its own (scripts.LOCK)."""
+        key, ttl_ms = f"{self.p}lock:{batch_id}", max(int(ttl_s * 1000), 1)
+        return bool(await self._lock(keys=[key], args=[holder, ttl_ms]))
 
     async def extend_lock(self, batch_id: str, ttl_s: float) -> None:
         await self.r.pexpire(f"{self.p}lock:{batch_id}", max(int(ttl_s * 1000), 1))
 
-    async def unlock(self, batch_id: str) -> None:
-        await self.r.delete(f"{self.p}lock:{batch_id}")
+    async def unlock(self, batch_id: str, holder: str) -> None:
+        await self._unlock(keys=[f"{self.p}lock:{batch_id}"], args=[holder])
 
     # lines ---------------------------------------------------------------------------
     async def claim(self, worker_id: str) -> tuple[str, int] | None:

@@ -219,7 +219,7 @@ class BatchWorker:
             try:
                 await self._advance(batch)
             finally:
-                await self.store.unlock(batch.id)
+                await self.store.unlock(batch.id, self.worker_id)
 
     async def _advance(self, batch: Batch) -> None:
         now = int(time.time())

@@ -362,3 +362,23 @@ async def test_stop_ends_a_loop_that_swallowed_its_cancel(harness, monkeypatch):
     await asyncio.wait_for(entered.wait(), 10)
     await asyncio.wait_for(w.stop(), 30)
     assert seen == ["swallowed", "ended"]
+
+
+async def test_a_lock_left_by_an_outage_holds_back_no_batch_of_its_own_holder(harness):
+    """Redis went away between the coordinator's lock and its unlock (the AOF kept the lock,
+    for its TTL: twice the lease). Every line was done, but the batch waited out the TTL before
+    it finished. The holder now takes back its own lock; another replica still cannot take it,
+    and cannot release it."""
+    a, b = harness.worker("a", lease_s=60), harness.worker("b", lease_s=60)
+    batch = await harness.batch(await harness.upload(jsonl(4)))
+    await a.coordinate()
+    assert await drain_lines(a) == 4
+    assert await harness.store.lock(batch.id, "a", 120)  # the pass the outage cut short
+    await b.coordinate()  # another replica's pass: the lock is a's
+    assert (await harness.store.get_batch(batch.id)).status is BatchStatus.IN_PROGRESS
+    await harness.store.unlock(batch.id, "b")  # not b's to release
+    assert not await harness.store.lock(batch.id, "b", 120)
+    await a.coordinate()  # at once, not 120 s later
+    done = await harness.store.get_batch(batch.id)
+    assert done.status is BatchStatus.COMPLETED and done.completed + done.failed == 4
+    assert await harness.store.lock(batch.id, "b", 120)  # released after the pass
